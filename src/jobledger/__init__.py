@@ -1,0 +1,80 @@
+"""jobledger: a durable job ledger.
+
+One row per business task (its key), claimed under an expiring lease whose token fences every
+write, retried with backoff, parked as dead when it cannot succeed, and redriven by an operator
+without repeating its effect. SQLite is the embedded default; PostgreSQL is for production.
+
+    from jobledger import Ledger
+
+    ledger = Ledger("sqlite:///jobs.db")
+
+    @ledger.task(queue="digests", max_attempts=8, lease_seconds=60)
+    def send_digest(ctx, customer_id: int, week: str) -> None:
+        provider.send(customer_id, week, idempotency_key=ctx.key)
+
+    ledger.enqueue(send_digest, {"customer_id": 4187, "week": "2026-W33"}, key="4187:2026-W33")
+    ledger.run_worker(queues=["digests"], concurrency=4, burst=True)
+"""
+
+from .backends import JobFilter
+from .backends.base import InsertResult
+from .context import JobContext
+from .errors import (
+    BackendUnavailable,
+    ConfigError,
+    HandlerOutcome,
+    InvalidTransition,
+    JobledgerError,
+    KeyConflict,
+    LeaseLost,
+    NotFound,
+    PayloadError,
+    Permanent,
+    Retry,
+    SchemaMismatch,
+)
+from .faults import fault_point
+from .ledger import JobHistory, Ledger, RedriveResult
+from .policy import Backoff, check_response, classify, parse_retry_after
+from .task import Task
+from .types import Attempt, AttemptOutcome, ClaimedJob, Enqueued, Event, JobRow, JobSpec, JobState
+from .worker import Worker, WorkerStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Attempt",
+    "AttemptOutcome",
+    "Backoff",
+    "BackendUnavailable",
+    "ClaimedJob",
+    "ConfigError",
+    "Enqueued",
+    "Event",
+    "HandlerOutcome",
+    "InsertResult",
+    "InvalidTransition",
+    "JobContext",
+    "JobFilter",
+    "JobHistory",
+    "JobRow",
+    "JobSpec",
+    "JobState",
+    "JobledgerError",
+    "KeyConflict",
+    "LeaseLost",
+    "Ledger",
+    "NotFound",
+    "PayloadError",
+    "Permanent",
+    "RedriveResult",
+    "Retry",
+    "SchemaMismatch",
+    "Task",
+    "Worker",
+    "WorkerStats",
+    "check_response",
+    "classify",
+    "fault_point",
+    "parse_retry_after",
+]

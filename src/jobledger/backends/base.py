@@ -1,0 +1,326 @@
+"""The Backend protocol: the only way the rest of jobledger reaches a database.
+
+Methods are noun-first (``job_claim``, ``effect_record``) and take plain values. Every method
+that depends on time takes ``now``; ``None`` means the database's own clock (PostgreSQL) or the
+process clock (SQLite). Tests pass an explicit ``now`` instead of sleeping.
+
+Backends translate driver errors into jobledger's own (``BackendUnavailable``, ``KeyConflict``,
+…); callers never see psycopg or sqlite3 exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState
+from .url import DatabaseURL
+
+__all__ = [
+    "Backend",
+    "Failure",
+    "FailResult",
+    "JobFilter",
+    "Lease",
+    "Listener",
+    "NewJob",
+    "QueueStats",
+    "RescueResult",
+]
+
+OnConflict = Literal["raise", "report"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job ready to insert: validated, its payload already encoded as canonical JSON."""
+
+    queue: str
+    key: str
+    task: str
+    payload_json: str
+    priority: int
+    run_at: datetime | None
+    """None: due now (by the clock the insert uses)."""
+    max_attempts: int
+    lease_seconds: float
+    correlation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class InsertResult:
+    """What inserting one ``NewJob`` did."""
+
+    id: int
+    created: bool
+    conflict: bool = False
+    """True when the key exists with another task or payload (only with ``on_conflict="report"``)."""
+
+    def enqueued(self) -> Enqueued:
+        return Enqueued(self.id, self.created)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's hold on one job: the job, its lease token, and the attempt it opened."""
+
+    job_id: int
+    token: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed attempt to record: back to pending at ``run_at`` if ``retry`` and budget is left,
+    otherwise dead."""
+
+    lease: Lease
+    retry: bool
+    run_at: datetime | None
+    error_class: str
+    message: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FailResult:
+    job_id: int
+    state: JobState | None
+    """The job's new state, or None when the lease was stale and nothing changed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RescueResult:
+    job_id: int
+    queue: str
+    key: str
+    state: JobState
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs an operator means. Every field narrows the selection; None means any."""
+
+    queue: str | None = None
+    states: tuple[JobState, ...] | None = None
+    task: str | None = None
+    key_prefix: str | None = None
+    error_contains: str | None = None
+    since: datetime | None = None
+    """Last changed at or after this time."""
+    until: datetime | None = None
+    """Last changed before this time."""
+    ids: tuple[int, ...] | None = None
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """Counts for one queue at one moment."""
+
+    queue: str
+    counts: dict[str, int] = field(default_factory=dict)
+    oldest_due_pending_seconds: float | None = None
+    """Age of the oldest pending job whose run time has passed; None when there is none."""
+    late_pending: int = 0
+    """Pending jobs due longer ago than the objective given to ``queue_stats``."""
+    lease_expiries_last_hour: int = 0
+
+
+class Listener(Protocol):
+    """A wake-up channel: ``wait`` returns True when work may have arrived."""
+
+    def wait(self, timeout: float) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a database must do for jobledger. SQLite and PostgreSQL implement it."""
+
+    url: DatabaseURL
+    dialect: str
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        """Apply the migrations this database lacks, in order; return their names."""
+        ...
+
+    def schema_version(self) -> int:
+        """The highest migration applied, 0 for an empty database."""
+        ...
+
+    def check_schema(self) -> None:
+        """Raise ``SchemaMismatch`` unless the schema is exactly the one this code knows."""
+        ...
+
+    def close(self) -> None: ...
+
+    def transaction(self) -> AbstractContextManager[Any]:
+        """An open transaction on a connection of this backend's own; commits on success."""
+        ...
+
+    @property
+    def supports_listen(self) -> bool:
+        """True when the database can push wake-ups (PostgreSQL LISTEN/NOTIFY)."""
+        ...
+
+    def listener(self, queues: Sequence[str]) -> Listener | None: ...
+
+    # -- jobs: the worker's path --------------------------------------------------------------
+
+    def job_insert(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        conn: Any = None,
+        on_conflict: OnConflict = "raise",
+    ) -> list[InsertResult]:
+        """Insert jobs whose keys are new; return the existing job for keys that are not.
+
+        With ``conn`` the insert joins the caller's open transaction. A key that exists with
+        another task or payload raises ``KeyConflict`` and inserts nothing (``"raise"``), or is
+        reported with ``conflict=True`` while the others are inserted (``"report"``).
+        """
+        ...
+
+    def job_claim(
+        self,
+        queues: Sequence[str],
+        worker: str,
+        limit: int,
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[ClaimedJob]:
+        """Lease up to ``limit`` due pending jobs in one statement, highest priority first, then
+        oldest run time. Each gets a new lease token and an open attempt record."""
+        ...
+
+    def job_heartbeat(
+        self,
+        leases: Sequence[Lease],
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> dict[int, datetime]:
+        """Extend the leases still held; return their new expiry by job id. A stale lease is
+        absent from the result and nothing about its job changes."""
+        ...
+
+    def job_complete(
+        self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
+    ) -> list[int]:
+        """Mark jobs done for the leases still held; return the ids whose lease was stale.
+        With ``conn`` the completion joins that open transaction."""
+        ...
+
+    def job_fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
+        """Record failed attempts: pending again (retry, budget left) or dead."""
+        ...
+
+    def job_release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+        """Give back claimed jobs that never started, without charging the attempt. Returns the
+        ids whose lease was stale."""
+        ...
+
+    def job_rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
+        """Close attempts whose lease expired: pending again with budget left, dead without."""
+        ...
+
+    # -- jobs: reading ------------------------------------------------------------------------
+
+    def job_get(self, job_id: int) -> JobRow:
+        """The job with this id, or ``NotFound``."""
+        ...
+
+    def job_get_by_key(self, queue: str, key: str) -> JobRow:
+        """The job with this key in this queue, or ``NotFound``."""
+        ...
+
+    def job_find_key(self, key: str) -> list[JobRow]:
+        """Jobs with this key in any queue."""
+        ...
+
+    def job_list(self, where: JobFilter, order: str = "id") -> list[JobRow]: ...
+
+    def attempt_list(self, job_id: int) -> list[Attempt]: ...
+
+    def event_list(self, job_id: int) -> list[Event]: ...
+
+    def queue_stats(
+        self, now: datetime | None = None, late_after_seconds: float = 300.0
+    ) -> list[QueueStats]: ...
+
+    # -- jobs: operators ----------------------------------------------------------------------
+
+    def job_redrive(
+        self,
+        job_ids: Sequence[int],
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+        budget: int | None = None,
+    ) -> list[int]:
+        """Move dead or cancelled jobs back to pending with a fresh budget (``budget`` attempts,
+        default the job's ``max_attempts``). Returns the ids moved; others are left alone."""
+        ...
+
+    def job_resolve(
+        self,
+        job_id: int,
+        state: JobState,
+        actor: str,
+        note: str,
+        now: datetime | None = None,
+    ) -> JobRow:
+        """An operator's repair: a dead or pending job becomes done (or pending, with a fresh
+        budget). Raises ``InvalidTransition`` for other states."""
+        ...
+
+    def job_cancel(
+        self, job_id: int, actor: str, reason: str, now: datetime | None = None
+    ) -> JobRow:
+        """A pending job becomes cancelled. Raises ``InvalidTransition`` otherwise."""
+        ...
+
+    def event_record(
+        self,
+        job_id: int,
+        kind: str,
+        actor: str | None,
+        note: str | None,
+        detail: dict[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> None: ...
+
+    # -- effects ------------------------------------------------------------------------------
+
+    def effect_record(
+        self,
+        queue: str,
+        key: str,
+        effect: str,
+        lease: Lease,
+        detail: dict[str, Any] | None = None,
+        now: datetime | None = None,
+        conn: Any = None,
+    ) -> bool:
+        """Record that ``effect`` happened for this key, fenced by the lease. Returns True when
+        recorded now, False when it was already recorded. Raises ``LeaseLost`` when stale."""
+        ...
+
+    def effect_get(self, queue: str, key: str, effect: str) -> dict[str, Any] | None:
+        """The recorded effect (with its ``detail``), or None."""
+        ...
+
+    def effect_list(self, queue: str, key: str) -> list[dict[str, Any]]: ...
+
+
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

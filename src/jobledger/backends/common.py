@@ -1,0 +1,145 @@
+"""Pieces both backends share: column lists, row mapping, filters, conflict checks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..errors import KeyConflict
+from ..types import JobRow, JobState
+from .base import InsertResult, JobFilter, NewJob
+
+JOB_COLUMNS = (
+    "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "
+    "attempt_limit, lease_seconds, lease_until, lease_token, leased_by, created_at, updated_at, "
+    "finished_at, last_error, last_error_class, last_traceback, correlation_id"
+)
+
+#: Orders a caller may ask ``job_list`` for.
+ORDERS = {
+    "id": "id",
+    "-id": "id DESC",
+    "updated": "updated_at DESC, id DESC",
+    "run_at": "run_at, id",
+}
+
+
+def job_row(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> JobRow:
+    payload = row[4]
+    if isinstance(payload, str):
+        payload = json.loads(payload)
+    return JobRow(
+        id=row[0],
+        queue=row[1],
+        key=row[2],
+        task=row[3],
+        payload=payload,
+        state=JobState(row[5]),
+        priority=row[6],
+        run_at=to_time(row[7]),  # type: ignore[arg-type]
+        attempts=row[8],
+        max_attempts=row[9],
+        attempt_limit=row[10],
+        lease_seconds=float(row[11]),
+        lease_until=to_time(row[12]),
+        lease_token=None if row[13] is None else str(row[13]),
+        leased_by=row[14],
+        created_at=to_time(row[15]),  # type: ignore[arg-type]
+        updated_at=to_time(row[16]),  # type: ignore[arg-type]
+        finished_at=to_time(row[17]),
+        last_error=row[18],
+        last_error_class=row[19],
+        last_traceback=row[20],
+        correlation_id=row[21],
+    )
+
+
+def filter_sql(
+    where: JobFilter,
+    param: Callable[[str], str],
+    to_db_time: Callable[[datetime], Any],
+    like: str = "LIKE",
+) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (without the keyword) and parameters for a ``JobFilter``.
+
+    ``param(name)`` renders a placeholder in the dialect's style.
+    """
+    clauses: list[str] = []
+    params: dict[str, Any] = {}
+    if where.queue is not None:
+        clauses.append(f"queue = {param('f_queue')}")
+        params["f_queue"] = where.queue
+    if where.states:
+        names = []
+        for i, state in enumerate(where.states):
+            names.append(param(f"f_state{i}"))
+            params[f"f_state{i}"] = JobState(state).value
+        clauses.append(f"state IN ({', '.join(names)})")
+    if where.task is not None:
+        clauses.append(f"task = {param('f_task')}")
+        params["f_task"] = where.task
+    if where.key_prefix:
+        clauses.append(f"substr(key, 1, {len(where.key_prefix)}) = {param('f_prefix')}")
+        params["f_prefix"] = where.key_prefix
+    if where.error_contains:
+        clauses.append(f"last_error {like} {param('f_error')} ESCAPE '\\'")
+        escaped = (
+            where.error_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        )
+        params["f_error"] = f"%{escaped}%"
+    if where.since is not None:
+        clauses.append(f"updated_at >= {param('f_since')}")
+        params["f_since"] = to_db_time(where.since)
+    if where.until is not None:
+        clauses.append(f"updated_at < {param('f_until')}")
+        params["f_until"] = to_db_time(where.until)
+    if where.ids is not None:
+        names = []
+        for i, job_id in enumerate(where.ids):
+            names.append(param(f"f_id{i}"))
+            params[f"f_id{i}"] = int(job_id)
+        clauses.append(f"id IN ({', '.join(names)})" if names else "1 = 0")
+    return (" AND ".join(clauses) or "1 = 1"), params
+
+
+def resolve_inserts(
+    jobs: Sequence[NewJob],
+    created: dict[tuple[str, str], int],
+    existing: dict[tuple[str, str], tuple[int, str, Any]],
+    on_conflict: str,
+) -> list[InsertResult]:
+    """Match each requested job to what the insert did, and find key conflicts.
+
+    ``created`` maps (queue, key) to the id of a row this insert created; ``existing`` maps the
+    others to (id, task, payload) of the row already there. Within one batch the first job with a
+    key creates it; later ones with the same key are duplicates of it.
+    """
+    results: list[InsertResult] = []
+    first: dict[tuple[str, str], NewJob] = {}
+    conflicts: list[str] = []
+    conflict_queue = ""
+    for job in jobs:
+        ident = (job.queue, job.key)
+        payload = json.loads(job.payload_json)
+        if ident in created and ident not in first:
+            first[ident] = job
+            results.append(InsertResult(created[ident], True))
+            continue
+        if ident in first:
+            other = first[ident]
+            same = other.task == job.task and json.loads(other.payload_json) == payload
+            job_id = created[ident]
+        else:
+            job_id, task, stored = existing[ident]
+            if isinstance(stored, str):
+                stored = json.loads(stored)
+            same = task == job.task and stored == payload
+        if not same:
+            conflicts.append(job.key)
+            conflict_queue = conflict_queue or job.queue
+        results.append(InsertResult(job_id, False, conflict=not same))
+    if conflicts and on_conflict == "raise":
+        raise KeyConflict(conflict_queue, conflicts, [r.id for r in results if r.conflict])
+    return results

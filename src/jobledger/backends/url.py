@@ -1,0 +1,152 @@
+"""Database URLs: parsing, validation, and the redacted form shown in every message."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..errors import ConfigError
+
+__all__ = ["DEFAULT_URL", "DatabaseURL", "redact"]
+
+DEFAULT_URL = "sqlite:///jobledger.db"
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+
+# Query parameters jobledger reads itself; all others are passed to the driver.
+_OWN_PARAMS = {"schema", "pool_size", "busy_timeout", "synchronous"}
+
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ``***``, safe to print and log."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc
+    userinfo, _, hostinfo = netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{hostinfo}"))
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed ``sqlite:///path`` or ``postgresql://…`` URL.
+
+    Options jobledger reads from the query string:
+
+    - ``schema`` (PostgreSQL): where the jobledger tables live, default ``public``;
+    - ``pool_size`` (PostgreSQL): connections per process, default 10;
+    - ``busy_timeout`` (SQLite): milliseconds to wait for the write lock, default 5000;
+    - ``synchronous`` (SQLite): ``full`` (default, durable on power loss) or ``normal``.
+    """
+
+    raw: str
+    dialect: str
+    path: str = ""
+    options: dict[str, str] = field(default_factory=dict)
+    driver_query: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, url: str) -> DatabaseURL:
+        if not isinstance(url, str) or not url.strip():
+            raise ConfigError("database URL is empty; expected sqlite:///path or postgresql://…")
+        url = url.strip()
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise ConfigError(f"database URL {redact(url)!r} cannot be parsed: {exc}") from None
+        scheme = parts.scheme.lower()
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        options = {k: v for k, v in query.items() if k in _OWN_PARAMS}
+        driver_query = {k: v for k, v in query.items() if k not in _OWN_PARAMS}
+        if scheme == "sqlite":
+            return cls._parse_sqlite(url, parts.netloc, parts.path, options)
+        if scheme in ("postgresql", "postgres"):
+            return cls._parse_postgres(url, options, driver_query)
+        raise ConfigError(
+            f"database URL {redact(url)!r} has unsupported scheme {parts.scheme!r}; "
+            "expected sqlite:///path or postgresql://…"
+        )
+
+    @classmethod
+    def _parse_sqlite(
+        cls, url: str, netloc: str, path: str, options: dict[str, str]
+    ) -> DatabaseURL:
+        if netloc:
+            raise ConfigError(
+                f"SQLite URL {url!r} has a host part; write sqlite:///relative.db "
+                "or sqlite:////absolute/path.db"
+            )
+        # sqlite:///jobs.db -> path "/jobs.db" -> relative "jobs.db";
+        # sqlite:////var/lib/jobs.db -> "//var/lib/jobs.db" -> absolute "/var/lib/jobs.db".
+        file_path = path[1:] if path.startswith("/") else path
+        if not file_path:
+            raise ConfigError(f"SQLite URL {url!r} names no file; write sqlite:///jobs.db")
+        if file_path == ":memory:" or file_path.startswith("file:"):
+            raise ConfigError(
+                "an in-memory SQLite database cannot be shared by workers; name a file, "
+                "e.g. sqlite:///jobs.db"
+            )
+        for name, value in options.items():
+            if name == "busy_timeout" and not value.isdigit():
+                raise ConfigError(f"busy_timeout must be milliseconds, got {value!r}")
+            if name == "synchronous" and value.lower() not in ("full", "normal"):
+                raise ConfigError(f"synchronous must be full or normal, got {value!r}")
+            if name in ("schema", "pool_size"):
+                raise ConfigError(f"option {name!r} applies to PostgreSQL URLs only")
+        return cls(raw=url, dialect="sqlite", path=file_path, options=options)
+
+    @classmethod
+    def _parse_postgres(
+        cls, url: str, options: dict[str, str], driver_query: dict[str, str]
+    ) -> DatabaseURL:
+        schema = options.get("schema", "public")
+        if not _IDENTIFIER.match(schema):
+            raise ConfigError(
+                f"schema {schema!r} must be a lower-case identifier (letters, digits, _)"
+            )
+        pool_size = options.get("pool_size", "10")
+        if not pool_size.isdigit() or not 1 <= int(pool_size) <= 1000:
+            raise ConfigError(f"pool_size must be a whole number from 1 to 1000, got {pool_size!r}")
+        return cls(raw=url, dialect="postgres", options=options, driver_query=driver_query)
+
+    # -- views -------------------------------------------------------------------------------
+
+    @property
+    def redacted(self) -> str:
+        return redact(self.raw)
+
+    @property
+    def schema(self) -> str:
+        return self.options.get("schema", "public")
+
+    @property
+    def pool_size(self) -> int:
+        return int(self.options.get("pool_size", "10"))
+
+    @property
+    def busy_timeout_ms(self) -> int:
+        return int(self.options.get("busy_timeout", "5000"))
+
+    @property
+    def synchronous(self) -> str:
+        return self.options.get("synchronous", "full").upper()
+
+    @property
+    def sqlite_path(self) -> Path:
+        return Path(self.path)
+
+    @property
+    def conninfo(self) -> str:
+        """The URL to hand to libpq: jobledger's own options removed."""
+        parts = urlsplit(self.raw)
+        scheme = "postgresql"
+        return urlunsplit(parts._replace(scheme=scheme, query=urlencode(self.driver_query)))
+
+    def __str__(self) -> str:
+        return self.redacted

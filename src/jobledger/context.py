@@ -1,0 +1,161 @@
+"""The handler's view of its job: identity, lease, effects and the ledger's transaction."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, TypeVar
+
+from .backends.base import Backend, Lease
+from .errors import LeaseLost
+from .faults import fault_point
+from .types import ClaimedJob
+
+__all__ = ["JobContext"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("jobledger.worker")
+
+
+class LeaseHold:
+    """The worker's record of one running job's lease, shared by its context and the worker's
+    heartbeat thread."""
+
+    __slots__ = ("job", "lease", "lease_until", "renewed_at", "lost", "started", "released", "finished", "lock", "started_at")
+
+    def __init__(self, job: ClaimedJob):
+        self.job = job
+        self.lease = Lease(job.id, job.lease_token, job.attempt)
+        self.lease_until = job.lease_until
+        self.renewed_at = time.monotonic()
+        self.lost = False
+        self.started = False
+        self.released = False
+        self.finished = False
+        self.started_at = 0.0
+        self.lock = threading.Lock()
+
+
+class JobContext:
+    """Passed to every handler as its first argument.
+
+    ``key``, ``job_id``, ``attempt`` (1 on the first run), ``queue``, ``task`` and
+    ``correlation_id`` identify the job. Pass ``key`` (or ``idempotency_key(...)``) to any
+    provider that accepts an idempotency key: a retry after a crash then carries the same key.
+    """
+
+    def __init__(
+        self,
+        hold: LeaseHold,
+        backend: Backend,
+        renew: Callable[[LeaseHold], None],
+        clock: Callable[[], datetime | None],
+    ):
+        self._hold = hold
+        self._backend = backend
+        self._renew = renew
+        self._clock = clock
+        self.completed = False
+        """True once the job was completed inside ``transaction()``."""
+        job = hold.job
+        self.job_id: int = job.id
+        self.key: str = job.key
+        self.queue: str = job.queue
+        self.task: str = job.task
+        self.attempt: int = job.attempt
+        self.payload: dict[str, Any] = job.payload
+        self.correlation_id: str | None = job.correlation_id
+        self.budget_left: int = job.budget_left
+        self.log = logging.LoggerAdapter(
+            log, {"job_id": job.id, "key": job.key, "queue": job.queue, "attempt": job.attempt}
+        )
+
+    def __repr__(self) -> str:
+        return f"<JobContext job={self.job_id} key={self.key!r} queue={self.queue!r} attempt={self.attempt}>"
+
+    # -- the lease ---------------------------------------------------------------------------------
+
+    @property
+    def lease_token(self) -> str:
+        return self._hold.lease.token
+
+    @property
+    def lease_until(self) -> datetime:
+        """When the lease expires unless renewed. The worker renews it every lease/3."""
+        return self._hold.lease_until
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once a renewal was refused: another worker may be running this job now. A
+        handler that sees this should stop and not cause further effects."""
+        return self._hold.lost
+
+    def heartbeat(self) -> None:
+        """Renew the lease now. Raises ``LeaseLost`` if it is no longer this attempt's."""
+        self._renew(self._hold)
+        if self._hold.lost:
+            raise LeaseLost(self.job_id, self.lease_token, "heartbeat")
+
+    # -- effects -----------------------------------------------------------------------------------
+
+    def idempotency_key(self, effect: str | None = None) -> str:
+        """The key to hand a provider: the job key, or ``key:effect`` for one of several effects."""
+        return self.key if effect is None else f"{self.key}:{effect}"
+
+    def effect_recorded(self, effect: str) -> bool:
+        """True when ``effect`` was already recorded for this job's key (by any attempt)."""
+        return self._backend.effect_get(self.queue, self.key, effect) is not None
+
+    def record_effect(self, effect: str, detail: dict[str, Any] | None = None, conn: Any = None) -> bool:
+        """Record that ``effect`` happened, fenced by this attempt's lease.
+
+        Returns True when recorded now, False when already recorded. Raises ``LeaseLost`` when
+        this attempt no longer holds the job. With ``conn`` (from ``transaction()``) the record
+        commits together with the rest of that transaction.
+        """
+        return self._backend.effect_record(
+            self.queue, self.key, effect, self._hold.lease, detail, self._clock(), conn
+        )
+
+    def once(self, effect: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+        """Perform an external effect at most once per recorded success.
+
+        If ``effect`` is already recorded for this key, return None without calling ``fn``.
+        Otherwise call ``fn(*args, **kwargs)``, record the effect, and return ``fn``'s result.
+
+        A crash between the call and the record repeats the call on the next attempt: pass
+        ``ctx.idempotency_key(effect)`` to the provider so that it drops the repeat. The
+        record makes the effect safe against a redrive long after the provider forgot the key.
+        """
+        if self.effect_recorded(effect):
+            self.log.info("effect %r already recorded for key %r; not repeating it", effect, self.key)
+            return None
+        result = fn(*args, **kwargs)
+        fault_point("effect.after_call")
+        self.record_effect(effect)
+        return result
+
+    # -- the ledger's transaction -------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A transaction on the ledger's database whose commit also completes this job.
+
+        Run your own SQL on the connection it yields (psycopg or sqlite3, by backend). On
+        leaving the block the job is completed in the same transaction, fenced by the lease: if
+        the lease was lost, nothing commits and ``LeaseLost`` is raised. If the block raises,
+        nothing commits and the job fails as usual. The handler should return soon after.
+        """
+        if self.completed:
+            raise RuntimeError("this job was already completed in a transaction")
+        with self._backend.transaction() as conn:
+            yield conn
+            stale = self._backend.job_complete([self._hold.lease], self._clock(), conn=conn)
+            if stale:
+                raise LeaseLost(self.job_id, self.lease_token, "complete in transaction")
+        self.completed = True

@@ -1,0 +1,140 @@
+"""Exceptions, in two families.
+
+What jobledger raises to its callers::
+
+    JobledgerError
+    ├── ConfigError            a bad URL, task option, schedule or setting, found when it is built
+    ├── PayloadError           a payload that is not a JSON object, or larger than 256 KiB
+    ├── KeyConflict            the key exists in the queue with another task or payload
+    ├── NotFound               no job with that id or key
+    ├── InvalidTransition      the operation does not apply to the job's state (redrive a done job)
+    ├── LeaseLost              a write named a stale lease token and changed nothing
+    └── BackendUnavailable     the database is missing, locked, gone or refuses us
+        └── SchemaMismatch     the database has no jobledger schema, or a newer one than this code
+
+What a handler raises to say how its attempt ended (anything else is a transient failure)::
+
+    HandlerOutcome
+    ├── Retry                  run again, after a given delay or at a given time
+    └── Permanent              do not run again; the job goes to dead at once
+
+Driver exceptions (psycopg, sqlite3) never cross the backend boundary: backends translate them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+__all__ = [
+    "BackendUnavailable",
+    "ConfigError",
+    "HandlerOutcome",
+    "InvalidTransition",
+    "JobledgerError",
+    "KeyConflict",
+    "LeaseLost",
+    "NotFound",
+    "PayloadError",
+    "Permanent",
+    "Retry",
+    "SchemaMismatch",
+]
+
+
+class JobledgerError(Exception):
+    """Base of every error jobledger raises to its callers."""
+
+
+class ConfigError(JobledgerError, ValueError):
+    """A setting is invalid. The message says which one and what is allowed."""
+
+
+class PayloadError(JobledgerError, ValueError):
+    """A payload was refused: it must be a JSON object of at most 256 KiB."""
+
+
+class KeyConflict(JobledgerError):
+    """The key already names a job in this queue with a different task or payload.
+
+    Nothing was written; the existing job is left as it was.
+    """
+
+    def __init__(self, queue: str, keys: list[str], existing_ids: list[int] | None = None):
+        self.queue = queue
+        self.keys = keys
+        self.existing_ids = existing_ids or []
+        shown = ", ".join(repr(k) for k in keys[:5])
+        more = f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+        super().__init__(
+            f"key {shown}{more} already exists in queue {queue!r} with a different task or "
+            "payload; nothing was changed"
+        )
+
+
+class NotFound(JobledgerError, LookupError):
+    """No job (or other record) matches the given id or key."""
+
+
+class InvalidTransition(JobledgerError):
+    """The operation does not apply to the job in its current state."""
+
+
+class LeaseLost(JobledgerError):
+    """A heartbeat, completion or failure named a lease token that is no longer the job's.
+
+    The lease expired and the job was rescued (and perhaps claimed by another worker), or an
+    operator moved it. The write changed nothing.
+    """
+
+    def __init__(self, job_id: int, token: str, action: str = "write"):
+        self.job_id = job_id
+        self.token = token
+        self.action = action
+        super().__init__(
+            f"lease lost on job {job_id}: {action} refused, token {token[:8]}… is no longer current"
+        )
+
+
+class BackendUnavailable(JobledgerError):
+    """The database could not be used: missing, locked, unreachable, or refusing credentials.
+
+    The message names the URL with any password hidden.
+    """
+
+
+class SchemaMismatch(BackendUnavailable):
+    """The database has no jobledger tables (run ``jobledger migrate``), or was migrated by a newer
+    version of jobledger than this one."""
+
+
+class HandlerOutcome(Exception):  # noqa: N818 - these are outcomes, not errors
+    """Base of the exceptions a handler raises to choose its attempt's outcome."""
+
+
+class Retry(HandlerOutcome):
+    """Run the job again later. ``after`` is a delay in seconds or an aware datetime.
+
+    Without ``after`` the task's backoff decides. The attempt still counts against the budget: a
+    job that keeps asking to be retried ends up dead, like any other failure.
+    """
+
+    def __init__(
+        self,
+        reason: str = "retry requested",
+        *,
+        after: float | datetime | None = None,
+        error_class: str | None = None,
+    ):
+        self.reason = reason
+        self.after = after
+        self.error_class = error_class or "Retry"
+        super().__init__(reason)
+
+
+class Permanent(HandlerOutcome):  # noqa: N818
+    """The job cannot succeed by being retried; it goes to dead at once with this reason."""
+
+    def __init__(self, reason: str, *, error_class: str | None = None):
+        self.reason = reason
+        self.error_class = error_class or "Permanent"
+        super().__init__(reason)

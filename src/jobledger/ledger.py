@@ -1,0 +1,529 @@
+"""``Ledger``: the entry point. Tasks, enqueue, workers, and the operator's actions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, overload
+
+from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
+from .backends.base import Backend, InsertResult, QueueStats, RescueResult
+from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
+from .payload import encode_payload, finite_number, validate_key
+from .policy import DEFAULT_BACKOFF, Backoff
+from .task import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    KeyRule,
+    Task,
+    validate_lease_seconds,
+    validate_max_attempts,
+    validate_queue_name,
+)
+from .types import Attempt, Enqueued, Event, JobRow, JobSpec, JobState
+from .worker import Worker, WorkerStats
+
+__all__ = ["JobHistory", "Ledger", "RedriveResult"]
+
+_INT32 = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """A job with everything that happened to it: attempts, operator events, recorded effects."""
+
+    job: JobRow
+    attempts: list[Attempt]
+    events: list[Event]
+    effects: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    """What a redrive moved (or, with ``dry_run``, would move)."""
+
+    ids: list[int]
+    dry_run: bool
+    skipped: list[int] = field(default_factory=list)
+    """Ids that matched but were no longer dead or cancelled when their turn came."""
+
+
+class Ledger:
+    """A durable job ledger on one database.
+
+    ``Ledger()`` reads ``JOBLEDGER_URL``, else uses ``sqlite:///jobledger.db``. Nothing touches
+    the database until first use; then the schema is created or upgraded (``auto_migrate``) and
+    checked.
+    """
+
+    def __init__(self, url: str | None = None, *, auto_migrate: bool = True, create: bool = True):
+        raw = url or os.environ.get("JOBLEDGER_URL") or DEFAULT_URL
+        self.url = DatabaseURL.parse(raw)
+        self.auto_migrate = auto_migrate
+        self._create = create
+        self._backend: Backend | None = None
+        self._open_lock = threading.Lock()
+        self._tasks: dict[str, Task] = {}
+        self._wakes: weakref.WeakSet[threading.Event] = weakref.WeakSet()
+        self.default_backoff = DEFAULT_BACKOFF
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.url.redacted!r})"
+
+    # -- the database ------------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The open backend; opening (and migrating) on first use."""
+        if self._backend is None:
+            with self._open_lock:
+                if self._backend is None:
+                    backend = open_backend(self.url, create=self._create)
+                    try:
+                        if self.auto_migrate:
+                            backend.migrate()
+                        backend.check_schema()
+                    except BaseException:
+                        backend.close()
+                        raise
+                    self._backend = backend
+        return self._backend
+
+    def migrate(self) -> list[str]:
+        """Create or upgrade the schema; return the migrations applied now."""
+        backend = self._backend or open_backend(self.url, create=True)
+        applied = backend.migrate()
+        if self._backend is None:
+            backend.check_schema()
+            self._backend = backend
+        return applied
+
+    def close(self) -> None:
+        with self._open_lock:
+            if self._backend is not None:
+                self._backend.close()
+                self._backend = None
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- tasks -------------------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        backoff: Backoff | None = None,
+        priority: int = 0,
+        key: KeyRule = None,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        backoff: Backoff | None = None,
+        priority: int = 0,
+        key: KeyRule = None,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a handler, sync or async: ``@ledger.task(queue="digests", max_attempts=8)``.
+
+        - ``name``: stored in each job; defaults to the function's name. Unique per ledger.
+        - ``queue``: where its jobs wait (default ``"default"``).
+        - ``max_attempts``: the retry budget, lease expiries included (default 10).
+        - ``lease_seconds``: how long an attempt may run unrenewed (default 60; the worker
+          renews every third of it while the handler runs).
+        - ``backoff``: delays between attempts (default ``Backoff(base=2, cap=3600)``, full jitter).
+        - ``priority``: default priority of its jobs (higher runs first).
+        - ``key``: how to derive a job's key from its payload when ``enqueue`` is given none:
+          a format string such as ``"{customer_id}:{week}"`` or a function of the payload.
+        """
+
+        def register(func: Callable[..., Any]) -> Task:
+            task = Task(
+                fn=func,
+                name=name or func.__name__,
+                queue=queue,
+                max_attempts=max_attempts,
+                lease_seconds=lease_seconds,
+                backoff=backoff or self.default_backoff,
+                priority=_priority(priority),
+                key=key,
+                ledger=self,
+            )
+            existing = self._tasks.get(task.name)
+            if existing is not None and existing.fn is not func:
+                raise ConfigError(f"a task named {task.name!r} is already registered ({existing.fn!r})")
+            self._tasks[task.name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def get_task(self, name: str) -> Task | None:
+        return self._tasks.get(name)
+
+    def tasks(self) -> list[Task]:
+        return list(self._tasks.values())
+
+    def queues(self) -> list[str]:
+        """The queues of the registered tasks."""
+        return sorted({t.queue for t in self._tasks.values()})
+
+    # -- enqueue -----------------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: Task | str,
+        payload: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        conn: Any = None,
+        correlation_id: str | None = None,
+        now: datetime | None = None,
+    ) -> Enqueued:
+        """Put one job in the ledger; return ``(id, created)``.
+
+        A key that already exists in the queue creates nothing and returns the existing job with
+        ``created=False``; with a different task or payload it raises ``KeyConflict`` and changes
+        nothing. With ``conn`` (an open psycopg or sqlite3 connection on the ledger's database)
+        the job is written in the caller's transaction and exists only if that commits.
+        """
+        spec = JobSpec(payload if payload is not None else {}, key, _seconds(delay), run_at, priority if priority is not None else 0, correlation_id)
+        results = self._insert(task, [spec], queue=queue, conn=conn, now=now, priority_given=priority is not None)
+        return results[0].enqueued()
+
+    def enqueue_many(
+        self,
+        task: Task | str,
+        jobs: Iterable[JobSpec | dict[str, Any]],
+        *,
+        queue: str | None = None,
+        conn: Any = None,
+        on_conflict: Literal["raise", "report"] = "raise",
+        now: datetime | None = None,
+    ) -> list[InsertResult]:
+        """Enqueue a batch in one transaction. Each item is a ``JobSpec`` or a dict with the same
+        fields (``payload``, ``key``, ``delay``, ``run_at``, ``priority``, ``correlation_id``).
+
+        ``on_conflict="raise"``: one conflicting key raises ``KeyConflict`` and nothing of the
+        batch is written. ``"report"``: the others are written and the conflicts are marked.
+        """
+        specs = [j if isinstance(j, JobSpec) else _spec_from_dict(j) for j in jobs]
+        return self._insert(task, specs, queue=queue, conn=conn, now=now, on_conflict=on_conflict, priority_given=True)
+
+    def _insert(
+        self,
+        task_ref: Task | str,
+        specs: Sequence[JobSpec],
+        *,
+        queue: str | None,
+        conn: Any,
+        now: datetime | None,
+        on_conflict: Literal["raise", "report"] = "raise",
+        priority_given: bool,
+    ) -> list[InsertResult]:
+        task = self._resolve_task(task_ref)
+        name = task.name if isinstance(task, Task) else task
+        target_queue = validate_queue_name(queue or (task.queue if isinstance(task, Task) else DEFAULT_QUEUE))
+        max_attempts = task.max_attempts if isinstance(task, Task) else DEFAULT_MAX_ATTEMPTS
+        lease_seconds = task.lease_seconds if isinstance(task, Task) else DEFAULT_LEASE_SECONDS
+        clock = now or datetime.now(UTC)
+        new_jobs = []
+        for spec in specs:
+            payload_json = encode_payload(spec.payload)
+            key = spec.key
+            if isinstance(task, Task):
+                task.check_payload(spec.payload)
+                if key is None:
+                    key = task.derive_key(spec.payload)
+            if key is None:
+                raise PayloadError(
+                    f"a key is required: pass key=... (the business identity of this job, e.g. "
+                    f"'4187:2026-W33') or give task {name!r} a key rule"
+                )
+            priority = spec.priority
+            if not priority_given and isinstance(task, Task):
+                priority = task.priority
+            new_jobs.append(
+                NewJob(
+                    queue=target_queue,
+                    key=validate_key(key),
+                    task=name,
+                    payload_json=payload_json,
+                    priority=_priority(priority),
+                    run_at=_run_at(spec.delay, spec.run_at, clock, now),
+                    max_attempts=max_attempts,
+                    lease_seconds=lease_seconds,
+                    correlation_id=spec.correlation_id or uuid.uuid4().hex,
+                )
+            )
+        results = self.backend.job_insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
+        if any(r.created for r in results):
+            self._wake_workers()
+        return results
+
+    def _resolve_task(self, task: Task | str) -> Task | str:
+        if isinstance(task, Task):
+            return task
+        if not isinstance(task, str):
+            raise ConfigError(f"task must be a registered Task or a task name, got {task!r}")
+        return self._tasks.get(task, task)
+
+    # -- in-process wake-ups -------------------------------------------------------------------------
+
+    def _register_wake(self, event: threading.Event) -> None:
+        self._wakes.add(event)
+
+    def _unregister_wake(self, event: threading.Event) -> None:
+        self._wakes.discard(event)
+
+    def _wake_workers(self) -> None:
+        for event in list(self._wakes):
+            event.set()
+
+    # -- workers -----------------------------------------------------------------------------------
+
+    def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
+        """Build a ``Worker`` (see its options) without starting it."""
+        return Worker(self, queues, **options)
+
+    def run_worker(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        concurrency: int = 4,
+        batch_size: int = 10,
+        burst: bool = False,
+        handle_signals: bool = True,
+        **options: Any,
+    ) -> WorkerStats:
+        """Run a worker in this thread until SIGTERM/SIGINT, or with ``burst=True`` until nothing
+        is due. The first signal stops claiming and lets running jobs finish (``grace_seconds``,
+        default 30); a second one stops waiting."""
+        worker = Worker(self, queues, concurrency=concurrency, batch_size=batch_size, burst=burst, **options)
+        if not handle_signals or threading.current_thread() is not threading.main_thread():
+            return worker.run()
+
+        def on_signal(signum: int, frame: object) -> None:
+            worker.stop(graceful=not worker.stopping)
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return worker.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def job(self, job_id: int) -> JobRow:
+        """The job with this id, or ``NotFound``."""
+        return self.backend.job_get(job_id)
+
+    def job_by_key(self, key: str, queue: str | None = None) -> JobRow:
+        """The job with this key (in ``queue``, or in the only queue that has it)."""
+        if queue is not None:
+            return self.backend.job_get_by_key(queue, key)
+        found = self.backend.job_find_key(key)
+        if not found:
+            raise NotFound(f"no job with key {key!r}")
+        if len(found) > 1:
+            queues = ", ".join(sorted(j.queue for j in found))
+            raise NotFound(f"key {key!r} exists in several queues ({queues}); name the queue")
+        return found[0]
+
+    def find(self, ref: int | str, queue: str | None = None) -> JobRow:
+        """A job by id (an int, or a string of digits with no job of that key) or by key."""
+        if isinstance(ref, int):
+            return self.job(ref)
+        try:
+            return self.job_by_key(ref, queue)
+        except NotFound:
+            if ref.isdigit():
+                return self.job(int(ref))
+            raise
+
+    def history(self, job_id: int) -> JobHistory:
+        job = self.backend.job_get(job_id)
+        return JobHistory(
+            job=job,
+            attempts=self.backend.attempt_list(job_id),
+            events=self.backend.event_list(job_id),
+            effects=self.backend.effect_list(job.queue, job.key),
+        )
+
+    def jobs(self, where: JobFilter | None = None, order: str = "id") -> list[JobRow]:
+        return self.backend.job_list(where or JobFilter(), order)
+
+    def stats(self, now: datetime | None = None, late_after_seconds: float = 300.0) -> list[QueueStats]:
+        return self.backend.queue_stats(now, late_after_seconds)
+
+    # -- operators ---------------------------------------------------------------------------------
+
+    def rescue(self, now: datetime | None = None) -> list[RescueResult]:
+        """Close expired leases now (workers do this on their own every few seconds)."""
+        return self.backend.job_rescue(now)
+
+    def redrive(
+        self,
+        *,
+        actor: str,
+        reason: str,
+        ids: Sequence[int] | None = None,
+        where: JobFilter | None = None,
+        dry_run: bool = False,
+        rate: float | None = None,
+        budget: int | None = None,
+        batch: int = 100,
+        now: datetime | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> RedriveResult:
+        """Give dead jobs a fresh retry budget and put them back to pending.
+
+        Select by ``ids`` or a ``where`` filter (default: dead jobs). ``rate`` (jobs per second)
+        spreads a large redrive out so the downstream is not stampeded. The job keeps its key,
+        history and recorded effects, so an effect that already happened is not repeated.
+        """
+        if not actor or not reason:
+            raise ConfigError("redrive needs an actor and a reason; both are recorded in the job's history")
+        if rate is not None and not rate > 0:
+            raise ConfigError(f"rate must be > 0 jobs per second, got {rate!r}")
+        if budget is not None:
+            validate_max_attempts(budget)
+        selection = where or JobFilter()
+        if selection.states is None:
+            selection = _replace(selection, states=(JobState.DEAD,))
+        if ids is not None:
+            selection = _replace(selection, ids=tuple(int(i) for i in ids))
+        matched = [j.id for j in self.backend.job_list(selection)]
+        if dry_run:
+            return RedriveResult(matched, True)
+        moved: list[int] = []
+        step = max(1, min(batch, int(rate))) if rate else batch
+        started = time.monotonic()
+        for offset in range(0, len(matched), step):
+            chunk = matched[offset : offset + step]
+            if rate:
+                # Pace by the total so far, not per chunk, so slow chunks are not "made up" twice.
+                due = started + offset / rate
+                pause = due - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+            moved.extend(self.backend.job_redrive(chunk, actor, reason, now, budget))
+            if progress is not None:
+                progress(len(moved), len(matched))
+        if moved:
+            self._wake_workers()
+        skipped = sorted(set(matched) - set(moved))
+        return RedriveResult(moved, False, skipped)
+
+    def resolve(
+        self,
+        job: int | str,
+        *,
+        actor: str,
+        note: str,
+        state: JobState | str = JobState.DONE,
+        queue: str | None = None,
+        now: datetime | None = None,
+    ) -> JobRow:
+        """An operator's repair after checking the outside world: a dead or pending job becomes
+        done (or pending again, with a fresh budget). Recorded with actor and note."""
+        if not actor or not note:
+            raise ConfigError("resolve needs an actor and a note; both are recorded in the job's history")
+        row = self.find(job, queue)
+        return self.backend.job_resolve(row.id, JobState(state), actor, note, now)
+
+    def cancel(
+        self,
+        job: int | str,
+        *,
+        actor: str,
+        reason: str,
+        queue: str | None = None,
+        now: datetime | None = None,
+    ) -> JobRow:
+        """Withdraw a pending job; it will not run. Recorded with actor and reason."""
+        if not actor or not reason:
+            raise ConfigError("cancel needs an actor and a reason; both are recorded in the job's history")
+        row = self.find(job, queue)
+        if row.state is not JobState.PENDING:
+            raise InvalidTransition(f"cannot cancel job {row.id}: it is {row.state.value} (only pending jobs can be cancelled)")
+        return self.backend.job_cancel(row.id, actor, reason, now)
+
+
+def _priority(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not -_INT32 <= value <= _INT32:
+        raise ConfigError(f"priority must be a whole number (32-bit), got {value!r}")
+    return value
+
+
+def _seconds(delay: float | timedelta | None) -> float | None:
+    if delay is None:
+        return None
+    if isinstance(delay, timedelta):
+        return delay.total_seconds()
+    return finite_number(delay, "delay")
+
+
+def _run_at(delay: float | None, run_at: datetime | None, clock: datetime, explicit_now: datetime | None) -> datetime | None:
+    if delay is not None and run_at is not None:
+        raise ConfigError("give delay or run_at, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
+            raise ConfigError(f"run_at must be an aware datetime (with a time zone), got {run_at!r}")
+        return run_at
+    if delay is not None:
+        if delay < 0:
+            raise ConfigError(f"delay must be >= 0 seconds, got {delay!r}")
+        return clock + timedelta(seconds=delay)
+    # Due now: by the explicit clock if one was given, else by the database's clock.
+    return explicit_now
+
+
+def _spec_from_dict(item: dict[str, Any]) -> JobSpec:
+    unknown = set(item) - {"payload", "key", "delay", "run_at", "priority", "correlation_id"}
+    if unknown:
+        raise ConfigError(f"unknown job fields {sorted(unknown)}; expected payload, key, delay, run_at, priority, correlation_id")
+    delay = item.get("delay")
+    return JobSpec(
+        payload=item.get("payload", {}),
+        key=item.get("key"),
+        delay=_seconds(delay),
+        run_at=item.get("run_at"),
+        priority=item.get("priority", 0),
+        correlation_id=item.get("correlation_id"),
+    )
+
+
+def _replace(where: JobFilter, **changes: Any) -> JobFilter:
+    from dataclasses import replace
+
+    return replace(where, **changes)

@@ -1,0 +1,56 @@
+"""Checks on what callers hand the ledger: payloads and keys. Pure functions."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .errors import PayloadError
+
+__all__ = ["MAX_KEY_LENGTH", "MAX_PAYLOAD_BYTES", "encode_payload", "validate_key"]
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_KEY_LENGTH = 512
+
+
+def encode_payload(payload: Any) -> str:
+    """The canonical JSON text of a payload (sorted keys, no spaces), or ``PayloadError``.
+
+    A payload must be a JSON object (a ``dict`` with string keys) of at most 256 KiB once encoded,
+    without NaN or infinity. Payloads carry ids, not snapshots: look the data up when the job runs.
+    """
+    if not isinstance(payload, dict):
+        raise PayloadError(f"payload must be a JSON object (a dict), got {type(payload).__name__}")
+    try:
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        raise PayloadError(f"payload is not valid JSON: {exc}") from None
+    except TypeError as exc:
+        raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
+    size = len(text.encode("utf-8"))
+    if size > MAX_PAYLOAD_BYTES:
+        raise PayloadError(
+            f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB). "
+            "Store large data elsewhere and pass its id."
+        )
+    return text
+
+
+def validate_key(key: Any) -> str:
+    """A key is 1-512 characters without control characters; return it or raise ``PayloadError``."""
+    if not isinstance(key, str):
+        raise PayloadError(f"key must be a string, got {type(key).__name__}")
+    if not key:
+        raise PayloadError("key must not be empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise PayloadError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in key):
+        raise PayloadError(f"key {key!r} contains a control character")
+    return key
+
+
+def finite_number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PayloadError(f"{what} must be a finite number, got {value!r}")
+    return float(value)

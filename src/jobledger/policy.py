@@ -1,0 +1,188 @@
+"""Retry policy: backoff with jitter, and the classification of failures. Pure functions, no I/O.
+
+The rules (SPEC §3):
+
+- transient (retry with backoff): any exception by default, timeouts, connection errors, HTTP 408,
+  409, 425, 429, 5xx;
+- permanent (dead at once): ``Permanent(...)``, other HTTP 4xx;
+- explicit: ``Retry(after=...)`` and an HTTP ``Retry-After`` header (seconds or HTTP-date) set the
+  next run time instead of the backoff.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from .errors import ConfigError, Permanent, Retry
+
+__all__ = [
+    "DEFAULT_BACKOFF",
+    "Backoff",
+    "Decision",
+    "check_response",
+    "classify",
+    "classify_status",
+    "parse_retry_after",
+]
+
+#: HTTP statuses that mean "try again later".
+TRANSIENT_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter: after attempt *n* wait a uniformly random time
+    between 0 and ``min(cap, base * 2 ** (n - 1))`` seconds.
+
+    Full jitter spreads retries of many jobs that failed together (a provider outage) instead of
+    sending them back in one wave. Set ``jitter=False`` for the exact ceiling.
+    """
+
+    base: float = 2.0
+    cap: float = 3600.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.base > 0:
+            raise ConfigError(f"backoff base must be > 0 seconds, got {self.base!r}")
+        if not self.cap >= self.base:
+            raise ConfigError(
+                f"backoff cap must be >= base ({self.base} s), got {self.cap!r}"
+            )
+
+    def ceiling(self, attempt: int) -> float:
+        """The longest delay after attempt number ``attempt`` (1-based)."""
+        exponent = min(max(attempt, 1) - 1, 62)
+        return float(min(self.cap, self.base * (2**exponent)))
+
+    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
+        """The delay in seconds before the run that follows attempt number ``attempt``."""
+        ceiling = self.ceiling(attempt)
+        return rng() * ceiling if self.jitter else ceiling
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do after a failed attempt."""
+
+    retry: bool
+    """True: back to pending (if budget is left). False: dead now."""
+    delay: float | None
+    """Seconds until the next run; None lets the task's backoff decide."""
+    error_class: str
+    message: str
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from an HTTP ``Retry-After`` value: delta-seconds or an HTTP-date.
+
+    Returns None when the value is missing or unreadable; never a negative number.
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    now = now or datetime.now(UTC)
+    return max(0.0, (when - now).total_seconds())
+
+
+def _header(headers: Mapping[str, str] | Any, name: str) -> str | None:
+    if headers is None:
+        return None
+    getter = getattr(headers, "get", None)
+    if getter is None:
+        return None
+    value = getter(name)
+    if value is None:
+        value = getter(name.lower())
+    return None if value is None else str(value)
+
+
+def classify_status(
+    status: int, headers: Mapping[str, str] | Any = None, now: datetime | None = None
+) -> Decision | None:
+    """Classify an HTTP response status. Returns None for success (2xx)."""
+    if 200 <= status < 300:
+        return None
+    retry_after = parse_retry_after(_header(headers, "Retry-After"), now)
+    if status in TRANSIENT_STATUSES or status >= 500:
+        return Decision(True, retry_after, f"HTTP {status}", f"HTTP {status}")
+    if 400 <= status < 500:
+        return Decision(False, None, f"HTTP {status}", f"HTTP {status}")
+    # 1xx and 3xx: a redirect is never followed; the endpoint is misconfigured or moving.
+    return Decision(True, retry_after, f"HTTP {status}", f"HTTP {status} (not followed)")
+
+
+def _status_of(exc: BaseException) -> tuple[int, Any] | None:
+    """The HTTP status and headers carried by an exception, e.g. ``httpx.HTTPStatusError``."""
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    status = getattr(response, "status_code", None) or getattr(response, "status", None)
+    if not isinstance(status, int):
+        return None
+    return status, getattr(response, "headers", None)
+
+
+def _name(exc: BaseException) -> str:
+    return type(exc).__qualname__
+
+
+def classify(exc: BaseException, now: datetime | None = None) -> Decision:
+    """Decide how a handler's exception ends its attempt."""
+    if isinstance(exc, Retry):
+        after = exc.after
+        if isinstance(after, datetime):
+            now = now or datetime.now(UTC)
+            delay: float | None = max(0.0, (after - now).total_seconds())
+        else:
+            delay = None if after is None else max(0.0, float(after))
+        return Decision(True, delay, exc.error_class, exc.reason)
+    if isinstance(exc, Permanent):
+        return Decision(False, None, exc.error_class, exc.reason)
+    carried = _status_of(exc)
+    if carried is not None:
+        status, headers = carried
+        decision = classify_status(status, headers, now)
+        if decision is not None:
+            return Decision(decision.retry, decision.delay, _name(exc), f"{decision.message}: {exc}")
+    return Decision(True, None, _name(exc), str(exc) or _name(exc))
+
+
+def check_response(response: Any, now: datetime | None = None) -> None:
+    """Raise ``Retry`` or ``Permanent`` for an HTTP response that is not a success.
+
+    Works with any response object that has ``status_code`` (or ``status``) and ``headers``,
+    e.g. httpx or requests. Use it in a handler right after calling a provider::
+
+        resp = client.post(url, json=body, headers={"Idempotency-Key": ctx.key})
+        check_response(resp)
+    """
+    status = getattr(response, "status_code", None) or getattr(response, "status", None)
+    if not isinstance(status, int):
+        raise TypeError(f"not an HTTP response: {response!r}")
+    decision = classify_status(status, getattr(response, "headers", None), now)
+    if decision is None:
+        return
+    body = getattr(response, "text", "")
+    detail = f"{decision.message}: {str(body)[:500]}" if body else decision.message
+    if decision.retry:
+        raise Retry(detail, after=decision.delay, error_class=decision.error_class)
+    raise Permanent(detail, error_class=decision.error_class)
