@@ -45,8 +45,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Attempt",
     "AttemptOutcome",
-    "Backoff",
     "BackendUnavailable",
+    "Backoff",
     "ClaimedJob",
     "ConfigError",
     "Enqueued",

@@ -97,6 +97,12 @@ class Ledger:
                     self._backend = backend
         return self._backend
 
+    def use_url(self, url: str) -> None:
+        """Point this ledger at another database (before first use), e.g. from ``--url``."""
+        if self._backend is not None:
+            raise ConfigError("the ledger is already open; set its URL before first use")
+        self.url = DatabaseURL.parse(url)
+
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; return the migrations applied now."""
         backend = self._backend or open_backend(self.url, create=True)

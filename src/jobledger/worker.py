@@ -113,7 +113,8 @@ class _Completer:
         with self._cond:
             self._stopping = True
             self._cond.notify()
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            self._thread.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
         backoff = 0.05
@@ -507,12 +508,14 @@ class Worker:
         self._renew([hold])
 
     def _heartbeat_loop(self) -> None:
-        while not self._hard_stop.is_set():
+        # Check six times per lease period, so a lease is renewed between 1/3 and 1/2 of it.
+        base = min([t.lease_seconds for t in self.ledger.tasks() if t.queue in self.queues] + [6.0]) / 6
+        tick = max(0.02, min(1.0, base))
+        while not self._hard_stop.wait(tick):
             with self._running_lock:
                 holds = list(self._running.values())
-            tick = min([h.job.lease_seconds for h in holds] + [6.0]) / 6
-            if self._hard_stop.wait(max(0.02, min(1.0, tick))):
-                return
+            if holds:
+                tick = max(0.02, min(1.0, base, min(h.job.lease_seconds for h in holds) / 6))
             now = time.monotonic()
             due = [h for h in holds if not h.lost and not h.finished and h.started and now - h.renewed_at >= h.job.lease_seconds / 3]
             if not due:

@@ -28,12 +28,20 @@ SELECT id, queue, key, task, payload FROM {jobs}
 WHERE (queue, key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
 
 -- name: job_claim
+-- One index scan per queue (a "queue = ANY(…)" filter cannot use the index's order), each
+-- skipping rows other workers hold; then the best {limit} across the queues. Rows locked here
+-- but not taken are unlocked again when the statement's transaction commits.
 WITH picked AS (
-    SELECT id FROM {jobs}
-    WHERE state = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= {now}
-    ORDER BY priority DESC, run_at, id
+    SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {jobs}
+        WHERE state = 'pending' AND queue = q.name AND run_at <= {now}
+        ORDER BY priority DESC, run_at, id
+        LIMIT {limit}
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT {limit}
-    FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE {jobs} AS j
     SET state = 'leased',

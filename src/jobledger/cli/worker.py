@@ -1,0 +1,64 @@
+"""``jobledger migrate`` and ``jobledger worker``."""
+
+from __future__ import annotations
+
+import click
+
+from ..ledger import Ledger
+from .base import cli, load_app, split_csv, url_option
+from .logs import setup_logging
+
+
+@cli.command()
+@url_option
+def migrate(url: str) -> None:
+    """Create or upgrade the jobledger schema in the database.
+
+    Applies the numbered migrations the database lacks, in order, and prints their names. Safe
+    to run again (and from several processes at once): applied migrations are skipped.
+    """
+    ledger = Ledger(url, auto_migrate=False)
+    applied = ledger.migrate()
+    version = ledger.backend.schema_version()
+    ledger.close()
+    if applied:
+        click.echo(f"applied {', '.join(applied)}; {ledger.url.redacted} is at schema version {version}")
+    else:
+        click.echo(f"{ledger.url.redacted} is up to date (schema version {version})")
+
+
+@cli.command()
+@click.argument("app")
+@click.option("--url", envvar="JOBLEDGER_URL", default=None, help="Override the ledger's database URL.")
+@click.option("-q", "--queues", multiple=True, help="Queues to work on (comma-separated or repeated). Default: every queue of the app's tasks.")
+@click.option("-c", "--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True, help="Jobs run at once.")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=10, show_default=True, help="Jobs claimed per statement.")
+@click.option("--burst", is_flag=True, help="Run what is due, then exit.")
+@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")
+@click.option("--poll-interval", type=click.FloatRange(0.001), default=None, help="Longest sleep between claims when idle (default 1 s on PostgreSQL with LISTEN, 0.25 s on SQLite).")
+@click.option("--rescue-interval", type=click.FloatRange(0.01), default=None, help="Seconds between scans for expired leases.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
+def worker(app: str, url: str | None, queues: tuple[str, ...], concurrency: int, batch_size: int, burst: bool, grace: float, poll_interval: float | None, rescue_interval: float | None, log_level: str) -> None:
+    """Run jobs of the tasks registered on APP (MODULE:LEDGER, e.g. myapp.jobs:ledger).
+
+    Claims due jobs in batches under a lease, runs them with CONCURRENCY threads (async
+    handlers on an event loop), renews leases while handlers run, writes outcomes fenced by
+    lease token, and rescues expired leases of crashed workers. SIGTERM or Ctrl-C stops
+    claiming and lets running jobs finish within --grace seconds; a second signal stops at once.
+    """
+    setup_logging(log_level)
+    ledger = load_app(app, url)
+    stats = ledger.run_worker(
+        split_csv(queues) or None,
+        concurrency=concurrency,
+        batch_size=batch_size,
+        burst=burst,
+        grace_seconds=grace,
+        poll_interval=poll_interval,
+        rescue_interval=rescue_interval,
+    )
+    click.echo(
+        f"worker done: claimed {stats.claimed}, completed {stats.completed}, retried {stats.retried}, "
+        f"dead {stats.dead}, released {stats.released}, lease lost {stats.lease_lost}, rescued {stats.rescued}",
+        err=True,
+    )

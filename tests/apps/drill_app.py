@@ -1,0 +1,48 @@
+"""The application the drill tests run in worker processes.
+
+Reads JOBLEDGER_URL, PROVIDER_URL and DRILL_LEASE_SECONDS from the environment. Its one task
+sends a message through the fake provider once per key, with the job key as idempotency key.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import httpx
+
+from jobledger import Ledger, check_response
+
+ledger = Ledger()
+
+LEASE = float(os.environ.get("DRILL_LEASE_SECONDS", "2"))
+PROVIDER = os.environ.get("PROVIDER_URL", "")
+
+_barrier = os.environ.get("DRILL_START_BARRIER")
+if _barrier:
+    # Start all worker processes of a test at the same moment.
+    deadline = time.monotonic() + 30
+    while not Path(_barrier).exists() and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _post(ctx, n: int) -> None:
+    response = httpx.post(
+        f"{PROVIDER}/send",
+        json={"to": f"customer-{n}", "n": n},
+        headers={"Idempotency-Key": ctx.idempotency_key("email")},
+        timeout=10,
+    )
+    check_response(response)
+
+
+@ledger.task(queue="drill", lease_seconds=LEASE, max_attempts=5)
+def send(ctx, n: int) -> None:
+    """Send one message per key, recorded as the effect "email"."""
+    ctx.once("email", _post, ctx, n)
+
+
+@ledger.task(queue="drill", lease_seconds=LEASE, max_attempts=5)
+def noop(ctx, n: int) -> None:
+    """Nothing: for counting which process ran what."""

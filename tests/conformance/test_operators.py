@@ -1,0 +1,115 @@
+"""Operator actions: redrive, resolve, cancel — each recorded in the job's history (SPEC §2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobledger import ConfigError, InvalidTransition, JobFilter, JobState, NotFound
+from jobledger.backends import Failure
+
+from .conftest import T0, at, enqueue, lease_of
+
+
+def make_dead(ledger, n: int, message: str = "HTTP 400: bad request", now=T0) -> int:
+    job_id = enqueue(ledger, n, now=now)
+    [job] = [j for j in ledger.backend.job_claim(["q"], "w", 100, now=now) if j.id == job_id]
+    ledger.backend.job_fail([Failure(lease_of(job), False, None, "HTTP 400", message)], now=now)
+    return job_id
+
+
+def test_redrive_gives_a_fresh_budget_and_keeps_history(ledger, tasks):
+    job_id = make_dead(ledger, 1)
+    result = ledger.redrive(ids=[job_id], actor="ana", reason="provider fixed the template", now=at(60))
+    assert result.ids == [job_id] and not result.dry_run
+    row = ledger.job(job_id)
+    assert row.state is JobState.PENDING and row.run_at == at(60) and row.attempts == 1 and row.budget_left == 3
+    [event] = ledger.backend.event_list(job_id)
+    assert (event.kind, event.actor, event.note, event.at) == ("redrive", "ana", "provider fixed the template", at(60))
+    [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(60))
+    assert job.attempt == 2 and len(ledger.backend.attempt_list(job_id)) == 2
+
+
+def test_redrive_filters_and_dry_run(ledger, tasks):
+    a = make_dead(ledger, 1, "HTTP 400: template missing")
+    b = make_dead(ledger, 2, "HTTP 401: bad credentials")
+    enqueue(ledger, 3)  # pending: never redriven
+    preview = ledger.redrive(where=JobFilter(queue="q", error_contains="template"), actor="ana", reason="r", dry_run=True)
+    assert preview.ids == [a] and preview.dry_run
+    assert ledger.job(a).state is JobState.DEAD  # dry run moved nothing
+    everything = ledger.redrive(where=JobFilter(queue="q"), actor="ana", reason="r", now=at(5))
+    assert everything.ids == [a, b]
+
+
+def test_redrive_with_a_rate_reports_progress(ledger, tasks):
+    ids = [make_dead(ledger, n) for n in range(6)]
+    progress = []
+    result = ledger.redrive(ids=ids, actor="ana", reason="r", rate=1000, batch=2, progress=lambda done, total: progress.append((done, total)))
+    assert result.ids == ids and progress[-1] == (6, 6) and len(progress) >= 3
+
+
+def test_redrive_skips_what_is_no_longer_dead(ledger, tasks):
+    job_id = make_dead(ledger, 1)
+    assert ledger.backend.job_redrive([job_id], "ana", "first", now=at(1)) == [job_id]
+    assert ledger.backend.job_redrive([job_id], "bob", "second", now=at(2)) == []
+    assert [e.actor for e in ledger.backend.event_list(job_id)] == ["ana"]
+
+
+def test_redrive_needs_actor_and_reason(ledger, tasks):
+    with pytest.raises(ConfigError):
+        ledger.redrive(ids=[1], actor="", reason="x")
+
+
+def test_resolve_dead_to_done_with_a_note(ledger, tasks):
+    job_id = make_dead(ledger, 1)
+    row = ledger.resolve(job_id, actor="ana", note="checked the provider: message was delivered", now=at(9))
+    assert row.state is JobState.DONE and row.finished_at == at(9)
+    [event] = ledger.backend.event_list(job_id)
+    assert (event.kind, event.note, event.detail) == ("resolve", "checked the provider: message was delivered", {"state": "done"})
+
+
+def test_resolve_by_key_to_pending(ledger, tasks):
+    job_id = make_dead(ledger, 1)
+    row = ledger.resolve("k1", actor="ana", note="run it again", state="pending", now=at(9))
+    assert row.id == job_id and row.state is JobState.PENDING and row.budget_left == 3
+
+
+def test_resolve_refuses_leased_and_done_jobs(ledger, tasks):
+    job_id = enqueue(ledger, 1)
+    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    with pytest.raises(InvalidTransition, match="leased"):
+        ledger.resolve(job_id, actor="ana", note="n")
+    ledger.backend.job_complete([lease_of(job)], now=T0)
+    with pytest.raises(InvalidTransition, match="done"):
+        ledger.resolve(job_id, actor="ana", note="n")
+
+
+def test_cancel_pending_only(ledger, tasks):
+    job_id = enqueue(ledger, 1)
+    row = ledger.cancel(job_id, actor="ana", reason="customer left", now=at(1))
+    assert row.state is JobState.CANCELLED
+    assert ledger.backend.job_claim(["q"], "w", 1, now=at(2)) == []
+    with pytest.raises(InvalidTransition):
+        ledger.cancel(job_id, actor="ana", reason="again")
+    assert [e.kind for e in ledger.backend.event_list(job_id)] == ["cancel"]
+    # A mistaken cancel can be undone by a redrive.
+    assert ledger.redrive(ids=[job_id], where=JobFilter(states=(JobState.CANCELLED,)), actor="ana", reason="undo").ids == [job_id]
+
+
+def test_unknown_job(ledger, tasks):
+    with pytest.raises(NotFound):
+        ledger.find("no-such-key")
+    with pytest.raises(NotFound):
+        ledger.job(12345)
+
+
+def test_history_shows_attempts_events_and_effects(ledger, tasks):
+    job_id = make_dead(ledger, 1)
+    ledger.redrive(ids=[job_id], actor="ana", reason="retry", now=at(1))
+    [job] = ledger.backend.job_claim(["q"], "w2", 1, now=at(2))
+    ledger.backend.effect_record("q", "k1", "email", lease_of(job), {"message_id": "m1"}, now=at(3))
+    ledger.backend.job_complete([lease_of(job)], now=at(4))
+    history = ledger.history(job_id)
+    assert history.job.state is JobState.DONE
+    assert [(a.attempt, a.worker, a.outcome.value) for a in history.attempts] == [(1, "w", "dead"), (2, "w2", "done")]
+    assert [e.kind for e in history.events] == ["redrive"]
+    assert [(e["effect"], e["attempt"], e["detail"]) for e in history.effects] == [("email", 2, {"message_id": "m1"})]

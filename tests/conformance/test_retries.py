@@ -1,0 +1,158 @@
+"""Failures, retries and the budget (SPEC §3), at the backend and through the worker."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from jobledger import JobState, Permanent, Retry
+from jobledger.backends import Failure
+from jobledger.types import AttemptOutcome
+
+from .conftest import T0, at, enqueue, lease_of
+
+
+def test_transient_failure_goes_back_to_pending_at_its_run_time(ledger, tasks):
+    job_id = enqueue(ledger, 1)
+    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    [result] = ledger.backend.job_fail([Failure(lease_of(job), True, at(10), "TimeoutError", "slow", "Traceback…")], now=at(1))
+    assert result.state is JobState.PENDING
+    row = ledger.job(job_id)
+    assert (row.state, row.run_at, row.last_error, row.last_error_class, row.last_traceback) == (
+        JobState.PENDING, at(10), "slow", "TimeoutError", "Traceback…",
+    )
+    [attempt] = ledger.backend.attempt_list(job_id)
+    assert (attempt.outcome, attempt.error_class, attempt.error_message) == (AttemptOutcome.RETRY, "TimeoutError", "slow")
+    assert ledger.backend.job_claim(["q"], "w", 1, now=at(9)) == []
+    assert len(ledger.backend.job_claim(["q"], "w", 1, now=at(10))) == 1
+
+
+def test_permanent_failure_is_dead_at_once(ledger, tasks):
+    job_id = enqueue(ledger, 1)
+    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    [result] = ledger.backend.job_fail([Failure(lease_of(job), False, None, "Permanent", "bad address")], now=at(1))
+    assert result.state is JobState.DEAD
+    row = ledger.job(job_id)
+    assert row.state is JobState.DEAD and row.finished_at == at(1) and row.budget_left == 2
+
+
+def test_spent_budget_is_dead(ledger, tasks):
+    job_id = enqueue(ledger, 1)
+    states = []
+    for i in range(3):
+        [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(i))
+        [result] = ledger.backend.job_fail([Failure(lease_of(job), True, at(i), "E", f"fail {i}")], now=at(i))
+        states.append(result.state)
+    assert states == [JobState.PENDING, JobState.PENDING, JobState.DEAD]
+    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [AttemptOutcome.RETRY, AttemptOutcome.RETRY, AttemptOutcome.DEAD]
+
+
+# -- through the worker, with an explicit clock ----------------------------------------------------
+
+
+def run_burst(ledger, now, **options):
+    return ledger.run_worker(["w"], concurrency=2, burst=True, clock=lambda: now, handle_signals=False, **options)
+
+
+def test_worker_records_each_outcome(ledger):
+    calls = []
+
+    @ledger.task(queue="w", max_attempts=3)
+    def flaky(ctx, mode: str) -> None:
+        calls.append((ctx.key, ctx.attempt))
+        if mode == "transient":
+            raise ConnectionError("provider unreachable")
+        if mode == "permanent":
+            raise Permanent("customer has no e-mail address")
+        if mode == "retry-later":
+            raise Retry("provider asked us to wait", after=120)
+
+    for mode in ("ok", "transient", "permanent", "retry-later"):
+        ledger.enqueue(flaky, {"mode": mode}, key=mode, now=T0)
+    stats = run_burst(ledger, T0)
+    assert (stats.completed, stats.retried, stats.dead) == (1, 2, 1)
+    ok, transient, permanent, later = (ledger.job_by_key(k) for k in ("ok", "transient", "permanent", "retry-later"))
+    assert ok.state is JobState.DONE
+    assert transient.state is JobState.PENDING and transient.last_error_class == "ConnectionError"
+    assert T0 <= transient.run_at <= T0 + timedelta(seconds=2)  # backoff ceiling after attempt 1 is 2 s
+    assert "ConnectionError: provider unreachable" in transient.last_traceback
+    assert permanent.state is JobState.DEAD and permanent.last_error == "customer has no e-mail address"
+    assert later.state is JobState.PENDING and later.run_at == T0 + timedelta(seconds=120)
+
+
+def test_429_three_times_then_400_is_dead_after_three_backoffs(ledger):
+    """Drill 5, first half: 429 three times (backing off each time), then 400 → dead."""
+
+    class Response:
+        def __init__(self, status, retry_after=None):
+            self.status_code = status
+            self.headers = {"Retry-After": retry_after} if retry_after else {}
+            self.text = f"status {status}"
+
+    answers = [Response(429, "7"), Response(429, None), Response(429, "30"), Response(400)]
+
+    @ledger.task(queue="w", max_attempts=8)
+    def call_provider(ctx) -> None:
+        from jobledger import check_response
+
+        check_response(answers[ctx.attempt - 1])
+
+    job_id, _ = ledger.enqueue(call_provider, {}, key="drill5", now=T0)
+    now = T0
+    run_ats = []
+    for _ in range(4):
+        run_burst(ledger, now)
+        row = ledger.job(job_id)
+        if row.state is JobState.PENDING:
+            run_ats.append((row.run_at - now).total_seconds())
+            now = row.run_at
+    row = ledger.job(job_id)
+    assert row.state is JobState.DEAD and row.attempts == 4 and row.last_error_class == "HTTP 400"
+    assert run_ats[0] == 7 and 0 <= run_ats[1] <= 4 and run_ats[2] == 30
+    outcomes = [a.outcome for a in ledger.backend.attempt_list(job_id)]
+    assert outcomes == [AttemptOutcome.RETRY] * 3 + [AttemptOutcome.DEAD]
+
+
+def test_unknown_task_is_retried_not_lost(ledger):
+    ledger.task(lambda ctx: None, name="known", queue="w")
+    job_id, _ = ledger.enqueue("renamed_task", {}, key="k", queue="w", now=T0)
+    run_burst(ledger, T0)
+    row = ledger.job(job_id)
+    assert row.state is JobState.PENDING and row.last_error_class == "UnknownTask"
+
+
+def test_payload_that_no_longer_fits_the_handler_is_dead(ledger):
+    @ledger.task(queue="w", name="changed")
+    def v1(ctx, a: int) -> None:
+        pass
+
+    job_id, _ = ledger.enqueue(v1, {"a": 1}, key="k", now=T0)
+    ledger._tasks.clear()
+
+    @ledger.task(queue="w", name="changed")
+    def v2(ctx, b: int) -> None:
+        pass
+
+    run_burst(ledger, T0)
+    row = ledger.job(job_id)
+    assert row.state is JobState.DEAD and row.last_error_class == "PayloadError"
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_sync_and_async_handlers(ledger, is_async):
+    seen = []
+    if is_async:
+
+        async def handler(ctx, n: int) -> None:
+            seen.append((n, ctx.key, ctx.job_id, ctx.attempt, ctx.queue))
+    else:
+
+        def handler(ctx, n: int) -> None:
+            seen.append((n, ctx.key, ctx.job_id, ctx.attempt, ctx.queue))
+
+    task = ledger.task(handler, name="h", queue="w")
+    job_id, _ = ledger.enqueue(task, {"n": 5}, key="five", now=T0)
+    run_burst(ledger, T0)
+    assert seen == [(5, "five", job_id, 1, "w")]
+    assert ledger.job(job_id).state is JobState.DONE

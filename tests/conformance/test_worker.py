@@ -1,0 +1,161 @@
+"""The worker: lease renewal, stale writes, graceful shutdown, wake-ups, several processes."""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+from jobledger import JobState, LeaseLost, Ledger
+from jobledger.types import AttemptOutcome
+
+from ..support.processes import wait_exit, wait_until, worker_process
+from .conftest import T0
+
+
+def test_long_handler_keeps_its_lease_by_renewal(ledger):
+    release = threading.Event()
+
+    @ledger.task(queue="w", lease_seconds=0.6, max_attempts=3)
+    def slow(ctx) -> None:
+        release.wait(2.0)  # three lease periods; the worker renews every 0.2 s
+
+    job_id, _ = ledger.enqueue(slow, {}, key="slow")
+    worker = ledger.worker(["w"], concurrency=1, rescue_interval=0.05)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        wait_until(lambda: ledger.job(job_id).state is JobState.LEASED, what="claim")
+        first_until = ledger.job(job_id).lease_until
+        wait_until(lambda: ledger.job(job_id).lease_until > first_until + timedelta(seconds=0.3), what="a renewal")
+        release.set()
+        wait_until(lambda: ledger.job(job_id).state is JobState.DONE, what="completion")
+    finally:
+        release.set()
+        worker.stop()
+        t.join(10)
+    assert ledger.job(job_id).attempts == 1
+    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [AttemptOutcome.DONE]
+    assert worker.stats.lease_lost == 0
+
+
+def test_a_late_completion_is_refused_counted_and_recorded(ledger, db_url):
+    go = threading.Event()
+    seen = {}
+
+    @ledger.task(queue="w", lease_seconds=60)
+    def stuck(ctx) -> None:
+        go.wait(20)
+        try:
+            ctx.heartbeat()
+        except LeaseLost as exc:
+            seen["heartbeat"] = exc
+            raise
+
+    job_id, _ = ledger.enqueue(stuck, {}, key="stuck")
+    worker = ledger.worker(["w"], concurrency=1, rescue_interval=3600)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        wait_until(lambda: ledger.job(job_id).state is JobState.LEASED, what="claim")
+        # Another host sees the lease as expired (its clock is 2 minutes ahead) and takes over.
+        later = datetime.now(UTC) + timedelta(minutes=2)
+        other = Ledger(db_url)
+        assert [r.job_id for r in other.backend.job_rescue(now=later)] == [job_id]
+        [taken] = other.backend.job_claim(["w"], "other-host", 1, now=later)
+        go.set()
+        wait_until(lambda: worker.stats.lease_lost >= 2, what="refused writes")
+    finally:
+        go.set()
+        worker.stop()
+        t.join(10)
+    assert isinstance(seen["heartbeat"], LeaseLost)
+    row = ledger.job(job_id)
+    assert row.state is JobState.LEASED and row.lease_token == taken.lease_token and row.leased_by == "other-host"
+    events = ledger.backend.event_list(job_id)
+    assert {e.detail["action"] for e in events} == {"heartbeat", "fail"}
+    assert all(e.kind == "lease_lost" and e.actor == worker.name and e.detail["attempt"] == 1 for e in events)
+    other.close()
+
+
+def test_shutdown_releases_claimed_but_unstarted_jobs(ledger):
+    ledger.task(lambda ctx: None, name="t", queue="w")
+    job_id, _ = ledger.enqueue("t", {}, key="k", now=T0)
+    worker = ledger.worker(["w"], concurrency=1)
+    worker._dispatch(ledger.backend.job_claim(["w"], worker.name, 1))  # claimed; no runner started
+    worker._shutdown()
+    row = ledger.job(job_id)
+    assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
+    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [AttemptOutcome.RELEASED]
+    assert worker.stats.released == 1
+
+
+def test_sigterm_stops_claiming_and_finishes_running_jobs(ledger, db_url, tmp_path):
+    started, go = tmp_path / "started", tmp_path / "go"
+    ledger.task(lambda ctx, n: None, name="send", queue="drill")
+    ledger.task(lambda ctx, n: None, name="noop", queue="drill")
+    blocking, _ = ledger.enqueue("send", {"n": 0}, key="blocking", priority=10)
+    proc = worker_process(
+        "tests.apps.lifecycle_app:ledger", db_url, "--concurrency", "2", "--poll-interval", "0.05", "--grace", "30",
+        env={"LIFECYCLE_STARTED": str(started), "LIFECYCLE_GO": str(go)},
+    )
+    try:
+        wait_until(started.exists, timeout=30, what="the blocking job to start")
+        later = [ledger.enqueue("noop", {"n": n}, key=f"later-{n}", delay=0.5).id for n in range(3)]
+        proc.send_signal(signal.SIGTERM)
+        # Give the worker time to claim the later jobs if it (wrongly) still claims.
+        due = ledger.job(later[-1]).run_at
+        wait_until(lambda: datetime.now(UTC) > due + timedelta(seconds=0.5), what="the later jobs to be due")
+        go.touch()
+        code, _out, err = wait_exit(proc, 30)
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, err
+    assert ledger.job(blocking).state is JobState.DONE
+    assert [ledger.job(i).attempts for i in later] == [0, 0, 0]
+
+
+def test_postgres_notify_wakes_an_idle_worker(ledger, db_url):
+    if ledger.url.dialect != "postgres":
+        # SQLite has no LISTEN; an enqueue in the same process wakes its workers instead.
+        pass
+    done = threading.Event()
+    ledger.task(lambda ctx: done.set(), name="ping", queue="w")
+    worker = ledger.worker(["w"], concurrency=1, poll_interval=60)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        wait_until(lambda: worker._in_flight() == 0 and worker.stats.claimed == 0 and t.is_alive(), what="worker up")
+        time.sleep(0.3)  # let it reach its idle wait (not an assertion: the wait below is the check)
+        producer = Ledger(db_url) if ledger.url.dialect == "postgres" else ledger
+        producer.enqueue("ping", {}, key="ping", queue="w")
+        assert done.wait(10), "the worker slept through the enqueue (poll interval is 60 s)"
+    finally:
+        worker.stop()
+        t.join(10)
+
+
+def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
+    barrier = tmp_path / "start"
+    ledger.task(lambda ctx, n: None, name="noop", queue="drill")
+    ledger.enqueue_many("noop", [{"payload": {"n": n}, "key": f"n{n}"} for n in range(2000)])
+    procs = [
+        worker_process("tests.apps.drill_app:ledger", db_url, "--burst", "--concurrency", "2", "--batch-size", "10",
+                       env={"DRILL_START_BARRIER": str(barrier)})
+        for _ in range(2)
+    ]
+    time.sleep(0.5)  # both interpreters importing; the barrier below releases them together
+    barrier.touch()
+    claimed = []
+    for proc in procs:
+        code, _out, err = wait_exit(proc, 120)
+        assert code == 0, err
+        claimed.append(int(re.search(r"claimed (\d+)", err).group(1)))
+    print(f"\n{ledger.url.dialect}: two worker processes claimed {claimed[0]} and {claimed[1]} of 2000 jobs")
+    assert sum(claimed) == 2000 and min(claimed) > 0
+    jobs = ledger.jobs()
+    assert all(j.state is JobState.DONE and j.attempts == 1 for j in jobs)

@@ -1,0 +1,108 @@
+"""Fixtures shared by the whole suite.
+
+``db_url`` runs a test once per backend: SQLite (a file in the test's temporary directory) and
+PostgreSQL (a schema of its own, dropped afterwards). With ``JOBLEDGER_REQUIRE_POSTGRES=1`` (set
+by CI) a skipped PostgreSQL case fails the run instead of passing unnoticed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from jobledger import Ledger
+
+from .support.postgres import PostgresServer
+
+BACKENDS = ["sqlite", "postgres"]
+
+_server: PostgresServer | None = None
+_server_error: str | None = None
+
+
+def postgres_server() -> PostgresServer:
+    global _server, _server_error
+    if _server is None and _server_error is None:
+        try:
+            _server = PostgresServer()
+        except Exception as exc:  # noqa: BLE001 - reported as the skip reason
+            _server_error = f"no PostgreSQL server for the tests: {exc}"
+    if _server is None:
+        pytest.skip(_server_error or "no PostgreSQL server")
+    return _server
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _server is not None:
+        _server.close()
+
+
+@pytest.fixture(scope="session")
+def pg() -> PostgresServer:
+    return postgres_server()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend_name: str, tmp_path: os.PathLike[str]) -> Iterator[str]:
+    """A fresh, empty database URL for one test, on each backend in turn."""
+    if backend_name == "sqlite":
+        yield f"sqlite:///{tmp_path}/ledger.db"
+        return
+    server = postgres_server()
+    schema, url = server.new_schema_url()
+    try:
+        yield url
+    finally:
+        server.drop_schema(schema)
+
+
+@pytest.fixture
+def ledger(db_url: str) -> Iterator[Ledger]:
+    """A migrated ledger on a fresh database."""
+    led = Ledger(db_url)
+    led.migrate()
+    try:
+        yield led
+    finally:
+        led.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        report.skipped
+        and os.environ.get("JOBLEDGER_REQUIRE_POSTGRES") == "1"
+        and "postgres" in item.nodeid
+    ):
+        report.outcome = "failed"
+        report.longrepr = f"PostgreSQL case skipped but JOBLEDGER_REQUIRE_POSTGRES=1: {report.longrepr}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
+    """Say how many cases ran on each backend, so a run that quietly lost one shows it."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", "call") not in ("call", "setup") or (outcome == "passed" and report.when != "call"):
+                continue
+            nodeid = report.nodeid
+            backend = "postgres" if "[postgres" in nodeid or "postgres" in nodeid.split("::")[-1] else (
+                "sqlite" if "[sqlite" in nodeid or "sqlite" in nodeid.split("::")[-1] else "neutral"
+            )
+            counts.setdefault(backend, {}).setdefault(outcome, 0)
+            counts[backend][outcome] += 1
+    source = _server.source if _server is not None else "none"
+    line = "; ".join(
+        f"{backend}: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(by.items()))
+        for backend, by in sorted(counts.items())
+    )
+    terminalreporter.write_line(f"jobledger cases by backend — {line} (PostgreSQL from {source})")

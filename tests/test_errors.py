@@ -1,0 +1,90 @@
+"""A database that is missing, locked or gone gives a clear error naming the URL, password hidden."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from jobledger import BackendUnavailable, ConfigError, Ledger
+from jobledger.backends import DatabaseURL, redact
+
+
+def test_sqlite_directory_missing(tmp_path):
+    with pytest.raises(BackendUnavailable, match=r"sqlite:///.*/nowhere/jobs.db.*does not exist"):
+        Ledger(f"sqlite:///{tmp_path}/nowhere/jobs.db").jobs()
+
+
+def test_sqlite_locked(tmp_path):
+    path = tmp_path / "jobs.db"
+    Ledger(f"sqlite:///{path}").migrate()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        ledger = Ledger(f"sqlite:///{path}?busy_timeout=100")
+        with pytest.raises(BackendUnavailable, match=r"is locked .*waited 100 ms"):
+            ledger.enqueue("t", {}, key="k")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_postgres_unreachable_hides_the_password():
+    url = "postgresql://app:s3cret-pass@127.0.0.1:1/jobs"
+    with pytest.raises(BackendUnavailable) as err:
+        Ledger(url).jobs()
+    message = str(err.value)
+    assert "postgresql://app:***@127.0.0.1:1/jobs" in message and "s3cret" not in message
+
+
+def test_postgres_wrong_credentials(pg):
+    url = pg.url.replace("postgresql://postgres", "postgresql://nobody_here:wrong")
+    with pytest.raises(BackendUnavailable) as err:
+        Ledger(url).jobs()
+    assert "wrong" not in str(err.value) and "nobody_here:***@" in str(err.value)
+
+
+def test_postgres_database_missing(pg):
+    url = pg.url.rsplit("/", 1)[0] + "/no_such_database_here"
+    with pytest.raises(BackendUnavailable, match="no_such_database_here"):
+        Ledger(url).jobs()
+
+
+def test_postgres_connections_cut_mid_use(pg):
+    import psycopg
+
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    ledger.task(lambda ctx: None, name="t")
+    ledger.enqueue("t", {}, key="before")
+    with psycopg.connect(pg.url, autocommit=True) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (pg.dbname,),
+        )
+    # Pooled connections were cut; the pool checks them and connects anew.
+    assert ledger.enqueue("t", {}, key="after").created
+    ledger.close()
+    pg.drop_schema(schema)
+
+
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("", "empty"),
+        ("mysql://x/y", "unsupported scheme"),
+        ("sqlite://host/x.db", "host part"),
+        ("sqlite:///:memory:", "in-memory"),
+        ("postgresql://h/db?schema=Bad-Name", "schema"),
+        ("postgresql://h/db?pool_size=0", "pool_size"),
+        ("sqlite:///x.db?synchronous=sometimes", "synchronous"),
+    ],
+)
+def test_bad_urls(url, message):
+    with pytest.raises(ConfigError, match=message):
+        DatabaseURL.parse(url)
+
+
+def test_redact():
+    assert redact("postgresql://u:p@h:5432/d?x=1") == "postgresql://u:***@h:5432/d?x=1"
+    assert redact("postgresql://u@h/d") == "postgresql://u@h/d"

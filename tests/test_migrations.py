@@ -1,0 +1,139 @@
+"""Migrations: the numbered chain yields the canonical schema; migrate is idempotent and safe
+to run from several processes; a schema this code does not know is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from importlib import resources
+
+import psycopg
+import pytest
+
+from jobledger import Ledger, SchemaMismatch
+from jobledger.backends import open_backend
+from jobledger.backends.sqlfiles import migrations
+from jobledger.backends.sqlite import _statements
+
+
+def canonical_sql(dialect: str) -> str:
+    return (resources.files("jobledger.backends") / "sql" / dialect / "schema.sql").read_text()
+
+
+def sqlite_catalog(path) -> dict:
+    conn = sqlite3.connect(path)
+    catalog = {}
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'jobledger_%' ORDER BY name")]
+    for table in tables:
+        catalog[table] = {
+            "columns": conn.execute(f"PRAGMA table_xinfo({table})").fetchall(),
+            "indexes": sorted(
+                (name, unique, partial, conn.execute(f"PRAGMA index_xinfo({name})").fetchall(),
+                 (conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone() or [None])[0])
+                for _, name, unique, _, partial in conn.execute(f"PRAGMA index_list({table})")
+            ),
+            "without_rowid": "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0],
+        }
+    conn.close()
+    return catalog
+
+
+def postgres_catalog(url: str, schema: str) -> dict:
+    with psycopg.connect(url) as conn:
+        columns = conn.execute(
+            "SELECT table_name, column_name, data_type, is_nullable, column_default, is_identity"
+            " FROM information_schema.columns WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+            (schema,),
+        ).fetchall()
+        indexes = conn.execute(
+            "SELECT tablename, indexname, replace(indexdef, %s, '') FROM pg_indexes WHERE schemaname = %s ORDER BY indexname",
+            (f"{schema}.", schema),
+        ).fetchall()
+        constraints = conn.execute(
+            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE connamespace = %s::regnamespace ORDER BY conname",
+            (schema,),
+        ).fetchall()
+    return {
+        "columns": columns,
+        "indexes": indexes,
+        "constraints": [(t.split(".")[-1], n, d) for t, n, d in constraints],
+    }
+
+
+def test_sqlite_chain_yields_the_canonical_schema(tmp_path):
+    chained = tmp_path / "chain.db"
+    open_backend(f"sqlite:///{chained}").migrate()
+    canonical = tmp_path / "canonical.db"
+    conn = sqlite3.connect(canonical)
+    for statement in _statements(canonical_sql("sqlite")):
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    assert sqlite_catalog(chained) == sqlite_catalog(canonical)
+
+
+def test_postgres_chain_yields_the_canonical_schema(pg):
+    chain_schema, chain_url = pg.new_schema_url()
+    canon_schema, _ = pg.new_schema_url()
+    try:
+        open_backend(chain_url).migrate()
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{canon_schema}"')
+            conn.execute(f'SET search_path TO "{canon_schema}"')
+            conn.execute(canonical_sql("postgres").encode())
+        assert postgres_catalog(pg.url, chain_schema) == postgres_catalog(pg.url, canon_schema)
+    finally:
+        pg.drop_schema(chain_schema)
+        pg.drop_schema(canon_schema)
+
+
+def test_migrations_are_numbered_without_gaps():
+    for dialect in ("sqlite", "postgres"):
+        assert [m.version for m in migrations(dialect)] == list(range(1, len(migrations(dialect)) + 1))
+    assert [m.name for m in migrations("sqlite")] == [m.name for m in migrations("postgres")]
+
+
+def test_migrate_twice_applies_nothing_the_second_time(db_url):
+    ledger = Ledger(db_url, auto_migrate=False)
+    first = ledger.migrate()
+    assert first == [m.label for m in migrations(ledger.url.dialect)]
+    assert ledger.migrate() == []
+    ledger.close()
+
+
+def test_concurrent_migrations_apply_once(db_url):
+    results, errors = [], []
+
+    def go() -> None:
+        try:
+            results.append(open_backend(db_url).migrate())
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert sorted(len(r) for r in results) == [0, 0, 0, len(migrations(Ledger(db_url).url.dialect))]
+
+
+def test_unmigrated_database_without_auto_migrate_says_what_to_do(db_url):
+    ledger = Ledger(db_url, auto_migrate=False)
+    with pytest.raises(SchemaMismatch, match="jobledger migrate"):
+        ledger.jobs()
+
+
+def test_a_newer_schema_is_refused(db_url):
+    ledger = Ledger(db_url)
+    ledger.migrate()
+    with ledger.backend.transaction() as conn:
+        if ledger.url.dialect == "postgres":
+            conn.execute(f"INSERT INTO {ledger.url.schema}.jobledger_migrations (version, name) VALUES (999, 'future')")
+        else:
+            conn.execute("INSERT INTO jobledger_migrations (version, name, applied_at) VALUES (999, 'future', 0)")
+    ledger.close()
+    with pytest.raises(SchemaMismatch, match="newer jobledger"):
+        Ledger(db_url).jobs()

@@ -1,0 +1,76 @@
+"""The retry policy: backoff, Retry-After, classification (pure functions)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from jobledger import Backoff, ConfigError, Permanent, Retry, check_response, classify, parse_retry_after
+from jobledger.policy import classify_status
+
+NOW = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
+
+
+def test_backoff_ceiling_doubles_and_caps():
+    b = Backoff(base=2, cap=60, jitter=False)
+    assert [b.delay(n) for n in range(1, 8)] == [2, 4, 8, 16, 32, 60, 60]
+    assert Backoff().ceiling(10_000) == 3600
+
+
+def test_full_jitter_stays_between_zero_and_the_ceiling():
+    b = Backoff(base=2, cap=60)
+    assert b.delay(3, rng=lambda: 0.0) == 0.0
+    assert b.delay(3, rng=lambda: 0.999) == pytest.approx(7.992)
+
+
+@pytest.mark.parametrize("kwargs", [{"base": 0}, {"base": 10, "cap": 5}])
+def test_bad_backoff(kwargs):
+    with pytest.raises(ConfigError):
+        Backoff(**kwargs)
+
+
+def test_retry_after_seconds_and_http_date():
+    assert parse_retry_after("120", NOW) == 120
+    assert parse_retry_after("Mon, 10 Aug 2026 06:01:30 GMT", NOW) == 90
+    assert parse_retry_after("Mon, 10 Aug 2026 05:00:00 GMT", NOW) == 0
+    assert parse_retry_after("soon", NOW) is None and parse_retry_after(None) is None
+
+
+@pytest.mark.parametrize(
+    "status, retry",
+    [(429, True), (502, True), (503, True), (504, True), (500, True), (408, True), (409, True), (425, True),
+     (400, False), (401, False), (403, False), (404, False), (422, False), (301, True)],
+)
+def test_status_classes(status, retry):
+    assert classify_status(status).retry is retry
+    assert classify_status(204) is None
+
+
+def test_classify_exceptions():
+    assert classify(Retry("wait", after=30)).delay == 30
+    assert classify(Retry("wait", after=NOW + timedelta(seconds=45)), NOW).delay == 45
+    assert classify(Permanent("no")).retry is False
+    assert classify(TimeoutError("slow")).retry is True
+    assert classify(ValueError("anything else")).error_class == "ValueError"
+
+
+def test_httpx_status_error_is_classified_with_retry_after():
+    request = httpx.Request("POST", "https://provider.example/send")
+    response = httpx.Response(429, headers={"Retry-After": "17"}, request=request)
+    decision = classify(httpx.HTTPStatusError("429", request=request, response=response), NOW)
+    assert decision.retry and decision.delay == 17 and decision.error_class == "HTTPStatusError"
+    gone = httpx.Response(400, request=request)
+    assert classify(httpx.HTTPStatusError("400", request=request, response=gone)).retry is False
+
+
+def test_check_response():
+    request = httpx.Request("POST", "https://provider.example/send")
+    check_response(httpx.Response(200, request=request))
+    with pytest.raises(Retry) as err:
+        check_response(httpx.Response(503, headers={"Retry-After": "5"}, request=request))
+    assert err.value.after == 5 and err.value.error_class == "HTTP 503"
+    with pytest.raises(Permanent) as perm:
+        check_response(httpx.Response(400, text="bad address", request=request))
+    assert "bad address" in perm.value.reason
