@@ -15,6 +15,8 @@ $(BIN)/.installed: pyproject.toml
 
 ## test: the whole suite, on SQLite and PostgreSQL (a bundled server starts when none answers)
 test: $(BIN)/.installed
+	$(BIN)/ruff check src tests
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## demo: the quick tour, on a throw-away SQLite file

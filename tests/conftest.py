@@ -84,7 +84,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         and "postgres" in item.nodeid
     ):
         report.outcome = "failed"
-        report.longrepr = f"PostgreSQL case skipped but JOBLEDGER_REQUIRE_POSTGRES=1: {report.longrepr}"
+        report.longrepr = (
+            f"PostgreSQL case skipped but JOBLEDGER_REQUIRE_POSTGRES=1: {report.longrepr}"
+        )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
@@ -92,11 +94,19 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     counts: dict[str, dict[str, int]] = {}
     for outcome in ("passed", "failed", "skipped", "error"):
         for report in terminalreporter.stats.get(outcome, []):
-            if getattr(report, "when", "call") not in ("call", "setup") or (outcome == "passed" and report.when != "call"):
+            if getattr(report, "when", "call") not in ("call", "setup") or (
+                outcome == "passed" and report.when != "call"
+            ):
                 continue
             nodeid = report.nodeid
-            backend = "postgres" if "[postgres" in nodeid or "postgres" in nodeid.split("::")[-1] else (
-                "sqlite" if "[sqlite" in nodeid or "sqlite" in nodeid.split("::")[-1] else "neutral"
+            backend = (
+                "postgres"
+                if "[postgres" in nodeid or "postgres" in nodeid.split("::")[-1]
+                else (
+                    "sqlite"
+                    if "[sqlite" in nodeid or "sqlite" in nodeid.split("::")[-1]
+                    else "neutral"
+                )
             )
             counts.setdefault(backend, {}).setdefault(outcome, 0)
             counts[backend][outcome] += 1

@@ -7,7 +7,15 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from jobledger import Backoff, ConfigError, Permanent, Retry, check_response, classify, parse_retry_after
+from jobledger import (
+    Backoff,
+    ConfigError,
+    Permanent,
+    Retry,
+    check_response,
+    classify,
+    parse_retry_after,
+)
 from jobledger.policy import classify_status
 
 NOW = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
@@ -40,8 +48,22 @@ def test_retry_after_seconds_and_http_date():
 
 @pytest.mark.parametrize(
     "status, retry",
-    [(429, True), (502, True), (503, True), (504, True), (500, True), (408, True), (409, True), (425, True),
-     (400, False), (401, False), (403, False), (404, False), (422, False), (301, True)],
+    [
+        (429, True),
+        (502, True),
+        (503, True),
+        (504, True),
+        (500, True),
+        (408, True),
+        (409, True),
+        (425, True),
+        (400, False),
+        (401, False),
+        (403, False),
+        (404, False),
+        (422, False),
+        (301, True),
+    ],
 )
 def test_status_classes(status, retry):
     assert classify_status(status).retry is retry

@@ -23,7 +23,16 @@ def test_all_names_every_public_class_and_function():
 
 
 def test_issue_names_are_exported():
-    for name in ("Ledger", "JobState", "JobRow", "Retry", "Permanent", "LeaseLost", "KeyConflict", "JobContext"):
+    for name in (
+        "Ledger",
+        "JobState",
+        "JobRow",
+        "Retry",
+        "Permanent",
+        "LeaseLost",
+        "KeyConflict",
+        "JobContext",
+    ):
         assert name in jobledger.__all__
 
 

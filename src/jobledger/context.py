@@ -26,7 +26,18 @@ class LeaseHold:
     """The worker's record of one running job's lease, shared by its context and the worker's
     heartbeat thread."""
 
-    __slots__ = ("job", "lease", "lease_until", "renewed_at", "lost", "started", "released", "finished", "lock", "started_at")
+    __slots__ = (
+        "job",
+        "lease",
+        "lease_until",
+        "renewed_at",
+        "lost",
+        "started",
+        "released",
+        "finished",
+        "lock",
+        "started_at",
+    )
 
     def __init__(self, job: ClaimedJob):
         self.job = job
@@ -111,7 +122,9 @@ class JobContext:
         """True when ``effect`` was already recorded for this job's key (by any attempt)."""
         return self._backend.effect_get(self.queue, self.key, effect) is not None
 
-    def record_effect(self, effect: str, detail: dict[str, Any] | None = None, conn: Any = None) -> bool:
+    def record_effect(
+        self, effect: str, detail: dict[str, Any] | None = None, conn: Any = None
+    ) -> bool:
         """Record that ``effect`` happened, fenced by this attempt's lease.
 
         Returns True when recorded now, False when already recorded. Raises ``LeaseLost`` when
@@ -133,7 +146,9 @@ class JobContext:
         record makes the effect safe against a redrive long after the provider forgot the key.
         """
         if self.effect_recorded(effect):
-            self.log.info("effect %r already recorded for key %r; not repeating it", effect, self.key)
+            self.log.info(
+                "effect %r already recorded for key %r; not repeating it", effect, self.key
+            )
             return None
         result = fn(*args, **kwargs)
         fault_point("effect.after_call")

@@ -11,6 +11,7 @@ story of retries can be shown end to end.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -59,7 +60,9 @@ class FakeProvider:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-            def _reply(self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+            def _reply(
+                self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -67,10 +70,8 @@ class FakeProvider:
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
                 self.end_headers()
-                try:
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
 
             def do_GET(self) -> None:
                 if self.path == "/stats":
@@ -88,21 +89,27 @@ class FakeProvider:
                 except ValueError:
                     self._reply(400, {"error": "malformed JSON"})
                     return
-                status, reply, headers, delay = provider._handle(self.headers.get("Idempotency-Key"), body)
+                status, reply, headers, delay = provider._handle(
+                    self.headers.get("Idempotency-Key"), body
+                )
                 if delay:
                     time.sleep(delay)
                 self._reply(status, reply, headers)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-provider", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="fake-provider", daemon=True
+        )
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def _handle(self, key: str | None, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str], float]:
+    def _handle(
+        self, key: str | None, body: dict[str, Any]
+    ) -> tuple[int, dict[str, Any], dict[str, str], float]:
         to = str(body.get("to", ""))
         with self._lock:
             self.requests += 1
@@ -115,7 +122,12 @@ class FakeProvider:
             if self._rate_left.get(to, 0) > 0:
                 self._rate_left[to] -= 1
                 self.rate_limited += 1
-                return 429, {"error": "slow down"}, {"Retry-After": str(self.script.retry_after_seconds)}, 0.0
+                return (
+                    429,
+                    {"error": "slow down"},
+                    {"Retry-After": str(self.script.retry_after_seconds)},
+                    0.0,
+                )
             message = {"id": uuid.uuid4().hex, "to": to, "body": body}
             if key is None:
                 self.sent_without_key += 1

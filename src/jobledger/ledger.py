@@ -16,6 +16,7 @@ from typing import Any, Literal, overload
 from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
 from .backends.base import Backend, InsertResult, QueueStats, RescueResult
 from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
+from .hooks import WorkerObserver, WorkerService
 from .payload import encode_payload, finite_number, validate_key
 from .policy import DEFAULT_BACKOFF, Backoff
 from .task import (
@@ -24,7 +25,6 @@ from .task import (
     DEFAULT_QUEUE,
     KeyRule,
     Task,
-    validate_lease_seconds,
     validate_max_attempts,
     validate_queue_name,
 )
@@ -74,6 +74,10 @@ class Ledger:
         self._tasks: dict[str, Task] = {}
         self._wakes: weakref.WeakSet[threading.Event] = weakref.WeakSet()
         self.default_backoff = DEFAULT_BACKOFF
+        self.observers: list[WorkerObserver] = []
+        """Told what this ledger's workers do (metrics, logs); see ``jobledger.hooks``."""
+        self.worker_services: list[Callable[[Worker], WorkerService | None]] = []
+        """Factories of services each worker runs beside itself (the scheduler, metrics)."""
 
     def __repr__(self) -> str:
         return f"Ledger({self.url.redacted!r})"
@@ -182,7 +186,9 @@ class Ledger:
             )
             existing = self._tasks.get(task.name)
             if existing is not None and existing.fn is not func:
-                raise ConfigError(f"a task named {task.name!r} is already registered ({existing.fn!r})")
+                raise ConfigError(
+                    f"a task named {task.name!r} is already registered ({existing.fn!r})"
+                )
             self._tasks[task.name] = task
             return task
 
@@ -221,8 +227,17 @@ class Ledger:
         nothing. With ``conn`` (an open psycopg or sqlite3 connection on the ledger's database)
         the job is written in the caller's transaction and exists only if that commits.
         """
-        spec = JobSpec(payload if payload is not None else {}, key, _seconds(delay), run_at, priority if priority is not None else 0, correlation_id)
-        results = self._insert(task, [spec], queue=queue, conn=conn, now=now, priority_given=priority is not None)
+        spec = JobSpec(
+            payload if payload is not None else {},
+            key,
+            _seconds(delay),
+            run_at,
+            priority if priority is not None else 0,
+            correlation_id,
+        )
+        results = self._insert(
+            task, [spec], queue=queue, conn=conn, now=now, priority_given=priority is not None
+        )
         return results[0].enqueued()
 
     def enqueue_many(
@@ -242,7 +257,15 @@ class Ledger:
         batch is written. ``"report"``: the others are written and the conflicts are marked.
         """
         specs = [j if isinstance(j, JobSpec) else _spec_from_dict(j) for j in jobs]
-        return self._insert(task, specs, queue=queue, conn=conn, now=now, on_conflict=on_conflict, priority_given=True)
+        return self._insert(
+            task,
+            specs,
+            queue=queue,
+            conn=conn,
+            now=now,
+            on_conflict=on_conflict,
+            priority_given=True,
+        )
 
     def _insert(
         self,
@@ -257,7 +280,9 @@ class Ledger:
     ) -> list[InsertResult]:
         task = self._resolve_task(task_ref)
         name = task.name if isinstance(task, Task) else task
-        target_queue = validate_queue_name(queue or (task.queue if isinstance(task, Task) else DEFAULT_QUEUE))
+        target_queue = validate_queue_name(
+            queue or (task.queue if isinstance(task, Task) else DEFAULT_QUEUE)
+        )
         max_attempts = task.max_attempts if isinstance(task, Task) else DEFAULT_MAX_ATTEMPTS
         lease_seconds = task.lease_seconds if isinstance(task, Task) else DEFAULT_LEASE_SECONDS
         clock = now or datetime.now(UTC)
@@ -333,7 +358,9 @@ class Ledger:
         """Run a worker in this thread until SIGTERM/SIGINT, or with ``burst=True`` until nothing
         is due. The first signal stops claiming and lets running jobs finish (``grace_seconds``,
         default 30); a second one stops waiting."""
-        worker = Worker(self, queues, concurrency=concurrency, batch_size=batch_size, burst=burst, **options)
+        worker = Worker(
+            self, queues, concurrency=concurrency, batch_size=batch_size, burst=burst, **options
+        )
         if not handle_signals or threading.current_thread() is not threading.main_thread():
             return worker.run()
 
@@ -388,7 +415,9 @@ class Ledger:
     def jobs(self, where: JobFilter | None = None, order: str = "id") -> list[JobRow]:
         return self.backend.job_list(where or JobFilter(), order)
 
-    def stats(self, now: datetime | None = None, late_after_seconds: float = 300.0) -> list[QueueStats]:
+    def stats(
+        self, now: datetime | None = None, late_after_seconds: float = 300.0
+    ) -> list[QueueStats]:
         return self.backend.queue_stats(now, late_after_seconds)
 
     # -- operators ---------------------------------------------------------------------------------
@@ -418,7 +447,9 @@ class Ledger:
         history and recorded effects, so an effect that already happened is not repeated.
         """
         if not actor or not reason:
-            raise ConfigError("redrive needs an actor and a reason; both are recorded in the job's history")
+            raise ConfigError(
+                "redrive needs an actor and a reason; both are recorded in the job's history"
+            )
         if rate is not None and not rate > 0:
             raise ConfigError(f"rate must be > 0 jobs per second, got {rate!r}")
         if budget is not None:
@@ -463,7 +494,9 @@ class Ledger:
         """An operator's repair after checking the outside world: a dead or pending job becomes
         done (or pending again, with a fresh budget). Recorded with actor and note."""
         if not actor or not note:
-            raise ConfigError("resolve needs an actor and a note; both are recorded in the job's history")
+            raise ConfigError(
+                "resolve needs an actor and a note; both are recorded in the job's history"
+            )
         row = self.find(job, queue)
         return self.backend.job_resolve(row.id, JobState(state), actor, note, now)
 
@@ -478,10 +511,14 @@ class Ledger:
     ) -> JobRow:
         """Withdraw a pending job; it will not run. Recorded with actor and reason."""
         if not actor or not reason:
-            raise ConfigError("cancel needs an actor and a reason; both are recorded in the job's history")
+            raise ConfigError(
+                "cancel needs an actor and a reason; both are recorded in the job's history"
+            )
         row = self.find(job, queue)
         if row.state is not JobState.PENDING:
-            raise InvalidTransition(f"cannot cancel job {row.id}: it is {row.state.value} (only pending jobs can be cancelled)")
+            raise InvalidTransition(
+                f"cannot cancel job {row.id}: it is {row.state.value} (only pending jobs can be cancelled)"
+            )
         return self.backend.job_cancel(row.id, actor, reason, now)
 
 
@@ -499,12 +536,16 @@ def _seconds(delay: float | timedelta | None) -> float | None:
     return finite_number(delay, "delay")
 
 
-def _run_at(delay: float | None, run_at: datetime | None, clock: datetime, explicit_now: datetime | None) -> datetime | None:
+def _run_at(
+    delay: float | None, run_at: datetime | None, clock: datetime, explicit_now: datetime | None
+) -> datetime | None:
     if delay is not None and run_at is not None:
         raise ConfigError("give delay or run_at, not both")
     if run_at is not None:
         if not isinstance(run_at, datetime) or run_at.tzinfo is None:
-            raise ConfigError(f"run_at must be an aware datetime (with a time zone), got {run_at!r}")
+            raise ConfigError(
+                f"run_at must be an aware datetime (with a time zone), got {run_at!r}"
+            )
         return run_at
     if delay is not None:
         if delay < 0:
@@ -517,7 +558,9 @@ def _run_at(delay: float | None, run_at: datetime | None, clock: datetime, expli
 def _spec_from_dict(item: dict[str, Any]) -> JobSpec:
     unknown = set(item) - {"payload", "key", "delay", "run_at", "priority", "correlation_id"}
     if unknown:
-        raise ConfigError(f"unknown job fields {sorted(unknown)}; expected payload, key, delay, run_at, priority, correlation_id")
+        raise ConfigError(
+            f"unknown job fields {sorted(unknown)}; expected payload, key, delay, run_at, priority, correlation_id"
+        )
     delay = item.get("delay")
     return JobSpec(
         payload=item.get("payload", {}),

@@ -23,7 +23,9 @@ def encode_payload(payload: Any) -> str:
     if not isinstance(payload, dict):
         raise PayloadError(f"payload must be a JSON object (a dict), got {type(payload).__name__}")
     try:
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(
+            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
     except ValueError as exc:
         raise PayloadError(f"payload is not valid JSON: {exc}") from None
     except TypeError as exc:

@@ -51,9 +51,7 @@ class Backoff:
         if not self.base > 0:
             raise ConfigError(f"backoff base must be > 0 seconds, got {self.base!r}")
         if not self.cap >= self.base:
-            raise ConfigError(
-                f"backoff cap must be >= base ({self.base} s), got {self.cap!r}"
-            )
+            raise ConfigError(f"backoff cap must be >= base ({self.base} s), got {self.cap!r}")
 
     def ceiling(self, attempt: int) -> float:
         """The longest delay after attempt number ``attempt`` (1-based)."""
@@ -162,7 +160,9 @@ def classify(exc: BaseException, now: datetime | None = None) -> Decision:
         status, headers = carried
         decision = classify_status(status, headers, now)
         if decision is not None:
-            return Decision(decision.retry, decision.delay, _name(exc), f"{decision.message}: {exc}")
+            return Decision(
+                decision.retry, decision.delay, _name(exc), f"{decision.message}: {exc}"
+            )
     return Decision(True, None, _name(exc), str(exc) or _name(exc))
 
 

@@ -44,7 +44,11 @@ def validate_max_attempts(value: int) -> int:
 
 
 def validate_lease_seconds(value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_LEASE_SECONDS:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 < value <= MAX_LEASE_SECONDS
+    ):
         raise ConfigError(f"lease_seconds must be > 0 and at most 7 days, got {value!r}")
     return float(value)
 

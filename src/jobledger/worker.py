@@ -17,6 +17,7 @@ Work never happens inside a database transaction of the claim: the claim commits
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import queue as queue_mod
@@ -35,6 +36,7 @@ from .backends.base import Backend, Failure
 from .context import JobContext, LeaseHold
 from .errors import BackendUnavailable, LeaseLost, PayloadError, Permanent
 from .faults import fault_point
+from .hooks import WorkerObserver, WorkerService
 from .policy import classify
 from .types import ClaimedJob, JobState
 
@@ -171,7 +173,9 @@ class Worker:
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
         if not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
-            raise ValueError(f"batch_size must be a whole number from 1 to 1000, got {batch_size!r}")
+            raise ValueError(
+                f"batch_size must be a whole number from 1 to 1000, got {batch_size!r}"
+            )
         self.ledger = ledger
         self.backend: Backend = ledger.backend
         self.queues = sorted({validate_queue_name(q) for q in (queues or ledger.queues())})
@@ -182,10 +186,14 @@ class Worker:
         self.burst = burst
         self.name = name or default_worker_name()
         listen = self.backend.supports_listen
-        self.poll_interval = poll_interval if poll_interval is not None else (1.0 if listen else 0.25)
+        self.poll_interval = (
+            poll_interval if poll_interval is not None else (1.0 if listen else 0.25)
+        )
         self.min_poll = min(0.005, self.poll_interval)
         leases = [t.lease_seconds for t in ledger.tasks() if t.queue in self.queues] or [60.0]
-        self.rescue_interval = rescue_interval if rescue_interval is not None else max(0.05, min(5.0, min(leases) / 2))
+        self.rescue_interval = (
+            rescue_interval if rescue_interval is not None else max(0.05, min(5.0, min(leases) / 2))
+        )
         self.grace_seconds = grace_seconds
         self.clock = clock
         self.stats = WorkerStats()
@@ -202,6 +210,17 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
         self._listener = None
+        self._observers: list[WorkerObserver] = list(ledger.observers)
+        self._services: list[WorkerService] = []
+
+    # -- observers -------------------------------------------------------------------------------
+
+    def _notify(self, event: str, *args: Any) -> None:
+        for observer in self._observers:
+            try:
+                getattr(observer, event)(self, *args)
+            except Exception:  # an observer must never break the worker
+                log.exception("observer %r failed in %s", observer, event)
 
     # -- control -----------------------------------------------------------------------------------
 
@@ -252,7 +271,17 @@ class Worker:
             lt = threading.Thread(target=self._listen_loop, name="jobledger-listener", daemon=True)
             lt.start()
             self._threads.append(lt)
-        log.info("worker %s started on queues %s (concurrency %d)", self.name, ",".join(self.queues), self.concurrency)
+        for factory in self.ledger.worker_services:
+            service = factory(self)
+            if service is not None:
+                service.start()
+                self._services.append(service)
+        log.info(
+            "worker %s started on queues %s (concurrency %d)",
+            self.name,
+            ",".join(self.queues),
+            self.concurrency,
+        )
 
     def _in_flight(self) -> int:
         with self._running_lock:
@@ -304,6 +333,8 @@ class Worker:
         if not jobs:
             return
         self.stats.add(claimed=len(jobs))
+        if self._observers:
+            self._notify("on_claim", jobs)
         with self._running_lock:
             holds = []
             for job in jobs:
@@ -321,11 +352,22 @@ class Worker:
             return
         if rescued:
             self.stats.add(rescued=len(rescued))
+            self._notify("on_rescue", rescued)
             for r in rescued:
                 log.warning(
                     "lease expired: job %d (%s/%s) attempt %d -> %s",
-                    r.job_id, r.queue, r.key, r.attempt, r.state.value,
-                    extra={"job_id": r.job_id, "key": r.key, "queue": r.queue, "attempt": r.attempt, "outcome": "lease_expired"},
+                    r.job_id,
+                    r.queue,
+                    r.key,
+                    r.attempt,
+                    r.state.value,
+                    extra={
+                        "job_id": r.job_id,
+                        "key": r.key,
+                        "queue": r.queue,
+                        "attempt": r.attempt,
+                        "outcome": "lease_expired",
+                    },
                 )
 
     def _listen_loop(self) -> None:
@@ -394,7 +436,9 @@ class Worker:
         with self._loop_lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="jobledger-async", daemon=True).start()
+                threading.Thread(
+                    target=loop.run_forever, name="jobledger-async", daemon=True
+                ).start()
                 self._loop = loop
         future = asyncio.run_coroutine_threadsafe(task.fn(ctx, **payload), self._loop)
         future.result()
@@ -425,7 +469,9 @@ class Worker:
         stale: set[int] = set()
         if done:
             stale.update(self.backend.job_complete([o.hold.lease for o in done], now))
-        results = self.backend.job_fail([o.failure for o in failed if o.failure], now) if failed else []
+        results = (
+            self.backend.job_fail([o.failure for o in failed if o.failure], now) if failed else []
+        )
         states = {r.job_id: r.state for r in results}
         for o in batch:
             job_id = o.hold.job.id
@@ -435,7 +481,9 @@ class Worker:
             elif not o.done and states.get(job_id) is not None:
                 state = states[job_id]
                 self.stats.add(**({"dead": 1} if state is JobState.DEAD else {"retried": 1}))
-                self._log_outcome(o.hold, "dead" if state is JobState.DEAD else "retry", o.duration, o.failure)
+                self._log_outcome(
+                    o.hold, "dead" if state is JobState.DEAD else "retry", o.duration, o.failure
+                )
             else:
                 self._lease_lost(o.hold, "complete" if o.done else "fail")
         fault_point("worker.after_finish")
@@ -445,9 +493,20 @@ class Worker:
         """Record a refused write in the job's history, count it, and say so."""
         hold.lost = True
         self.stats.add(lease_lost=1)
+        self._notify("on_lease_lost", hold.job, action)
         exc = LeaseLost(hold.job.id, hold.lease.token, action)
-        log.warning("%s", exc, extra={"job_id": hold.job.id, "key": hold.job.key, "queue": hold.job.queue, "attempt": hold.job.attempt, "outcome": "lease_lost"})
-        try:
+        log.warning(
+            "%s",
+            exc,
+            extra={
+                "job_id": hold.job.id,
+                "key": hold.job.key,
+                "queue": hold.job.queue,
+                "attempt": hold.job.attempt,
+                "outcome": "lease_lost",
+            },
+        )
+        with contextlib.suppress(BackendUnavailable):
             self.backend.event_record(
                 hold.job.id,
                 "lease_lost",
@@ -456,8 +515,6 @@ class Worker:
                 {"attempt": hold.job.attempt, "token": hold.lease.token, "action": action},
                 self._now(),
             )
-        except BackendUnavailable:
-            pass
 
     def _finished(self, holds: list[LeaseHold]) -> None:
         with self._running_lock:
@@ -466,8 +523,14 @@ class Worker:
                 self._running.pop(hold.job.id, None)
         self._slot_free.set()
 
-    def _log_outcome(self, hold: LeaseHold, outcome: str, duration: float, failure: Failure | None) -> None:
+    def _log_outcome(
+        self, hold: LeaseHold, outcome: str, duration: float, failure: Failure | None
+    ) -> None:
         job = hold.job
+        if self._observers:
+            self._notify(
+                "on_outcome", job, outcome, duration, failure.error_class if failure else None
+            )
         extra = {
             "job_id": job.id,
             "key": job.key,
@@ -481,11 +544,25 @@ class Worker:
             "worker": self.name,
         }
         if failure is None:
-            log.info("job %d %s/%s attempt %d: %s", job.id, job.queue, job.key, job.attempt, outcome, extra=extra)
+            log.info(
+                "job %d %s/%s attempt %d: %s",
+                job.id,
+                job.queue,
+                job.key,
+                job.attempt,
+                outcome,
+                extra=extra,
+            )
         else:
             log.warning(
                 "job %d %s/%s attempt %d: %s (%s: %s)",
-                job.id, job.queue, job.key, job.attempt, outcome, failure.error_class, failure.message,
+                job.id,
+                job.queue,
+                job.key,
+                job.attempt,
+                outcome,
+                failure.error_class,
+                failure.message,
                 extra=extra,
             )
 
@@ -509,7 +586,10 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         # Check six times per lease period, so a lease is renewed between 1/3 and 1/2 of it.
-        base = min([t.lease_seconds for t in self.ledger.tasks() if t.queue in self.queues] + [6.0]) / 6
+        base = (
+            min([t.lease_seconds for t in self.ledger.tasks() if t.queue in self.queues] + [6.0])
+            / 6
+        )
         tick = max(0.02, min(1.0, base))
         while not self._hard_stop.wait(tick):
             with self._running_lock:
@@ -517,7 +597,14 @@ class Worker:
             if holds:
                 tick = max(0.02, min(1.0, base, min(h.job.lease_seconds for h in holds) / 6))
             now = time.monotonic()
-            due = [h for h in holds if not h.lost and not h.finished and h.started and now - h.renewed_at >= h.job.lease_seconds / 3]
+            due = [
+                h
+                for h in holds
+                if not h.lost
+                and not h.finished
+                and h.started
+                and now - h.renewed_at >= h.job.lease_seconds / 3
+            ]
             if not due:
                 continue
             try:
@@ -530,6 +617,11 @@ class Worker:
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.grace_seconds
         self.ledger._unregister_wake(self._wake)
+        for service in reversed(self._services):
+            try:
+                service.stop()
+            except Exception:
+                log.exception("stopping %r failed", service)
         # Give back what was claimed but never started.
         unstarted = []
         with self._running_lock:
@@ -543,7 +635,11 @@ class Worker:
                 self.backend.job_release([h.lease for h in unstarted], self._now())
                 self.stats.add(released=len(unstarted))
             except BackendUnavailable as exc:
-                log.warning("could not release %d unstarted jobs (their leases will expire): %s", len(unstarted), exc)
+                log.warning(
+                    "could not release %d unstarted jobs (their leases will expire): %s",
+                    len(unstarted),
+                    exc,
+                )
             self._finished(unstarted)
         # Let running handlers finish within the grace period.
         while self._in_flight() and not self._hard_stop.is_set() and time.monotonic() < deadline:
@@ -551,7 +647,9 @@ class Worker:
             self._slot_free.clear()
         left = self._in_flight()
         if left:
-            log.warning("%d jobs still running at shutdown; their leases will expire and be rescued", left)
+            log.warning(
+                "%d jobs still running at shutdown; their leases will expire and be rescued", left
+            )
         self._completer.stop(deadline=max(deadline, time.monotonic() + 5.0))
         self._hard_stop.set()
         for _ in range(self.concurrency):

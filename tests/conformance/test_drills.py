@@ -24,9 +24,19 @@ def provider():
 
 def drill_worker(db_url, provider, *args, faults=None, lease=2.0):
     return worker_process(
-        "tests.apps.drill_app:ledger", db_url, "--concurrency", "1", "--batch-size", "1",
-        "--poll-interval", "0.05", "--rescue-interval", "0.1", *args,
-        faults=faults, env={"PROVIDER_URL": provider.url, "DRILL_LEASE_SECONDS": str(lease)},
+        "tests.apps.drill_app:ledger",
+        db_url,
+        "--concurrency",
+        "1",
+        "--batch-size",
+        "1",
+        "--poll-interval",
+        "0.05",
+        "--rescue-interval",
+        "0.1",
+        *args,
+        faults=faults,
+        env={"PROVIDER_URL": provider.url, "DRILL_LEASE_SECONDS": str(lease)},
     )
 
 
@@ -34,7 +44,11 @@ def run_until(ledger, db_url, provider, ids, lease=2.0):
     """Run a worker until every job in ``ids`` is finished, then stop it with SIGTERM."""
     proc = drill_worker(db_url, provider, lease=lease)
     try:
-        wait_until(lambda: all(ledger.job(i).state.is_final for i in ids), timeout=60, what="the jobs to finish")
+        wait_until(
+            lambda: all(ledger.job(i).state.is_final for i in ids),
+            timeout=60,
+            what="the jobs to finish",
+        )
     finally:
         proc.terminate()
     code, _, err = wait_exit(proc)
@@ -42,11 +56,15 @@ def run_until(ledger, db_url, provider, ids, lease=2.0):
 
 
 def enqueue_sends(ledger, count: int, lease: float = 2.0) -> list[int]:
-    ledger.task(lambda ctx, n: None, name="send", queue="drill", lease_seconds=lease, max_attempts=5)
+    ledger.task(
+        lambda ctx, n: None, name="send", queue="drill", lease_seconds=lease, max_attempts=5
+    )
     return [ledger.enqueue("send", {"n": n}, key=f"customer-{n}:2026-W33").id for n in range(count)]
 
 
-def test_drill2_killed_after_claim_is_reclaimed_only_after_the_lease_expires(ledger, db_url, provider):
+def test_drill2_killed_after_claim_is_reclaimed_only_after_the_lease_expires(
+    ledger, db_url, provider
+):
     [job_id] = enqueue_sends(ledger, 1)
     victim = drill_worker(db_url, provider, faults="worker.after_claim=kill")
     code, _, err = wait_exit(victim)

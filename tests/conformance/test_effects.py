@@ -11,19 +11,27 @@ from .conftest import T0, at
 
 def _make_table(ledger) -> None:
     with ledger.backend.transaction() as conn:
-        conn.execute(_sql(ledger, "CREATE TABLE holds (id integer PRIMARY KEY, released boolean NOT NULL)"))
+        conn.execute(
+            _sql(ledger, "CREATE TABLE holds (id integer PRIMARY KEY, released boolean NOT NULL)")
+        )
         conn.execute(_sql(ledger, "INSERT INTO holds (id, released) VALUES (1842, false)"))
 
 
 def _released(ledger) -> bool:
     with ledger.backend.transaction() as conn:
-        return bool(conn.execute(_sql(ledger, "SELECT released FROM holds WHERE id = 1842")).fetchone()[0])
+        return bool(
+            conn.execute(_sql(ledger, "SELECT released FROM holds WHERE id = 1842")).fetchone()[0]
+        )
 
 
 def _sql(ledger, text: str) -> str:
     """The test's SQL in the backend's dialect; on PostgreSQL the table lives in the test's schema."""
     if ledger.url.dialect == "postgres":
-        return text.replace("?", "%s").replace(" holds", f" {ledger.url.schema}.holds").replace(" jobledger_jobs", f" {ledger.url.schema}.jobledger_jobs")
+        return (
+            text.replace("?", "%s")
+            .replace(" holds", f" {ledger.url.schema}.holds")
+            .replace(" jobledger_jobs", f" {ledger.url.schema}.jobledger_jobs")
+        )
     return text
 
 
@@ -40,11 +48,16 @@ def test_transactional_completion_commits_both(ledger):
             conn.execute(_sql(ledger, "UPDATE holds SET released = true WHERE id = ?"), (hold_id,))
             ctx.record_effect("release", conn=conn)
 
-    job_id, _ = ledger.enqueue(release_hold, {"hold_id": 1842}, key="lease-expiry:property-1842:lease-77")
+    job_id, _ = ledger.enqueue(
+        release_hold, {"hold_id": 1842}, key="lease-expiry:property-1842:lease-77"
+    )
     stats = run_burst(ledger)
     assert stats.completed == 1
     assert _released(ledger) and ledger.job(job_id).state is JobState.DONE
-    assert ledger.backend.effect_get("holds", "lease-expiry:property-1842:lease-77", "release") is not None
+    assert (
+        ledger.backend.effect_get("holds", "lease-expiry:property-1842:lease-77", "release")
+        is not None
+    )
 
 
 def test_transactional_completion_rolled_back_with_the_handler(ledger):
@@ -93,7 +106,9 @@ def test_once_skips_an_effect_already_recorded(ledger):
     run_burst(ledger)  # attempt 1: sends, records, then fails
     assert ledger.job(job_id).state is JobState.PENDING
     with ledger.backend.transaction() as conn:  # make the retry due now
-        conn.execute(_sql(ledger, "UPDATE jobledger_jobs SET run_at = created_at WHERE id = ?"), (job_id,))
+        conn.execute(
+            _sql(ledger, "UPDATE jobledger_jobs SET run_at = created_at WHERE id = ?"), (job_id,)
+        )
     run_burst(ledger)  # attempt 2: effect already recorded → not sent again
     assert calls == ["4187:2026-W33:email"]
     assert ledger.job(job_id).state is JobState.DONE and ledger.job(job_id).attempts == 2

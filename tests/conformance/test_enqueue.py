@@ -30,7 +30,12 @@ def test_same_key_in_another_queue_is_another_job(ledger, tasks):
 
 
 def test_payload_order_does_not_matter(ledger, tasks):
-    first = ledger.enqueue(ledger.task(lambda ctx, a, b: None, name="pair", queue="q"), {"a": 1, "b": 2}, key="k2", now=T0)
+    first = ledger.enqueue(
+        ledger.task(lambda ctx, a, b: None, name="pair", queue="q"),
+        {"a": 1, "b": 2},
+        key="k2",
+        now=T0,
+    )
     again = ledger.enqueue("pair", {"b": 2, "a": 1}, key="k2", now=T0)
     assert first.id == again.id and not again.created
 
@@ -52,7 +57,11 @@ def test_same_key_other_task_is_a_conflict(ledger, tasks):
 
 def test_batch_with_a_conflict_writes_nothing(ledger, tasks):
     enqueue(ledger, 1)
-    batch = [JobSpec({"n": 10}, key="k10"), JobSpec({"n": 99}, key="k1"), JobSpec({"n": 11}, key="k11")]
+    batch = [
+        JobSpec({"n": 10}, key="k10"),
+        JobSpec({"n": 99}, key="k1"),
+        JobSpec({"n": 11}, key="k11"),
+    ]
     with pytest.raises(KeyConflict):
         ledger.enqueue_many("work", batch, now=T0)
     assert [j.key for j in ledger.jobs()] == ["k1"]
@@ -60,17 +69,29 @@ def test_batch_with_a_conflict_writes_nothing(ledger, tasks):
 
 def test_batch_report_mode_writes_the_others(ledger, tasks):
     enqueue(ledger, 1)
-    batch = [{"payload": {"n": 10}, "key": "k10"}, {"payload": {"n": 99}, "key": "k1"}, {"payload": {"n": 1}, "key": "k1"}]
+    batch = [
+        {"payload": {"n": 10}, "key": "k10"},
+        {"payload": {"n": 99}, "key": "k1"},
+        {"payload": {"n": 1}, "key": "k1"},
+    ]
     results = ledger.enqueue_many("work", batch, on_conflict="report", now=T0)
-    assert [(r.created, r.conflict) for r in results] == [(True, False), (False, True), (False, False)]
+    assert [(r.created, r.conflict) for r in results] == [
+        (True, False),
+        (False, True),
+        (False, False),
+    ]
     assert sorted(j.key for j in ledger.jobs()) == ["k1", "k10"]
 
 
 def test_duplicate_keys_within_one_batch(ledger, tasks):
-    results = ledger.enqueue_many("work", [JobSpec({"n": 1}, key="a"), JobSpec({"n": 1}, key="a")], now=T0)
+    results = ledger.enqueue_many(
+        "work", [JobSpec({"n": 1}, key="a"), JobSpec({"n": 1}, key="a")], now=T0
+    )
     assert results[0].created and not results[1].created and results[0].id == results[1].id
     with pytest.raises(KeyConflict):
-        ledger.enqueue_many("work", [JobSpec({"n": 1}, key="b"), JobSpec({"n": 2}, key="b")], now=T0)
+        ledger.enqueue_many(
+            "work", [JobSpec({"n": 1}, key="b"), JobSpec({"n": 2}, key="b")], now=T0
+        )
     assert ledger.jobs(JobFilter(key_prefix="b")) == []
 
 
@@ -93,7 +114,9 @@ def test_bad_payloads_are_refused_clearly(ledger, tasks, payload, message):
 def test_payload_of_exactly_256_kib_is_accepted(ledger):
     ledger.task(lambda ctx, blob: None, name="big", queue="q")
     overhead = len('{"blob":""}')
-    job_id, created = ledger.enqueue("big", {"blob": "x" * (256 * 1024 - overhead)}, key="big", now=T0)
+    job_id, created = ledger.enqueue(
+        "big", {"blob": "x" * (256 * 1024 - overhead)}, key="big", now=T0
+    )
     assert created and len(ledger.job(job_id).payload["blob"]) == 256 * 1024 - overhead
 
 
@@ -114,7 +137,9 @@ def test_a_key_is_required(ledger, tasks):
 
 
 def test_key_rule_derives_the_key(ledger):
-    digest = ledger.task(lambda ctx, customer_id, week: None, name="digest", queue="q", key="{customer_id}:{week}")
+    digest = ledger.task(
+        lambda ctx, customer_id, week: None, name="digest", queue="q", key="{customer_id}:{week}"
+    )
     job_id, _ = digest.enqueue({"customer_id": 4187, "week": "2026-W33"}, now=T0)
     assert ledger.job(job_id).key == "4187:2026-W33"
 
@@ -122,7 +147,12 @@ def test_key_rule_derives_the_key(ledger):
 def test_unregistered_task_by_name(ledger):
     job_id, created = ledger.enqueue("elsewhere.task", {"x": 1}, key="k", queue="remote", now=T0)
     job = ledger.job(job_id)
-    assert created and job.task == "elsewhere.task" and job.queue == "remote" and job.max_attempts == 10
+    assert (
+        created
+        and job.task == "elsewhere.task"
+        and job.queue == "remote"
+        and job.max_attempts == 10
+    )
 
 
 def test_delay_and_run_at(ledger, tasks):
@@ -139,9 +169,13 @@ def test_delay_and_run_at(ledger, tasks):
 
 def test_higher_priority_first_then_oldest_run_at(ledger, tasks):
     low_old = ledger.enqueue("work", {"n": 1}, key="low-old", run_at=at(-20), now=T0).id
-    high_new = ledger.enqueue("work", {"n": 2}, key="high-new", run_at=at(-1), priority=5, now=T0).id
+    high_new = ledger.enqueue(
+        "work", {"n": 2}, key="high-new", run_at=at(-1), priority=5, now=T0
+    ).id
     low_new = ledger.enqueue("work", {"n": 3}, key="low-new", run_at=at(-10), now=T0).id
-    high_old = ledger.enqueue("work", {"n": 4}, key="high-old", run_at=at(-5), priority=5, now=T0).id
+    high_old = ledger.enqueue(
+        "work", {"n": 4}, key="high-old", run_at=at(-5), priority=5, now=T0
+    ).id
     order = [j.id for j in ledger.backend.job_claim(["q"], "w", 10, now=T0)]
     assert order == [high_old, high_new, low_old, low_new]
 

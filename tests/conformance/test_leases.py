@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from jobledger import JobState, LeaseLost
 from jobledger.backends import Failure, Lease
 from jobledger.types import AttemptOutcome
-
-import pytest
 
 from .conftest import T0, at, enqueue, lease_of
 
@@ -18,10 +18,24 @@ def test_claim_leases_with_a_new_token_and_opens_an_attempt(ledger, tasks):
     [job] = ledger.backend.job_claim(["q"], "worker-a", 10, now=T0)
     assert (job.id, job.attempt, job.lease_until) == (job_id, 1, at(30))
     row = ledger.job(job_id)
-    assert row.state is JobState.LEASED and row.leased_by == "worker-a" and row.lease_token == job.lease_token
+    assert (
+        row.state is JobState.LEASED
+        and row.leased_by == "worker-a"
+        and row.lease_token == job.lease_token
+    )
     [attempt] = ledger.backend.attempt_list(job_id)
-    assert (attempt.attempt, attempt.worker, attempt.lease_token, attempt.started_at, attempt.outcome) == (
-        1, "worker-a", job.lease_token, T0, None,
+    assert (
+        attempt.attempt,
+        attempt.worker,
+        attempt.lease_token,
+        attempt.started_at,
+        attempt.outcome,
+    ) == (
+        1,
+        "worker-a",
+        job.lease_token,
+        T0,
+        None,
     )
 
 
@@ -46,7 +60,9 @@ def test_every_claim_gets_a_new_token(ledger, tasks):
     for i in range(3):
         [job] = ledger.backend.job_claim(["q"], "a", 1, now=at(i * 100))
         tokens.add(job.lease_token)
-        ledger.backend.job_fail([Failure(lease_of(job), True, at(i * 100), "E", "again")], now=at(i * 100))
+        ledger.backend.job_fail(
+            [Failure(lease_of(job), True, at(i * 100), "E", "again")], now=at(i * 100)
+        )
     assert len(tokens) == 3
     assert {a.lease_token for a in ledger.backend.attempt_list(job_id)} == tokens
 
@@ -99,7 +115,10 @@ def test_stale_complete_changes_nothing(ledger, tasks):
     before = ledger.job(old.id)
     assert ledger.backend.job_complete([lease_of(old)], now=at(33)) == [old.id]
     assert ledger.job(old.id) == before
-    assert [a.outcome for a in ledger.backend.attempt_list(old.id)] == [AttemptOutcome.LEASE_EXPIRED, None]
+    assert [a.outcome for a in ledger.backend.attempt_list(old.id)] == [
+        AttemptOutcome.LEASE_EXPIRED,
+        None,
+    ]
     # The current holder still completes.
     assert ledger.backend.job_complete([lease_of(new)], now=at(34)) == []
 
@@ -107,7 +126,9 @@ def test_stale_complete_changes_nothing(ledger, tasks):
 def test_stale_fail_changes_nothing(ledger, tasks):
     old, _new = _expire_and_reclaim(ledger)
     before = ledger.job(old.id)
-    [result] = ledger.backend.job_fail([Failure(lease_of(old), False, None, "E", "late")], now=at(33))
+    [result] = ledger.backend.job_fail(
+        [Failure(lease_of(old), False, None, "E", "late")], now=at(33)
+    )
     assert result.state is None
     assert ledger.job(old.id) == before
 
@@ -129,7 +150,11 @@ def test_stale_effect_record_raises_lease_lost(ledger, tasks):
 
 def test_wrong_token_on_a_pending_or_done_job_changes_nothing(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    forged = Lease(job_id, "0" * 32 if ledger.url.dialect == "sqlite" else "00000000-0000-0000-0000-000000000000", 1)
+    forged = Lease(
+        job_id,
+        "0" * 32 if ledger.url.dialect == "sqlite" else "00000000-0000-0000-0000-000000000000",
+        1,
+    )
     assert ledger.backend.job_complete([forged], now=T0) == [job_id]
     assert ledger.job(job_id).state is JobState.PENDING
     [job] = ledger.backend.job_claim(["q"], "a", 1, now=T0)
@@ -149,11 +174,17 @@ def test_rescue_only_touches_expired_leases(ledger, tasks):
     a, b = enqueue(ledger, 1), enqueue(ledger, 2)
     [ja] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
     [jb] = ledger.backend.job_claim(["q"], "w", 1, now=at(20))
-    assert [r.job_id for r in ledger.backend.job_rescue(now=at(30))] == []  # at lease_until: not yet past
+    assert [
+        r.job_id for r in ledger.backend.job_rescue(now=at(30))
+    ] == []  # at lease_until: not yet past
     assert [r.job_id for r in ledger.backend.job_rescue(now=at(31))] == [ja.id]
     assert ledger.job(jb.id).state is JobState.LEASED
     row = ledger.job(ja.id)
-    assert row.state is JobState.PENDING and row.run_at == at(31) and row.last_error_class == "LeaseExpired"
+    assert (
+        row.state is JobState.PENDING
+        and row.run_at == at(31)
+        and row.last_error_class == "LeaseExpired"
+    )
     assert {a, b} == {ja.id, jb.id}
 
 
@@ -172,8 +203,12 @@ def test_lease_expiries_count_as_attempts_and_a_poison_pill_dies(ledger, tasks):
         [rescued] = ledger.backend.job_rescue(now=at(i * 100 + 31))
     assert rescued.state is JobState.DEAD
     row = ledger.job(job_id)
-    assert row.state is JobState.DEAD and row.attempts == 3 and row.last_error_class == "LeaseExpired"
-    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [AttemptOutcome.LEASE_EXPIRED] * 3
+    assert (
+        row.state is JobState.DEAD and row.attempts == 3 and row.last_error_class == "LeaseExpired"
+    )
+    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [
+        AttemptOutcome.LEASE_EXPIRED
+    ] * 3
     assert ledger.backend.job_claim(["q"], "w", 1, now=at(1000)) == []
 
 

@@ -19,12 +19,24 @@ def make_dead(ledger, n: int, message: str = "HTTP 400: bad request", now=T0) ->
 
 def test_redrive_gives_a_fresh_budget_and_keeps_history(ledger, tasks):
     job_id = make_dead(ledger, 1)
-    result = ledger.redrive(ids=[job_id], actor="ana", reason="provider fixed the template", now=at(60))
+    result = ledger.redrive(
+        ids=[job_id], actor="ana", reason="provider fixed the template", now=at(60)
+    )
     assert result.ids == [job_id] and not result.dry_run
     row = ledger.job(job_id)
-    assert row.state is JobState.PENDING and row.run_at == at(60) and row.attempts == 1 and row.budget_left == 3
+    assert (
+        row.state is JobState.PENDING
+        and row.run_at == at(60)
+        and row.attempts == 1
+        and row.budget_left == 3
+    )
     [event] = ledger.backend.event_list(job_id)
-    assert (event.kind, event.actor, event.note, event.at) == ("redrive", "ana", "provider fixed the template", at(60))
+    assert (event.kind, event.actor, event.note, event.at) == (
+        "redrive",
+        "ana",
+        "provider fixed the template",
+        at(60),
+    )
     [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(60))
     assert job.attempt == 2 and len(ledger.backend.attempt_list(job_id)) == 2
 
@@ -33,7 +45,9 @@ def test_redrive_filters_and_dry_run(ledger, tasks):
     a = make_dead(ledger, 1, "HTTP 400: template missing")
     b = make_dead(ledger, 2, "HTTP 401: bad credentials")
     enqueue(ledger, 3)  # pending: never redriven
-    preview = ledger.redrive(where=JobFilter(queue="q", error_contains="template"), actor="ana", reason="r", dry_run=True)
+    preview = ledger.redrive(
+        where=JobFilter(queue="q", error_contains="template"), actor="ana", reason="r", dry_run=True
+    )
     assert preview.ids == [a] and preview.dry_run
     assert ledger.job(a).state is JobState.DEAD  # dry run moved nothing
     everything = ledger.redrive(where=JobFilter(queue="q"), actor="ana", reason="r", now=at(5))
@@ -43,7 +57,14 @@ def test_redrive_filters_and_dry_run(ledger, tasks):
 def test_redrive_with_a_rate_reports_progress(ledger, tasks):
     ids = [make_dead(ledger, n) for n in range(6)]
     progress = []
-    result = ledger.redrive(ids=ids, actor="ana", reason="r", rate=1000, batch=2, progress=lambda done, total: progress.append((done, total)))
+    result = ledger.redrive(
+        ids=ids,
+        actor="ana",
+        reason="r",
+        rate=1000,
+        batch=2,
+        progress=lambda done, total: progress.append((done, total)),
+    )
     assert result.ids == ids and progress[-1] == (6, 6) and len(progress) >= 3
 
 
@@ -61,10 +82,16 @@ def test_redrive_needs_actor_and_reason(ledger, tasks):
 
 def test_resolve_dead_to_done_with_a_note(ledger, tasks):
     job_id = make_dead(ledger, 1)
-    row = ledger.resolve(job_id, actor="ana", note="checked the provider: message was delivered", now=at(9))
+    row = ledger.resolve(
+        job_id, actor="ana", note="checked the provider: message was delivered", now=at(9)
+    )
     assert row.state is JobState.DONE and row.finished_at == at(9)
     [event] = ledger.backend.event_list(job_id)
-    assert (event.kind, event.note, event.detail) == ("resolve", "checked the provider: message was delivered", {"state": "done"})
+    assert (event.kind, event.note, event.detail) == (
+        "resolve",
+        "checked the provider: message was delivered",
+        {"state": "done"},
+    )
 
 
 def test_resolve_by_key_to_pending(ledger, tasks):
@@ -92,7 +119,9 @@ def test_cancel_pending_only(ledger, tasks):
         ledger.cancel(job_id, actor="ana", reason="again")
     assert [e.kind for e in ledger.backend.event_list(job_id)] == ["cancel"]
     # A mistaken cancel can be undone by a redrive.
-    assert ledger.redrive(ids=[job_id], where=JobFilter(states=(JobState.CANCELLED,)), actor="ana", reason="undo").ids == [job_id]
+    assert ledger.redrive(
+        ids=[job_id], where=JobFilter(states=(JobState.CANCELLED,)), actor="ana", reason="undo"
+    ).ids == [job_id]
 
 
 def test_unknown_job(ledger, tasks):
@@ -110,6 +139,11 @@ def test_history_shows_attempts_events_and_effects(ledger, tasks):
     ledger.backend.job_complete([lease_of(job)], now=at(4))
     history = ledger.history(job_id)
     assert history.job.state is JobState.DONE
-    assert [(a.attempt, a.worker, a.outcome.value) for a in history.attempts] == [(1, "w", "dead"), (2, "w2", "done")]
+    assert [(a.attempt, a.worker, a.outcome.value) for a in history.attempts] == [
+        (1, "w", "dead"),
+        (2, "w2", "done"),
+    ]
     assert [e.kind for e in history.events] == ["redrive"]
-    assert [(e["effect"], e["attempt"], e["detail"]) for e in history.effects] == [("email", 2, {"message_id": "m1"})]
+    assert [(e["effect"], e["attempt"], e["detail"]) for e in history.effects] == [
+        ("email", 2, {"message_id": "m1"})
+    ]

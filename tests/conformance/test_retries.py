@@ -16,14 +16,24 @@ from .conftest import T0, at, enqueue, lease_of
 def test_transient_failure_goes_back_to_pending_at_its_run_time(ledger, tasks):
     job_id = enqueue(ledger, 1)
     [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    [result] = ledger.backend.job_fail([Failure(lease_of(job), True, at(10), "TimeoutError", "slow", "Traceback…")], now=at(1))
+    [result] = ledger.backend.job_fail(
+        [Failure(lease_of(job), True, at(10), "TimeoutError", "slow", "Traceback…")], now=at(1)
+    )
     assert result.state is JobState.PENDING
     row = ledger.job(job_id)
     assert (row.state, row.run_at, row.last_error, row.last_error_class, row.last_traceback) == (
-        JobState.PENDING, at(10), "slow", "TimeoutError", "Traceback…",
+        JobState.PENDING,
+        at(10),
+        "slow",
+        "TimeoutError",
+        "Traceback…",
     )
     [attempt] = ledger.backend.attempt_list(job_id)
-    assert (attempt.outcome, attempt.error_class, attempt.error_message) == (AttemptOutcome.RETRY, "TimeoutError", "slow")
+    assert (attempt.outcome, attempt.error_class, attempt.error_message) == (
+        AttemptOutcome.RETRY,
+        "TimeoutError",
+        "slow",
+    )
     assert ledger.backend.job_claim(["q"], "w", 1, now=at(9)) == []
     assert len(ledger.backend.job_claim(["q"], "w", 1, now=at(10))) == 1
 
@@ -31,7 +41,9 @@ def test_transient_failure_goes_back_to_pending_at_its_run_time(ledger, tasks):
 def test_permanent_failure_is_dead_at_once(ledger, tasks):
     job_id = enqueue(ledger, 1)
     [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    [result] = ledger.backend.job_fail([Failure(lease_of(job), False, None, "Permanent", "bad address")], now=at(1))
+    [result] = ledger.backend.job_fail(
+        [Failure(lease_of(job), False, None, "Permanent", "bad address")], now=at(1)
+    )
     assert result.state is JobState.DEAD
     row = ledger.job(job_id)
     assert row.state is JobState.DEAD and row.finished_at == at(1) and row.budget_left == 2
@@ -42,17 +54,25 @@ def test_spent_budget_is_dead(ledger, tasks):
     states = []
     for i in range(3):
         [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(i))
-        [result] = ledger.backend.job_fail([Failure(lease_of(job), True, at(i), "E", f"fail {i}")], now=at(i))
+        [result] = ledger.backend.job_fail(
+            [Failure(lease_of(job), True, at(i), "E", f"fail {i}")], now=at(i)
+        )
         states.append(result.state)
     assert states == [JobState.PENDING, JobState.PENDING, JobState.DEAD]
-    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [AttemptOutcome.RETRY, AttemptOutcome.RETRY, AttemptOutcome.DEAD]
+    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [
+        AttemptOutcome.RETRY,
+        AttemptOutcome.RETRY,
+        AttemptOutcome.DEAD,
+    ]
 
 
 # -- through the worker, with an explicit clock ----------------------------------------------------
 
 
 def run_burst(ledger, now, **options):
-    return ledger.run_worker(["w"], concurrency=2, burst=True, clock=lambda: now, handle_signals=False, **options)
+    return ledger.run_worker(
+        ["w"], concurrency=2, burst=True, clock=lambda: now, handle_signals=False, **options
+    )
 
 
 def test_worker_records_each_outcome(ledger):
@@ -72,12 +92,19 @@ def test_worker_records_each_outcome(ledger):
         ledger.enqueue(flaky, {"mode": mode}, key=mode, now=T0)
     stats = run_burst(ledger, T0)
     assert (stats.completed, stats.retried, stats.dead) == (1, 2, 1)
-    ok, transient, permanent, later = (ledger.job_by_key(k) for k in ("ok", "transient", "permanent", "retry-later"))
+    ok, transient, permanent, later = (
+        ledger.job_by_key(k) for k in ("ok", "transient", "permanent", "retry-later")
+    )
     assert ok.state is JobState.DONE
     assert transient.state is JobState.PENDING and transient.last_error_class == "ConnectionError"
-    assert T0 <= transient.run_at <= T0 + timedelta(seconds=2)  # backoff ceiling after attempt 1 is 2 s
+    assert (
+        T0 <= transient.run_at <= T0 + timedelta(seconds=2)
+    )  # backoff ceiling after attempt 1 is 2 s
     assert "ConnectionError: provider unreachable" in transient.last_traceback
-    assert permanent.state is JobState.DEAD and permanent.last_error == "customer has no e-mail address"
+    assert (
+        permanent.state is JobState.DEAD
+        and permanent.last_error == "customer has no e-mail address"
+    )
     assert later.state is JobState.PENDING and later.run_at == T0 + timedelta(seconds=120)
 
 

@@ -29,7 +29,10 @@ def test_long_handler_keeps_its_lease_by_renewal(ledger):
     try:
         wait_until(lambda: ledger.job(job_id).state is JobState.LEASED, what="claim")
         first_until = ledger.job(job_id).lease_until
-        wait_until(lambda: ledger.job(job_id).lease_until > first_until + timedelta(seconds=0.3), what="a renewal")
+        wait_until(
+            lambda: ledger.job(job_id).lease_until > first_until + timedelta(seconds=0.3),
+            what="a renewal",
+        )
         release.set()
         wait_until(lambda: ledger.job(job_id).state is JobState.DONE, what="completion")
     finally:
@@ -73,10 +76,17 @@ def test_a_late_completion_is_refused_counted_and_recorded(ledger, db_url):
         t.join(10)
     assert isinstance(seen["heartbeat"], LeaseLost)
     row = ledger.job(job_id)
-    assert row.state is JobState.LEASED and row.lease_token == taken.lease_token and row.leased_by == "other-host"
+    assert (
+        row.state is JobState.LEASED
+        and row.lease_token == taken.lease_token
+        and row.leased_by == "other-host"
+    )
     events = ledger.backend.event_list(job_id)
     assert {e.detail["action"] for e in events} == {"heartbeat", "fail"}
-    assert all(e.kind == "lease_lost" and e.actor == worker.name and e.detail["attempt"] == 1 for e in events)
+    assert all(
+        e.kind == "lease_lost" and e.actor == worker.name and e.detail["attempt"] == 1
+        for e in events
+    )
     other.close()
 
 
@@ -98,7 +108,14 @@ def test_sigterm_stops_claiming_and_finishes_running_jobs(ledger, db_url, tmp_pa
     ledger.task(lambda ctx, n: None, name="noop", queue="drill")
     blocking, _ = ledger.enqueue("send", {"n": 0}, key="blocking", priority=10)
     proc = worker_process(
-        "tests.apps.lifecycle_app:ledger", db_url, "--concurrency", "2", "--poll-interval", "0.05", "--grace", "30",
+        "tests.apps.lifecycle_app:ledger",
+        db_url,
+        "--concurrency",
+        "2",
+        "--poll-interval",
+        "0.05",
+        "--grace",
+        "30",
         env={"LIFECYCLE_STARTED": str(started), "LIFECYCLE_GO": str(go)},
     )
     try:
@@ -107,7 +124,10 @@ def test_sigterm_stops_claiming_and_finishes_running_jobs(ledger, db_url, tmp_pa
         proc.send_signal(signal.SIGTERM)
         # Give the worker time to claim the later jobs if it (wrongly) still claims.
         due = ledger.job(later[-1]).run_at
-        wait_until(lambda: datetime.now(UTC) > due + timedelta(seconds=0.5), what="the later jobs to be due")
+        wait_until(
+            lambda: datetime.now(UTC) > due + timedelta(seconds=0.5),
+            what="the later jobs to be due",
+        )
         go.touch()
         code, _out, err = wait_exit(proc, 30)
     finally:
@@ -129,8 +149,13 @@ def test_postgres_notify_wakes_an_idle_worker(ledger, db_url):
     t = threading.Thread(target=worker.run)
     t.start()
     try:
-        wait_until(lambda: worker._in_flight() == 0 and worker.stats.claimed == 0 and t.is_alive(), what="worker up")
-        time.sleep(0.3)  # let it reach its idle wait (not an assertion: the wait below is the check)
+        wait_until(
+            lambda: worker._in_flight() == 0 and worker.stats.claimed == 0 and t.is_alive(),
+            what="worker up",
+        )
+        time.sleep(
+            0.3
+        )  # let it reach its idle wait (not an assertion: the wait below is the check)
         producer = Ledger(db_url) if ledger.url.dialect == "postgres" else ledger
         producer.enqueue("ping", {}, key="ping", queue="w")
         assert done.wait(10), "the worker slept through the enqueue (poll interval is 60 s)"
@@ -144,8 +169,16 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
     ledger.task(lambda ctx, n: None, name="noop", queue="drill")
     ledger.enqueue_many("noop", [{"payload": {"n": n}, "key": f"n{n}"} for n in range(2000)])
     procs = [
-        worker_process("tests.apps.drill_app:ledger", db_url, "--burst", "--concurrency", "2", "--batch-size", "10",
-                       env={"DRILL_START_BARRIER": str(barrier)})
+        worker_process(
+            "tests.apps.drill_app:ledger",
+            db_url,
+            "--burst",
+            "--concurrency",
+            "2",
+            "--batch-size",
+            "10",
+            env={"DRILL_START_BARRIER": str(barrier)},
+        )
         for _ in range(2)
     ]
     time.sleep(0.5)  # both interpreters importing; the barrier below releases them together
@@ -155,7 +188,9 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
         code, _out, err = wait_exit(proc, 120)
         assert code == 0, err
         claimed.append(int(re.search(r"claimed (\d+)", err).group(1)))
-    print(f"\n{ledger.url.dialect}: two worker processes claimed {claimed[0]} and {claimed[1]} of 2000 jobs")
+    print(
+        f"\n{ledger.url.dialect}: two worker processes claimed {claimed[0]} and {claimed[1]} of 2000 jobs"
+    )
     assert sum(claimed) == 2000 and min(claimed) > 0
     jobs = ledger.jobs()
     assert all(j.state is JobState.DONE and j.attempts == 1 for j in jobs)

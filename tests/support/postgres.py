@@ -60,7 +60,9 @@ class PostgresServer:
             return LOCAL_URL
         import pgserver  # started only when no server answers
 
-        self._pgserver = pgserver.get_server(tempfile.mkdtemp(prefix="jobledger-pg-"), cleanup_mode="stop")
+        self._pgserver = pgserver.get_server(
+            tempfile.mkdtemp(prefix="jobledger-pg-"), cleanup_mode="stop"
+        )
         self.source = "pgserver"
         return self._pgserver.get_uri()
 

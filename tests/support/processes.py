@@ -47,11 +47,18 @@ def wait_exit(proc: subprocess.Popen[str], timeout: float = 60.0) -> tuple[int, 
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"process did not exit within {timeout} s\nstdout:\n{out}\nstderr:\n{err}") from None
+        raise AssertionError(
+            f"process did not exit within {timeout} s\nstdout:\n{out}\nstderr:\n{err}"
+        ) from None
     return proc.returncode, out, err
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.02, what: str = "condition") -> T:
+def wait_until(
+    predicate: Callable[[], T],
+    timeout: float = 30.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> T:
     """Poll ``predicate`` until it returns something truthy, or fail at the deadline."""
     deadline = time.monotonic() + timeout
     while True:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Backend, Failure, FailResult, JobFilter, Lease, NewJob, QueueStats, RescueResult
+from .base import Backend, FailResult, Failure, JobFilter, Lease, NewJob, QueueStats, RescueResult
 from .url import DEFAULT_URL, DatabaseURL, redact
 
 __all__ = [

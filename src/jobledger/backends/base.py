@@ -156,6 +156,10 @@ class Backend(Protocol):
         """The highest migration applied, 0 for an empty database."""
         ...
 
+    def applied_migrations(self) -> set[int]:
+        """The versions of the migrations applied to this database."""
+        ...
+
     def check_schema(self) -> None:
         """Raise ``SchemaMismatch`` unless the schema is exactly the one this code knows."""
         ...
@@ -219,7 +223,9 @@ class Backend(Protocol):
         With ``conn`` the completion joins that open transaction."""
         ...
 
-    def job_fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
+    def job_fail(
+        self, failures: Sequence[Failure], now: datetime | None = None
+    ) -> list[FailResult]:
         """Record failed attempts: pending again (retry, budget left) or dead."""
         ...
 

@@ -85,9 +85,7 @@ def filter_sql(
         params["f_prefix"] = where.key_prefix
     if where.error_contains:
         clauses.append(f"last_error {like} {param('f_error')} ESCAPE '\\'")
-        escaped = (
-            where.error_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        )
+        escaped = where.error_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         params["f_error"] = f"%{escaped}%"
     if where.since is not None:
         clauses.append(f"updated_at >= {param('f_since')}")

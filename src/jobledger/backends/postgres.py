@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +28,7 @@ from .base import (
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
-from .sqlfiles import migrations, queries
+from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
 
 __all__ = ["PostgresBackend"]
@@ -87,7 +87,9 @@ class PostgresBackend:
     # -- connections ---------------------------------------------------------------------------
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailable:
-        return BackendUnavailable(f"PostgreSQL at {self.url.redacted} is unavailable: {_first_line(exc)}")
+        return BackendUnavailable(
+            f"PostgreSQL at {self.url.redacted} is unavailable: {_first_line(exc)}"
+        )
 
     def _probe(self) -> None:
         """Connect once up front so that a wrong URL fails now, with a clear message."""
@@ -129,7 +131,10 @@ class PostgresBackend:
                 raise TypeError(
                     f"conn must be a psycopg Connection for {self.url.redacted}, got {type(conn)!r}"
                 )
-            if not conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            if (
+                not conn.autocommit
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
                 # Start the caller's transaction, so that ours is a savepoint inside it rather
                 # than a transaction of its own that would commit on the caller's behalf.
                 conn.execute("SELECT 1")
@@ -141,7 +146,9 @@ class PostgresBackend:
         with self._tx() as conn:
             yield conn
 
-    def _run(self, name: str, params: dict[str, Any], conn: Any = None, **literals: Any) -> list[Any]:
+    def _run(
+        self, name: str, params: dict[str, Any], conn: Any = None, **literals: Any
+    ) -> list[Any]:
         text = self._sql[name]
         for lit, value in literals.items():
             text = text.replace("{" + lit + "}", str(int(value)))
@@ -161,7 +168,9 @@ class PostgresBackend:
         applied_now: list[str] = []
         schema = pgsql.Identifier(self.schema)
         try:
-            with psycopg.connect(self.url.conninfo, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as conn:
+            with psycopg.connect(
+                self.url.conninfo, autocommit=True, connect_timeout=_CONNECT_TIMEOUT
+            ) as conn:
                 conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"jobledger:{self.schema}",))
                 try:
                     conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
@@ -192,7 +201,9 @@ class PostgresBackend:
                             )
                         applied_now.append(migration.label)
                 finally:
-                    conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (f"jobledger:{self.schema}",))
+                    conn.execute(
+                        "SELECT pg_advisory_unlock(hashtext(%s))", (f"jobledger:{self.schema}",)
+                    )
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from None
         return applied_now
@@ -211,24 +222,23 @@ class PostgresBackend:
             cur = c.execute(text.encode(), params)
             return cur.fetchall() if cur.description else []
 
+    def applied_migrations(self) -> set[int]:
+        try:
+            return {
+                int(r[0])
+                for r in self._run_raw(f"SELECT version FROM {self._tables['migrations']}", {})
+            }
+        except SchemaMismatch:
+            return set()
+
     def check_schema(self) -> None:
-        known = len(migrations("postgres"))
-        found = self.schema_version()
-        if found == 0:
-            raise SchemaMismatch(
-                f"PostgreSQL at {self.url.redacted} has no jobledger schema {self.schema!r}; "
-                "run `jobledger migrate`"
-            )
-        if found > known:
-            raise SchemaMismatch(
-                f"PostgreSQL at {self.url.redacted} was migrated to version {found} by a newer "
-                f"jobledger; this one knows up to {known}. Upgrade jobledger."
-            )
-        if found < known:
-            raise SchemaMismatch(
-                f"PostgreSQL at {self.url.redacted} is at schema version {found}, this jobledger "
-                f"needs {known}; run `jobledger migrate`"
-            )
+        problem = schema_problem(
+            "postgres",
+            self.applied_migrations(),
+            f"PostgreSQL at {self.url.redacted} (schema {self.schema!r})",
+        )
+        if problem:
+            raise SchemaMismatch(problem)
 
     # -- wake-ups --------------------------------------------------------------------------------
 
@@ -316,7 +326,10 @@ class PostgresBackend:
 
     @staticmethod
     def _lease_params(leases: Sequence[Lease]) -> dict[str, Any]:
-        return {"ids": [l.job_id for l in leases], "tokens": [l.token for l in leases]}
+        return {
+            "ids": [lease.job_id for lease in leases],
+            "tokens": [lease.token for lease in leases],
+        }
 
     def job_heartbeat(
         self,
@@ -336,9 +349,11 @@ class PostgresBackend:
             return []
         rows = self._run("job_complete", self._lease_params(leases) | {"now": now}, conn=conn)
         done = {r[0] for r in rows}
-        return [l.job_id for l in leases if l.job_id not in done]
+        return [lease.job_id for lease in leases if lease.job_id not in done]
 
-    def job_fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
+    def job_fail(
+        self, failures: Sequence[Failure], now: datetime | None = None
+    ) -> list[FailResult]:
         if not failures:
             return []
         params = {
@@ -359,7 +374,7 @@ class PostgresBackend:
             return []
         rows = self._run("job_release", self._lease_params(leases) | {"now": now})
         released = {r[0] for r in rows}
-        return [l.job_id for l in leases if l.job_id not in released]
+        return [lease.job_id for lease in leases if lease.job_id not in released]
 
     def job_rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
         rows = self._run("job_rescue", {"now": now}, limit=limit)
@@ -367,7 +382,9 @@ class PostgresBackend:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def _jobs_where(self, clause: str, params: dict[str, Any], order: str = "id", limit: int | None = None) -> list[JobRow]:
+    def _jobs_where(
+        self, clause: str, params: dict[str, Any], order: str = "id", limit: int | None = None
+    ) -> list[JobRow]:
         text = f"SELECT {JOB_COLUMNS} FROM {self._tables['jobs']} WHERE {clause} ORDER BY {ORDERS[order]}"
         if limit is not None:
             text += f" LIMIT {int(limit)}"
@@ -415,7 +432,9 @@ class PostgresBackend:
             for r in self._run("event_list", {"job_id": job_id})
         ]
 
-    def queue_stats(self, now: datetime | None = None, late_after_seconds: float = 300.0) -> list[QueueStats]:
+    def queue_stats(
+        self, now: datetime | None = None, late_after_seconds: float = 300.0
+    ) -> list[QueueStats]:
         with self._tx() as c:
             clock = now or c.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
             params = {"now": clock, "late_after": float(late_after_seconds)}
@@ -434,7 +453,9 @@ class PostgresBackend:
                 QueueStats(
                     queue=queue,
                     counts=stats[queue].counts,
-                    oldest_due_pending_seconds=None if first is None else max(0.0, (clock - first).total_seconds()),
+                    oldest_due_pending_seconds=None
+                    if first is None
+                    else max(0.0, (clock - first).total_seconds()),
                     late_pending=n_late,
                     lease_expiries_last_hour=expired.get(queue, 0),
                 )
@@ -453,7 +474,13 @@ class PostgresBackend:
     ) -> list[int]:
         if not job_ids:
             return []
-        params = {"ids": list(job_ids), "actor": actor, "reason": reason, "now": now, "budget": budget}
+        params = {
+            "ids": list(job_ids),
+            "actor": actor,
+            "reason": reason,
+            "now": now,
+            "budget": budget,
+        }
         return sorted(r[0] for r in self._run("job_redrive", params))
 
     def _transition(self, name: str, job_id: int, params: dict[str, Any], what: str) -> JobRow:
@@ -463,16 +490,25 @@ class PostgresBackend:
             raise InvalidTransition(f"cannot {what} job {job_id}: it is {job.state.value}")
         return self.job_get(job_id)
 
-    def job_resolve(self, job_id: int, state: JobState, actor: str, note: str, now: datetime | None = None) -> JobRow:
+    def job_resolve(
+        self, job_id: int, state: JobState, actor: str, note: str, now: datetime | None = None
+    ) -> JobRow:
         state = JobState(state)
         if state not in (JobState.DONE, JobState.PENDING):
             raise InvalidTransition(f"resolve moves a job to done or pending, not {state.value}")
         return self._transition(
-            "job_resolve", job_id, {"state": state.value, "actor": actor, "note": note, "now": now}, "resolve"
+            "job_resolve",
+            job_id,
+            {"state": state.value, "actor": actor, "note": note, "now": now},
+            "resolve",
         )
 
-    def job_cancel(self, job_id: int, actor: str, reason: str, now: datetime | None = None) -> JobRow:
-        return self._transition("job_cancel", job_id, {"actor": actor, "reason": reason, "now": now}, "cancel")
+    def job_cancel(
+        self, job_id: int, actor: str, reason: str, now: datetime | None = None
+    ) -> JobRow:
+        return self._transition(
+            "job_cancel", job_id, {"actor": actor, "reason": reason, "now": now}, "cancel"
+        )
 
     def event_record(
         self,
@@ -572,8 +608,6 @@ class _PgListener:
 
     def close(self) -> None:
         if self._conn is not None:
-            try:
+            with suppress(psycopg.Error):
                 self._conn.close()
-            except psycopg.Error:
-                pass
             self._conn = None

@@ -30,16 +30,16 @@ def _sql_dir(dialect: str) -> resources.abc.Traversable:
 
 @cache
 def migrations(dialect: str) -> tuple[Migration, ...]:
-    """The numbered migrations of a dialect, in order. Numbers must run 1, 2, 3, … without gaps."""
+    """The numbered migrations of a dialect, in order. Numbers are unique and increasing."""
     found = []
     for entry in _sql_dir(dialect).iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
     found.sort(key=lambda m: m.version)
-    for expected, migration in enumerate(found, start=1):
-        if migration.version != expected:
-            raise RuntimeError(f"{dialect} migrations skip from {expected - 1} to {migration.version}")
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"{dialect} migrations reuse a number: {versions}")
     return tuple(found)
 
 
@@ -53,3 +53,21 @@ def queries(dialect: str) -> dict[str, str]:
         lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
         named[name] = "\n".join(lines).strip()
     return named
+
+
+def schema_problem(dialect: str, applied: set[int], where: str) -> str | None:
+    """What is wrong with a database whose applied migrations are ``applied``, or None."""
+    known = {m.version for m in migrations(dialect)}
+    if not applied:
+        return f"{where} has no jobledger schema; run `jobledger migrate`"
+    newer = sorted(applied - known)
+    if newer:
+        return (
+            f"{where} has migrations {newer} from a newer jobledger than this one "
+            f"(which knows up to {max(known)}); upgrade jobledger"
+        )
+    missing = sorted(known - applied)
+    if missing:
+        names = ", ".join(m.label for m in migrations(dialect) if m.version in missing)
+        return f"{where} lacks migrations {names}; run `jobledger migrate`"
+    return None

@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +30,7 @@ from .base import (
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
-from .sqlfiles import migrations, queries
+from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
 
 __all__ = ["SqliteBackend"]
@@ -67,7 +67,9 @@ class SqliteBackend:
         self._lock = threading.Lock()
         self._closed = False
         if not create and not self.path.exists():
-            raise BackendUnavailable(f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r})")
+            raise BackendUnavailable(
+                f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r})"
+            )
         if not self.path.parent.exists():
             raise BackendUnavailable(
                 f"cannot open SQLite database {url.redacted}: directory "
@@ -174,10 +176,8 @@ class SqliteBackend:
         with self._lock:
             self._closed = True
             for conn in self._all:
-                try:
+                with suppress(sqlite3.Error):
                     conn.close()
-                except sqlite3.Error:
-                    pass
             self._all.clear()
         self._local = threading.local()
 
@@ -205,25 +205,24 @@ class SqliteBackend:
 
     def schema_version(self) -> int:
         try:
-            return int(self._read("SELECT coalesce(max(version), 0) FROM jobledger_migrations")[0][0])
+            return int(
+                self._read("SELECT coalesce(max(version), 0) FROM jobledger_migrations")[0][0]
+            )
         except SchemaMismatch:
             return 0
 
+    def applied_migrations(self) -> set[int]:
+        try:
+            return {int(r[0]) for r in self._read("SELECT version FROM jobledger_migrations")}
+        except SchemaMismatch:
+            return set()
+
     def check_schema(self) -> None:
-        known = len(migrations("sqlite"))
-        found = self.schema_version()
-        if found == 0:
-            raise SchemaMismatch(f"SQLite database {self.url.redacted} has no jobledger schema; run `jobledger migrate`")
-        if found > known:
-            raise SchemaMismatch(
-                f"SQLite database {self.url.redacted} was migrated to version {found} by a newer "
-                f"jobledger; this one knows up to {known}. Upgrade jobledger."
-            )
-        if found < known:
-            raise SchemaMismatch(
-                f"SQLite database {self.url.redacted} is at schema version {found}, this jobledger "
-                f"needs {known}; run `jobledger migrate`"
-            )
+        problem = schema_problem(
+            "sqlite", self.applied_migrations(), f"SQLite database {self.url.redacted}"
+        )
+        if problem:
+            raise SchemaMismatch(problem)
 
     # -- wake-ups --------------------------------------------------------------------------------
 
@@ -336,7 +335,12 @@ class SqliteBackend:
             for lease in leases:
                 row = c.execute(
                     self._sql["job_heartbeat"],
-                    {"id": lease.job_id, "token": lease.token, "now": clock, "lease_seconds": lease_seconds},
+                    {
+                        "id": lease.job_id,
+                        "token": lease.token,
+                        "now": clock,
+                        "lease_seconds": lease_seconds,
+                    },
                 ).fetchone()
                 if row is not None:
                     held[lease.job_id] = _dt(row[0])  # type: ignore[assignment]
@@ -382,7 +386,9 @@ class SqliteBackend:
                     stale.append(lease.job_id)
         return stale
 
-    def job_fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
+    def job_fail(
+        self, failures: Sequence[Failure], now: datetime | None = None
+    ) -> list[FailResult]:
         if not failures:
             return []
         clock = _ts(now)
@@ -407,7 +413,9 @@ class SqliteBackend:
                     continue
                 state = JobState(row[0])
                 outcome = "dead" if state is JobState.DEAD else "retry"
-                self._close_attempt(c, f.lease, clock, outcome, f.error_class, f.message, f.traceback)
+                self._close_attempt(
+                    c, f.lease, clock, outcome, f.error_class, f.message, f.traceback
+                )
                 results.append(FailResult(f.lease.job_id, state))
         return results
 
@@ -418,7 +426,10 @@ class SqliteBackend:
         stale = []
         with self._write() as c:
             for lease in leases:
-                cur = c.execute(self._sql["job_release"], {"id": lease.job_id, "token": lease.token, "now": clock})
+                cur = c.execute(
+                    self._sql["job_release"],
+                    {"id": lease.job_id, "token": lease.token, "now": clock},
+                )
                 if cur.rowcount == 1:
                     self._close_attempt(c, lease, clock, "released")
                 else:
@@ -447,7 +458,9 @@ class SqliteBackend:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def _jobs_where(self, clause: str, params: Any, order: str = "id", limit: int | None = None) -> list[JobRow]:
+    def _jobs_where(
+        self, clause: str, params: Any, order: str = "id", limit: int | None = None
+    ) -> list[JobRow]:
         text = f"SELECT {JOB_COLUMNS} FROM jobledger_jobs WHERE {clause} ORDER BY {ORDERS[order]}"
         if limit is not None:
             text += f" LIMIT {int(limit)}"
@@ -495,11 +508,15 @@ class SqliteBackend:
             for r in self._read(self._sql["event_list"], {"job_id": job_id})
         ]
 
-    def queue_stats(self, now: datetime | None = None, late_after_seconds: float = 300.0) -> list[QueueStats]:
+    def queue_stats(
+        self, now: datetime | None = None, late_after_seconds: float = 300.0
+    ) -> list[QueueStats]:
         clock = _ts(now)
         params = {"now": clock, "late_after": float(late_after_seconds)}
         counts = self._read(self._sql["queue_counts"])
-        oldest = {r[0]: (r[1], r[2] or 0) for r in self._read(self._sql["queue_oldest_due"], params)}
+        oldest = {
+            r[0]: (r[1], r[2] or 0) for r in self._read(self._sql["queue_oldest_due"], params)
+        }
         expired = {r[0]: r[1] for r in self._read(self._sql["queue_lease_expiries"], params)}
         by_queue: dict[str, dict[str, int]] = {}
         for queue, state, n in counts:
@@ -520,7 +537,16 @@ class SqliteBackend:
 
     # -- operators ---------------------------------------------------------------------------------
 
-    def _event(self, c: sqlite3.Connection, job_id: int, kind: str, actor: str | None, note: str | None, detail: dict[str, Any] | None, clock: float) -> None:
+    def _event(
+        self,
+        c: sqlite3.Connection,
+        job_id: int,
+        kind: str,
+        actor: str | None,
+        note: str | None,
+        detail: dict[str, Any] | None,
+        clock: float,
+    ) -> None:
         c.execute(
             self._sql["event_record"],
             {
@@ -545,13 +571,25 @@ class SqliteBackend:
         moved = []
         with self._write() as c:
             for job_id in job_ids:
-                cur = c.execute(self._sql["job_redrive"], {"id": job_id, "now": clock, "budget": budget})
+                cur = c.execute(
+                    self._sql["job_redrive"], {"id": job_id, "now": clock, "budget": budget}
+                )
                 if cur.rowcount == 1:
                     self._event(c, job_id, "redrive", actor, reason, None, clock)
                     moved.append(job_id)
         return sorted(moved)
 
-    def _transition(self, name: str, job_id: int, params: dict[str, Any], kind: str, actor: str, note: str, detail: dict[str, Any] | None, clock: float) -> JobRow:
+    def _transition(
+        self,
+        name: str,
+        job_id: int,
+        params: dict[str, Any],
+        kind: str,
+        actor: str,
+        note: str,
+        detail: dict[str, Any] | None,
+        clock: float,
+    ) -> JobRow:
         with self._write() as c:
             cur = c.execute(self._sql[name], params | {"id": job_id, "now": clock})
             if cur.rowcount == 1:
@@ -564,15 +602,26 @@ class SqliteBackend:
             raise InvalidTransition(f"cannot {kind} job {job_id}: it is {job.state.value}")
         return job
 
-    def job_resolve(self, job_id: int, state: JobState, actor: str, note: str, now: datetime | None = None) -> JobRow:
+    def job_resolve(
+        self, job_id: int, state: JobState, actor: str, note: str, now: datetime | None = None
+    ) -> JobRow:
         state = JobState(state)
         if state not in (JobState.DONE, JobState.PENDING):
             raise InvalidTransition(f"resolve moves a job to done or pending, not {state.value}")
         return self._transition(
-            "job_resolve", job_id, {"state": state.value}, "resolve", actor, note, {"state": state.value}, _ts(now)
+            "job_resolve",
+            job_id,
+            {"state": state.value},
+            "resolve",
+            actor,
+            note,
+            {"state": state.value},
+            _ts(now),
         )
 
-    def job_cancel(self, job_id: int, actor: str, reason: str, now: datetime | None = None) -> JobRow:
+    def job_cancel(
+        self, job_id: int, actor: str, reason: str, now: datetime | None = None
+    ) -> JobRow:
         return self._transition("job_cancel", job_id, {}, "cancel", actor, reason, None, _ts(now))
 
     def event_record(
@@ -600,7 +649,9 @@ class SqliteBackend:
         conn: Any = None,
     ) -> bool:
         with self._write(conn) as c:
-            holder = c.execute(self._sql["effect_holder"], {"job_id": lease.job_id, "token": lease.token}).fetchone()
+            holder = c.execute(
+                self._sql["effect_holder"], {"job_id": lease.job_id, "token": lease.token}
+            ).fetchone()
             if holder is None:
                 raise LeaseLost(lease.job_id, lease.token, f"record effect {effect!r}")
             cur = c.execute(
@@ -634,7 +685,10 @@ class SqliteBackend:
         return self._effect(rows[0]) if rows else None
 
     def effect_list(self, queue: str, key: str) -> list[dict[str, Any]]:
-        return [self._effect(r) for r in self._read(self._sql["effect_list"], {"queue": queue, "key": key})]
+        return [
+            self._effect(r)
+            for r in self._read(self._sql["effect_list"], {"queue": queue, "key": key})
+        ]
 
 
 def _statements(script: str) -> Iterator[str]:

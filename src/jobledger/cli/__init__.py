@@ -13,8 +13,8 @@ import traceback
 import click
 
 from ..errors import JobledgerError
-from .base import cli
 from . import worker as _worker  # noqa: F401  (registers: migrate, worker)
+from .base import cli
 
 __all__ = ["cli", "main"]
 
@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - a bug: one line, and the traceback on request
         if os.environ.get("JOBLEDGER_DEBUG"):
             traceback.print_exc()
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (JOBLEDGER_DEBUG=1 shows the traceback)", err=True)
+        click.echo(
+            f"internal error: {type(exc).__name__}: {exc} (JOBLEDGER_DEBUG=1 shows the traceback)",
+            err=True,
+        )
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

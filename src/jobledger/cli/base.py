@@ -22,7 +22,11 @@ class _Group(click.Group):
         return sorted(self.commands)
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}, no_args_is_help=True)
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    no_args_is_help=True,
+)
 @click.version_option(package_name="jobledger")
 def cli() -> None:
     """jobledger: a durable job ledger on SQLite or PostgreSQL.
@@ -44,7 +48,9 @@ def url_option(fn: F) -> F:
 
 
 def json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(fn)
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
+        fn
+    )
 
 
 def open_ledger(url: str, *, write: bool = False) -> Ledger:

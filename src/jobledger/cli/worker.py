@@ -22,23 +22,77 @@ def migrate(url: str) -> None:
     version = ledger.backend.schema_version()
     ledger.close()
     if applied:
-        click.echo(f"applied {', '.join(applied)}; {ledger.url.redacted} is at schema version {version}")
+        click.echo(
+            f"applied {', '.join(applied)}; {ledger.url.redacted} is at schema version {version}"
+        )
     else:
         click.echo(f"{ledger.url.redacted} is up to date (schema version {version})")
 
 
 @cli.command()
 @click.argument("app")
-@click.option("--url", envvar="JOBLEDGER_URL", default=None, help="Override the ledger's database URL.")
-@click.option("-q", "--queues", multiple=True, help="Queues to work on (comma-separated or repeated). Default: every queue of the app's tasks.")
-@click.option("-c", "--concurrency", type=click.IntRange(1, 1000), default=4, show_default=True, help="Jobs run at once.")
-@click.option("--batch-size", type=click.IntRange(1, 1000), default=10, show_default=True, help="Jobs claimed per statement.")
+@click.option(
+    "--url", envvar="JOBLEDGER_URL", default=None, help="Override the ledger's database URL."
+)
+@click.option(
+    "-q",
+    "--queues",
+    multiple=True,
+    help="Queues to work on (comma-separated or repeated). Default: every queue of the app's tasks.",
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(1, 1000),
+    default=4,
+    show_default=True,
+    help="Jobs run at once.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1000),
+    default=10,
+    show_default=True,
+    help="Jobs claimed per statement.",
+)
 @click.option("--burst", is_flag=True, help="Run what is due, then exit.")
-@click.option("--grace", type=click.FloatRange(0), default=30.0, show_default=True, help="Seconds running jobs get to finish after SIGTERM/SIGINT.")
-@click.option("--poll-interval", type=click.FloatRange(0.001), default=None, help="Longest sleep between claims when idle (default 1 s on PostgreSQL with LISTEN, 0.25 s on SQLite).")
-@click.option("--rescue-interval", type=click.FloatRange(0.01), default=None, help="Seconds between scans for expired leases.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True)
-def worker(app: str, url: str | None, queues: tuple[str, ...], concurrency: int, batch_size: int, burst: bool, grace: float, poll_interval: float | None, rescue_interval: float | None, log_level: str) -> None:
+@click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(0.001),
+    default=None,
+    help="Longest sleep between claims when idle (default 1 s on PostgreSQL with LISTEN, 0.25 s on SQLite).",
+)
+@click.option(
+    "--rescue-interval",
+    type=click.FloatRange(0.01),
+    default=None,
+    help="Seconds between scans for expired leases.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+def worker(
+    app: str,
+    url: str | None,
+    queues: tuple[str, ...],
+    concurrency: int,
+    batch_size: int,
+    burst: bool,
+    grace: float,
+    poll_interval: float | None,
+    rescue_interval: float | None,
+    log_level: str,
+) -> None:
     """Run jobs of the tasks registered on APP (MODULE:LEDGER, e.g. myapp.jobs:ledger).
 
     Claims due jobs in batches under a lease, runs them with CONCURRENCY threads (async

@@ -1,0 +1,49 @@
+"""Extension points for what runs beside the core: observers of workers, and services that a
+worker starts and stops with itself (the scheduler, a metrics endpoint)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .backends.base import RescueResult
+    from .types import ClaimedJob
+    from .worker import Worker
+
+__all__ = ["WorkerObserver", "WorkerService"]
+
+
+class WorkerObserver:
+    """Told what workers do. Subclass and override what you need; the defaults do nothing.
+
+    Called on worker threads, outside any database transaction: keep it quick and never raise
+    (an exception is logged and swallowed).
+    """
+
+    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+        """Jobs were just claimed by ``worker``."""
+
+    def on_outcome(
+        self,
+        worker: Worker,
+        job: ClaimedJob,
+        outcome: str,
+        duration: float,
+        error_class: str | None,
+    ) -> None:
+        """An attempt's outcome was written: ``done``, ``retry`` or ``dead``."""
+
+    def on_lease_lost(self, worker: Worker, job: ClaimedJob, action: str) -> None:
+        """A write (``heartbeat``, ``complete``, ``fail``) was refused: the token was stale."""
+
+    def on_rescue(self, worker: Worker, rescued: Sequence[RescueResult]) -> None:
+        """The worker's rescuer closed expired leases."""
+
+
+class WorkerService(Protocol):
+    """Something a worker runs beside itself, started after it and stopped before it ends."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
