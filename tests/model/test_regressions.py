@@ -40,7 +40,7 @@ def test_stale_heartbeat_after_the_job_was_leased_again(db_url):
         m.claim(1)
         m.advance(31)
         m.rescue()
-        m.claim(1)
+        m.claim(2)  # both jobs: the rescued one is leased again, under a new token
         m.advance(10)
         m.heartbeat(0, True)  # the first lease, now stale: must not extend the second
         m.backend_agrees_with_model()
