@@ -31,7 +31,7 @@ def _when(value: datetime | None, now: datetime) -> str:
     if value is None:
         return "—"
     seconds = (value - now).total_seconds()
-    stamp = value.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    stamp = _stamp(value)
     if abs(seconds) < 60:
         rel = "now"
     elif abs(seconds) < 3600:
@@ -42,7 +42,11 @@ def _when(value: datetime | None, now: datetime) -> str:
         rel = f"{abs(seconds) / 86400:.1f} d"
     if rel != "now":
         rel = f"in {rel}" if seconds > 0 else f"{rel} ago"
-    return f"{stamp}Z ({rel})"
+    return f"{stamp} ({rel})"
+
+
+def _stamp(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
 
 
 def _echo_json(data: Any) -> None:
@@ -83,14 +87,15 @@ def schedules(ctx: click.Context, url: str, as_json: bool) -> None:
 
 
 def _print_status(statuses: list[ScheduleStatus], leaders: list[Any]) -> None:
-    console = Console(soft_wrap=False)
+    console = Console()
     now = leaders[0].now if leaders else datetime.now(UTC)
     if not statuses:
         console.print("no schedules in this ledger (a scheduler records them when it leads)")
     else:
         table = Table(title="schedules", title_justify="left")
-        for column in ("name", "cron (zone)", "enqueues", "next tick", "last tick", "state"):
-            table.add_column(column)
+        table.add_column("name", no_wrap=True)
+        for column in ("cron, zone", "enqueues", "next tick", "last tick, jobs", "state"):
+            table.add_column(column, overflow="fold")
         for status in statuses:
             row, last = status.row, status.last_tick
             state = "paused" if row.paused else "active"
@@ -100,13 +105,12 @@ def _print_status(statuses: list[ScheduleStatus], leaders: list[Any]) -> None:
                 state += f", last tick failing: {last.error[:80]}"
             table.add_row(
                 row.name,
-                f"{row.cron} ({row.time_zone})",
-                row.target + (", one per entity" if row.fan_out else ""),
+                f"{row.cron}\n{row.time_zone}",
+                row.target.removeprefix("task ") + (", per entity" if row.fan_out else ""),
                 _when(status.next_tick, now),
                 "—"
                 if last is None
-                else f"{_when(last.tick_time, now)} {last.state.value}, "
-                f"{last.jobs_created} job(s) created",
+                else f"{_stamp(last.tick_time)} {last.state.value}\n{last.jobs_created} created",
                 state,
             )
         console.print(table)
@@ -156,21 +160,25 @@ def ticks(ctx: click.Context, name: str | None, limit: int, url: str, as_json: b
         _echo_json([tick_dict(t) for t in rows])
         return
     table = Table(title=f"ticks of {name}" if name else "ticks", title_justify="left")
-    for column in ("schedule", "tick", "state", "leader (term)", "runs", "created", "existing"):
-        table.add_column(column)
-    table.add_column("conflicts / error")
+    if name is None:
+        table.add_column("schedule", no_wrap=True)
+    table.add_column("tick", no_wrap=True)
+    for column in ("state", "leader (term)", "runs", "created", "existed"):
+        table.add_column(column, overflow="fold")
+    table.add_column("note", overflow="fold")
     for t in rows:
-        table.add_row(
-            t.schedule,
-            t.tick_time.strftime("%Y-%m-%d %H:%MZ"),
+        note = t.error or (f"{t.conflicts} key(s) with another payload" if t.conflicts else "")
+        cells = [
+            _stamp(t.tick_time),
             t.state.value,
             f"{t.leader} ({t.term})",
             str(t.runs),
             str(t.jobs_created),
             str(t.jobs_existing),
-            t.error or (str(t.conflicts) if t.conflicts else ""),
-        )
-    Console(soft_wrap=False).print(table if rows else "no ticks recorded")
+            note,
+        ]
+        table.add_row(*([t.schedule] if name is None else []), *cells)
+    Console().print(table if rows else "no ticks recorded")
 
 
 @schedules.command()
