@@ -250,22 +250,28 @@ class Ledger:
         CronSpec(cron, tz)  # refuse a bad expression or zone before registering anything
 
         def register(fn: Task | Callable[..., Any]) -> Task:
-            task = fn if isinstance(fn, Task) else self.task(fn)
-            self.schedules.add(
-                Schedule(
-                    name or task.name,
-                    cron,
-                    target=TaskTarget(task, payload, queue),
-                    tz=tz,
-                    for_each=for_each,
-                    key=key,
-                    catch_up=catch_up,
-                    max_catch_up=max_catch_up,
-                    grace=grace,
-                    cohort=cohort,
-                    batch_size=batch_size,
+            new_task = not isinstance(fn, Task)
+            task = self.task(fn) if new_task else fn  # type: ignore[arg-type]
+            try:
+                self.schedules.add(
+                    Schedule(
+                        name or task.name,
+                        cron,
+                        target=TaskTarget(task, payload, queue),
+                        tz=tz,
+                        for_each=for_each,
+                        key=key,
+                        catch_up=catch_up,
+                        max_catch_up=max_catch_up,
+                        grace=grace,
+                        cohort=cohort,
+                        batch_size=batch_size,
+                    )
                 )
-            )
+            except ConfigError:
+                if new_task:  # a refused schedule leaves nothing registered behind
+                    self._tasks.pop(task.name, None)
+                raise
             return task
 
         return register

@@ -108,13 +108,16 @@ def test_bad_declarations_are_refused_with_a_clear_message(led, options, message
     assert len(led.schedules) == 0
 
 
-def test_a_bad_expression_on_a_plain_function_registers_nothing(led):
+@pytest.mark.parametrize("options", [{"cron": "0 6 * *"}, {"key": "x:{date"}, {"grace": -1}])
+def test_a_refused_schedule_on_a_plain_function_registers_nothing(led, options):
+    options = dict(options)
+    cron = options.pop("cron", "0 6 * * *")
     with pytest.raises(ConfigError):
 
-        @led.schedule("0 6 * *")
+        @led.schedule(cron, **options)
         def nightly(ctx, tick: str) -> None: ...
 
-    assert led.tasks() == [] and len(led.schedules) == 0
+    assert led.tasks() == [] and len(led.schedules) == 0 and led.worker_services == []
 
 
 def test_the_default_payload_must_fit_the_handler(led):

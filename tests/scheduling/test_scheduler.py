@@ -10,7 +10,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jobledger import JobFilter, LeadershipLost, Ledger, TickState
+from jobledger import ConfigError, JobFilter, LeadershipLost, Ledger, TickState
 from jobledger.faults import FaultInjected, configure
 from jobledger.scheduling.cron import CronSpec
 from jobledger.scheduling.schedule import leader_name
@@ -374,3 +374,38 @@ def test_fence_refuses_a_stale_lease(ledger):
     with pytest.raises(LeadershipLost):
         ledger.backend.schedule_tick_start("weekly-digest", MONDAY, old, T0)
     assert ledger.schedules.ticks() == []
+
+
+def test_each_cohort_has_its_own_authority(ledger):
+    @ledger.schedule("0 6 * * *", tz="Europe/Berlin", name="eu-digest", cohort="eu")
+    @ledger.task(queue="eu")
+    def eu(ctx, tick: str) -> None: ...
+
+    @ledger.schedule("0 6 * * *", tz="America/New_York", name="us-digest", cohort="us")
+    @ledger.task(queue="us")
+    def us(ctx, tick: str) -> None: ...
+
+    europe = ledger.scheduler(name="fra", cohorts=["eu"], lease_seconds=LEASE, poll_interval=1)
+    america = ledger.scheduler(name="iad", cohorts=["us"], lease_seconds=LEASE, poll_interval=1)
+    both = ledger.scheduler(name="any", lease_seconds=LEASE, poll_interval=1)
+    assert europe.run_once(T0).leading == ["eu"]
+    assert america.run_once(T0).leading == ["us"]
+    assert both.run_once(T0).leading == []
+    leases = {lease.name: lease.holder for lease in ledger.schedules.leaders(T0)}
+    assert leases == {"scheduler:eu": "fra", "scheduler:us": "iad"}
+    # The European leader ticks only its cohort's schedules.
+    europe.run_once(T0 + timedelta(seconds=5))
+    result = europe.run_once(datetime(2026, 8, 10, 4, 1, tzinfo=UTC))
+    assert [t.schedule for t in result.ticks] == ["eu-digest"]
+    # When the European leader dies, the scheduler of both cohorts takes over Europe only.
+    later = datetime(2026, 8, 10, 4, 1, tzinfo=UTC) + timedelta(seconds=LEASE)
+    america.run_once(later - timedelta(seconds=1))
+    assert both.run_once(later).leading == ["eu"]
+
+
+def test_a_scheduler_for_an_unknown_cohort_is_refused(ledger):
+    weekly_fan_out(ledger, 1)
+    with pytest.raises(ConfigError, match=r"no schedule is declared in cohort\(s\) eu"):
+        ledger.scheduler(cohorts=["eu"])
+    with pytest.raises(ConfigError, match="poll_interval"):
+        ledger.scheduler(lease_seconds=3, poll_interval=2)

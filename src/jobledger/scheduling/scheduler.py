@@ -169,6 +169,11 @@ class Scheduler:
                 return self._keep(cohort)
             except LeadershipLost:
                 pass
+        # Read first: a standby polls every pass, and a read takes no lock that the leader's
+        # fenced batches would have to wait for (or, on SQLite, the write lock).
+        current = next((x for x in self.backend.leader_list(self._now()) if x.name == name), None)
+        if current is not None and current.valid:
+            return None
         acquired = self.backend.leader_acquire(name, self.name, self.lease_seconds, self._now())
         if acquired is None:
             return None
