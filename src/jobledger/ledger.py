@@ -251,7 +251,7 @@ class Ledger:
 
         def register(fn: Task | Callable[..., Any]) -> Task:
             new_task = not isinstance(fn, Task)
-            task = self.task(fn) if new_task else fn  # type: ignore[arg-type]
+            task = fn if isinstance(fn, Task) else self.task(fn)
             try:
                 self.schedules.add(
                     Schedule(

@@ -130,7 +130,7 @@ class PostgresScheduling:
 
     def _fence(self, c: psycopg.Connection[Any], lease: LeaderLease, now: datetime | None) -> None:
         held = c.execute(
-            self._sql["leader_fence"],  # type: ignore[arg-type]
+            self._sql["leader_fence"],
             {"name": lease.name, "token": lease.token, "now": now},
         ).fetchone()
         if held is None:
@@ -159,7 +159,7 @@ class PostgresScheduling:
         }
         with self._tx() as c:
             self._fence(c, lease, now)
-            c.execute(self._sql["schedule_declare"], params)  # type: ignore[arg-type]
+            c.execute(self._sql["schedule_declare"], params)
 
     def schedule_list(self) -> list[ScheduleRow]:
         return [_schedule(r) for r in self._run("schedule_list", {})]
@@ -201,7 +201,7 @@ class PostgresScheduling:
         with self._tx() as c:
             self._fence(c, lease, now)
             c.execute(
-                self._sql["schedule_advance"],  # type: ignore[arg-type]
+                self._sql["schedule_advance"],
                 {"name": name, "cursor": cursor, "skipped": int(skipped)},
             )
 
@@ -214,12 +214,13 @@ class PostgresScheduling:
         with self._tx() as c:
             self._fence(c, lease, now)
             row = c.execute(
-                self._sql["schedule_tick_start"],  # type: ignore[arg-type]
+                self._sql["schedule_tick_start"],
                 params | {"leader": lease.holder, "term": lease.term, "now": now},
             ).fetchone()
             if row is None:
-                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()  # type: ignore[arg-type]
-        return _tick(row)  # type: ignore[arg-type]
+                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
+        assert row is not None, "a tick just written or found is there"
+        return _tick(row)
 
     def schedule_tick_progress(
         self,
@@ -249,16 +250,17 @@ class PostgresScheduling:
         with self._tx() as c:
             self._fence(c, lease, now)
             row = c.execute(
-                self._sql["schedule_tick_finish"],  # type: ignore[arg-type]
+                self._sql["schedule_tick_finish"],
                 params | {"now": now},
             ).fetchone()
             if row is None:
-                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()  # type: ignore[arg-type]
+                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
             c.execute(
-                self._sql["schedule_advance"],  # type: ignore[arg-type]
+                self._sql["schedule_advance"],
                 {"name": name, "cursor": tick_time, "skipped": 0},
             )
-        return _tick(row)  # type: ignore[arg-type]
+        assert row is not None, "a tick just written or found is there"
+        return _tick(row)
 
     def schedule_tick_error(
         self, name: str, tick_time: datetime, error: str, now: datetime | None = None
@@ -275,7 +277,8 @@ class PostgresScheduling:
         state: TickState | None = None,
         after: datetime | None = None,
     ) -> list[TickRow]:
-        clauses, params = [], {}
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
         if name is not None:
             clauses.append("schedule = %(schedule)s")
             params["schedule"] = name
@@ -288,7 +291,7 @@ class PostgresScheduling:
         text = self._sql["schedule_tick_list"].replace("{where}", " AND ".join(clauses) or "1 = 1")
         with self._tx() as c:
             rows = c.execute(
-                text.replace("{limit}", str(max(1, int(limit)))),  # type: ignore[arg-type]
+                text.replace("{limit}", str(max(1, int(limit)))),
                 params,
             ).fetchall()
         return [_tick(r) for r in rows]

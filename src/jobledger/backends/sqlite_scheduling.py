@@ -299,7 +299,8 @@ class SqliteScheduling:
         state: TickState | None = None,
         after: datetime | None = None,
     ) -> list[TickRow]:
-        clauses, params = [], {}
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
         if name is not None:
             clauses.append("schedule = :schedule")
             params["schedule"] = name

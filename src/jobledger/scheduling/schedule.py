@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 import string
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -549,7 +549,7 @@ class ScheduleBook:
     def __len__(self) -> int:
         return len(self._schedules)
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Schedule]:
         return iter(list(self._schedules.values()))
 
     def __contains__(self, name: object) -> bool:

@@ -34,6 +34,7 @@ from .records import LeaderLease, TickRow, TickState
 from .schedule import Entity, Schedule, leader_name
 
 if TYPE_CHECKING:
+    from ..backends.base import Backend
     from ..ledger import Ledger
     from ..worker import Worker
 
@@ -128,7 +129,7 @@ class Scheduler:
         return self._cohorts if self._cohorts is not None else self.ledger.schedules.cohorts()
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
         return self.ledger.backend
 
     # -- time ------------------------------------------------------------------------------------
