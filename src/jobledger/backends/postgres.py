@@ -28,6 +28,7 @@ from .base import (
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
+from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
 
@@ -47,7 +48,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresScheduling):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -59,6 +60,7 @@ class PostgresBackend:
         tables = {
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
             for name in ("jobs", "attempts", "events", "effects", "migrations")
+            + ("leaders", "schedules", "ticks")
         }
         self._tables = tables
         self._sql = {
@@ -67,6 +69,9 @@ class PostgresBackend:
             .replace("{attempts}", tables["attempts"])
             .replace("{events}", tables["events"])
             .replace("{effects}", tables["effects"])
+            .replace("{leaders}", tables["leaders"])
+            .replace("{schedules}", tables["schedules"])
+            .replace("{ticks}", tables["ticks"])
             for name, text in queries("postgres").items()
         }
         self._probe()
