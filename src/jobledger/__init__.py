@@ -17,7 +17,7 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
 """
 
 from .backends import JobFilter
-from .backends.base import InsertResult
+from .backends.base import InsertResult, PruneResult
 from .context import JobContext
 from .errors import (
     BackendUnavailable,
@@ -37,7 +37,17 @@ from .faults import fault_point
 from .ledger import JobHistory, Ledger, RedriveResult
 from .policy import Backoff, check_response, classify, parse_retry_after
 from .task import Task
-from .types import Attempt, AttemptOutcome, ClaimedJob, Enqueued, Event, JobRow, JobSpec, JobState
+from .types import (
+    Attempt,
+    AttemptOutcome,
+    ClaimedJob,
+    Enqueued,
+    Event,
+    JobRow,
+    JobSpec,
+    JobState,
+    Tombstone,
+)
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -67,10 +77,12 @@ __all__ = [
     "NotFound",
     "PayloadError",
     "Permanent",
+    "PruneResult",
     "RedriveResult",
     "Retry",
     "SchemaMismatch",
     "Task",
+    "Tombstone",
     "Worker",
     "WorkerStats",
     "check_response",

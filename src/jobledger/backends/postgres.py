@@ -15,7 +15,7 @@ import psycopg_pool
 from psycopg import sql as pgsql
 
 from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
-from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState
+from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState, Tombstone
 from .base import (
     FailResult,
     Failure,
@@ -24,6 +24,7 @@ from .base import (
     Lease,
     NewJob,
     OnConflict,
+    PruneResult,
     QueueStats,
     RescueResult,
 )
@@ -58,7 +59,7 @@ class PostgresBackend:
         self.channel = f"jobledger_{self.schema}"
         tables = {
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
-            for name in ("jobs", "attempts", "events", "effects", "migrations")
+            for name in ("jobs", "attempts", "events", "effects", "migrations", "tombstones")
         }
         self._tables = tables
         self._sql = {
@@ -67,6 +68,7 @@ class PostgresBackend:
             .replace("{attempts}", tables["attempts"])
             .replace("{events}", tables["events"])
             .replace("{effects}", tables["effects"])
+            .replace("{tombstones}", tables["tombstones"])
             for name, text in queries("postgres").items()
         }
         self._probe()
@@ -273,11 +275,18 @@ class PostgresBackend:
             "channel": self.channel,
             "now": now,
         }
+        idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
         for _ in range(3):
             with self._tx(conn) as c:
                 rows = c.execute(self._sql["job_insert"], params).fetchall()  # type: ignore[arg-type]
                 created = {(r[1], r[2]): r[0] for r in rows}
-                missing = [(j.queue, j.key) for j in jobs if (j.queue, j.key) not in created]
+                pruned = self._tombstoned(c, idents, now)
+                undo = [created.pop(i) for i in list(created) if i in pruned]
+                if undo:
+                    # The insert waited on the key while a prune deleted its job, and went ahead
+                    # when the prune committed; the prune's tombstone, visible now, wins.
+                    c.execute(self._sql["job_insert_undo"], {"ids": undo})  # type: ignore[arg-type]
+                missing = [i for i in idents if i not in created and i not in pruned]
                 existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
                 if missing:
                     found = c.execute(
@@ -285,10 +294,41 @@ class PostgresBackend:
                         {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
                     ).fetchall()
                     existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
-                if all(m in existing or m in created for m in missing):
-                    return resolve_inserts(jobs, created, existing, on_conflict)
-            # A conflicting row vanished between the insert and the read (pruned): try again.
+                if all(m in existing for m in missing):
+                    same = self._same_payload(c, jobs, pruned)
+                    return resolve_inserts(jobs, created, existing, on_conflict, same)
+            # A conflicting row vanished between the insert and the read (pruned without a
+            # tombstone): try again.
         raise BackendUnavailable(f"enqueue into {self.url.redacted} kept racing with pruning")
+
+    def _tombstoned(
+        self, c: psycopg.Connection[Any], idents: list[tuple[str, str]], now: datetime | None
+    ) -> dict[tuple[str, str], tuple[int, str, str]]:
+        rows = c.execute(
+            self._sql["tombstone_live"],  # type: ignore[arg-type]
+            {"queue": [i[0] for i in idents], "key": [i[1] for i in idents], "now": now},
+        ).fetchall()
+        return {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
+
+    def _same_payload(
+        self,
+        c: psycopg.Connection[Any],
+        jobs: Sequence[NewJob],
+        pruned: dict[tuple[str, str], tuple[int, str, str]],
+    ) -> dict[tuple[str, str], tuple[int, str, Any]]:
+        """For keys held by tombstones: (job id, task, a test that a payload is the pruned one).
+
+        Payloads are compared by the digest of their ``jsonb`` text, as the prune computed it."""
+        if not pruned:
+            return {}
+        payloads = list({j.payload_json for j in jobs if (j.queue, j.key) in pruned})
+        digests = dict(
+            c.execute(self._sql["payload_digest"], {"payloads": payloads}).fetchall()  # type: ignore[arg-type]
+        )
+        return {
+            ident: (job_id, task, lambda job, d=digest: digests.get(job.payload_json) == d)
+            for ident, (job_id, task, digest) in pruned.items()
+        }
 
     def job_claim(
         self,
@@ -442,8 +482,10 @@ class PostgresBackend:
             oldest = c.execute(self._sql["queue_oldest_due"], params).fetchall()  # type: ignore[arg-type]
             expiries = c.execute(self._sql["queue_lease_expiries"], params).fetchall()  # type: ignore[arg-type]
         stats: dict[str, QueueStats] = {}
-        for queue, state, n in counts:
-            stats.setdefault(queue, QueueStats(queue)).counts[state] = n
+        for queue, state, n, attempts in counts:
+            entry = stats.setdefault(queue, QueueStats(queue))
+            entry.counts[state] = n
+            entry.attempts[state] = int(attempts or 0)
         result = []
         late = {q: (first, n) for q, first, n in oldest}
         expired = dict(expiries)
@@ -458,6 +500,7 @@ class PostgresBackend:
                     else max(0.0, (clock - first).total_seconds()),
                     late_pending=n_late,
                     lease_expiries_last_hour=expired.get(queue, 0),
+                    attempts=stats[queue].attempts,
                 )
             )
         return result
@@ -573,6 +616,103 @@ class PostgresBackend:
 
     def effect_list(self, queue: str, key: str) -> list[dict[str, Any]]:
         return [self._effect(r) for r in self._run("effect_list", {"queue": queue, "key": key})]
+
+    # -- pruning -----------------------------------------------------------------------------------
+
+    def job_prune(
+        self,
+        before: datetime,
+        states: Sequence[JobState],
+        keep_keys_seconds: float | None,
+        queue: str | None = None,
+        limit: int = 1000,
+        now: datetime | None = None,
+    ) -> PruneResult:
+        with self._tx() as c:
+            rows: list[Any] = []
+            for state in states:
+                left = limit - len(rows)
+                if left <= 0:
+                    break
+                text = (
+                    self._sql["job_prune"]
+                    .replace("{state}", JobState(state).value)
+                    .replace("{limit}", str(max(1, int(left))))
+                )
+                rows.extend(c.execute(text, {"before": before, "queue": queue}).fetchall())  # type: ignore[arg-type]
+            if not rows:
+                return PruneResult()
+            if keep_keys_seconds is not None:
+                c.execute(
+                    self._sql["tombstone_record"],  # type: ignore[arg-type]
+                    {
+                        "queues": [r[1] for r in rows],
+                        "keys": [r[2] for r in rows],
+                        "ids": [r[0] for r in rows],
+                        "tasks": [r[3] for r in rows],
+                        "digests": [r[4] for r in rows],
+                        "states": [r[5] for r in rows],
+                        "finished": [r[6] for r in rows],
+                        "keep": float(keep_keys_seconds),
+                        "now": now,
+                    },
+                )
+            attempts, events, effects = c.execute(
+                self._sql["job_history_delete"],  # type: ignore[arg-type]
+                {
+                    "ids": [r[0] for r in rows],
+                    "queues": [r[1] for r in rows],
+                    "keys": [r[2] for r in rows],
+                },
+            ).fetchone()  # type: ignore[misc]
+        by_state: dict[str, int] = {}
+        for r in rows:
+            by_state[r[5]] = by_state.get(r[5], 0) + 1
+        return PruneResult(
+            jobs=len(rows),
+            attempts=attempts,
+            events=events,
+            effects=effects,
+            tombstones=len(rows) if keep_keys_seconds is not None else 0,
+            by_state=by_state,
+        )
+
+    def job_prune_count(
+        self, before: datetime, states: Sequence[JobState], queue: str | None = None
+    ) -> dict[str, int]:
+        counts = {}
+        with self._tx() as c:
+            for state in states:
+                value = JobState(state).value
+                text = self._sql["job_prune_count"].replace("{state}", value)
+                row = c.execute(text, {"before": before, "queue": queue}).fetchone()  # type: ignore[arg-type]
+                counts[value] = int(row[0])  # type: ignore[index]
+        return counts
+
+    def tombstone_prune(self, now: datetime | None = None, limit: int = 1000) -> int:
+        return len(self._run("tombstone_prune", {"now": now}, limit=limit))
+
+    def tombstone_find(self, key: str, queue: str | None = None) -> list[Tombstone]:
+        return [
+            Tombstone(r[0], r[1], r[2], r[3], JobState(r[4]), _utc(r[5]), _utc(r[6]), _utc(r[7]))  # type: ignore[arg-type]
+            for r in self._run("tombstone_find", {"key": key, "queue": queue})
+        ]
+
+    def job_purge(self, job_ids: Sequence[int]) -> int:
+        if not job_ids:
+            return 0
+        with self._tx() as c:
+            rows = c.execute(self._sql["job_purge"], {"ids": list(job_ids)}).fetchall()  # type: ignore[arg-type]
+            if rows:
+                c.execute(
+                    self._sql["job_history_delete"],  # type: ignore[arg-type]
+                    {
+                        "ids": [r[0] for r in rows],
+                        "queues": [r[1] for r in rows],
+                        "keys": [r[2] for r in rows],
+                    },
+                )
+        return len(rows)
 
 
 class _PgListener:

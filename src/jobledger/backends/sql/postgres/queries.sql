@@ -16,6 +16,10 @@ WITH new AS (
     SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
            max_attempts, lease_seconds, {now}, {now}, correlation_id
     FROM new
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {tombstones} AS t
+        WHERE t.queue = new.queue AND t.key = new.key AND t.expires_at > {now}
+    )
     ON CONFLICT (queue, key) DO NOTHING
     RETURNING id, queue, key
 ), woken AS (
@@ -231,7 +235,7 @@ FROM {attempts} WHERE job_id = %(job_id)s ORDER BY attempt
 SELECT job_id, at, kind, actor, note, detail FROM {events} WHERE job_id = %(job_id)s ORDER BY id
 
 -- name: queue_counts
-SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state
+SELECT queue, state, count(*), sum(attempts) FROM {jobs} GROUP BY queue, state
 
 -- name: queue_oldest_due
 SELECT q.queue,
@@ -246,3 +250,76 @@ FROM (SELECT DISTINCT queue FROM {jobs} WHERE state = 'pending') AS q
 SELECT j.queue, count(*) FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id
 WHERE a.outcome = 'lease_expired' AND a.finished_at >= {now} - interval '1 hour'
 GROUP BY j.queue
+
+-- name: tombstone_live
+-- Tombstones still blocking these keys. Run after the insert, in a statement of its own: under
+-- READ COMMITTED it sees a prune that committed while the insert waited on the key.
+SELECT t.queue, t.key, t.job_id, t.task, t.payload_digest FROM {tombstones} AS t
+JOIN unnest(%(queue)s::text[], %(key)s::text[]) AS k(queue, key)
+  ON t.queue = k.queue AND t.key = k.key
+WHERE t.expires_at > {now}
+
+-- name: payload_digest
+SELECT p, md5(p::jsonb::text) FROM unnest(%(payloads)s::text[]) AS p
+
+-- name: job_insert_undo
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: job_prune
+-- {state} is written in as a literal: only then can a generic plan use the partial index.
+WITH doomed AS (
+    SELECT id FROM {jobs}
+    WHERE state = '{state}' AND finished_at < %(before)s
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    ORDER BY finished_at
+    LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {jobs} AS j USING doomed WHERE j.id = doomed.id
+RETURNING j.id, j.queue, j.key, j.task, md5(j.payload::text), j.state, j.finished_at
+
+-- name: job_prune_count
+SELECT count(*) FROM {jobs}
+WHERE state = '{state}' AND finished_at < %(before)s
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+
+-- name: job_history_delete
+WITH a AS (
+    DELETE FROM {attempts} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), e AS (
+    DELETE FROM {events} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), f AS (
+    DELETE FROM {effects}
+    WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM e), (SELECT count(*) FROM f)
+
+-- name: tombstone_record
+INSERT INTO {tombstones} AS t (queue, key, job_id, task, payload_digest, state, finished_at,
+                               pruned_at, expires_at)
+SELECT queue, key, job_id, task, digest, state, finished_at, {now},
+       finished_at + make_interval(secs => %(keep)s)
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(ids)s::bigint[], %(tasks)s::text[],
+            %(digests)s::text[], %(states)s::text[], %(finished)s::timestamptz[])
+     AS n(queue, key, job_id, task, digest, state, finished_at)
+ON CONFLICT (queue, key) DO UPDATE
+SET job_id = excluded.job_id, task = excluded.task, payload_digest = excluded.payload_digest,
+    state = excluded.state, finished_at = excluded.finished_at, pruned_at = excluded.pruned_at,
+    expires_at = excluded.expires_at
+
+-- name: tombstone_prune
+DELETE FROM {tombstones} WHERE (queue, key) IN (
+    SELECT queue, key FROM {tombstones}
+    WHERE expires_at <= {now} ORDER BY expires_at LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING 1
+
+-- name: tombstone_find
+SELECT queue, key, job_id, task, state, finished_at, pruned_at, expires_at FROM {tombstones}
+WHERE key = %(key)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY queue
+
+-- name: job_purge
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, queue, key
