@@ -394,6 +394,12 @@ class Backend(Protocol):
         """The tombstones of pruned jobs with this key (in ``queue``, or in any queue)."""
         ...
 
+    def schema_drop(self) -> None:
+        """Drop every jobledger table of this database — and, on PostgreSQL, its schema unless
+        that is ``public``. For throw-away databases (the demo); never called by operators'
+        commands."""
+        ...
+
     def job_purge(self, job_ids: Sequence[int]) -> int:
         """Delete these jobs whatever their state, with their attempts, events and effects, and
         leave no tombstone. For a drill cleaning up after itself; operators use prune."""

@@ -698,6 +698,26 @@ class PostgresBackend:
             for r in self._run("tombstone_find", {"key": key, "queue": queue})
         ]
 
+    def schema_drop(self) -> None:
+        with self._tx() as c:
+            if self.schema != "public":
+                c.execute(
+                    pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                        pgsql.Identifier(self.schema)
+                    )
+                )
+                return
+            names = c.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = 'public' AND table_name LIKE 'jobledger\\_%%'"
+            ).fetchall()
+            for (name,) in names:
+                c.execute(
+                    pgsql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(
+                        pgsql.Identifier("public", name)
+                    )
+                )
+
     def job_purge(self, job_ids: Sequence[int]) -> int:
         if not job_ids:
             return 0

@@ -796,6 +796,17 @@ class SqliteBackend:
             for r in self._read(self._sql["tombstone_find"], {"key": key, "queue": queue})
         ]
 
+    def schema_drop(self) -> None:
+        with self._write() as c:
+            names = [
+                r[0]
+                for r in c.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'jobledger_%'"
+                )
+            ]
+            for name in names:
+                c.execute(f'DROP TABLE "{name}"')
+
     def job_purge(self, job_ids: Sequence[int]) -> int:
         if not job_ids:
             return 0
