@@ -161,6 +161,19 @@ class FakeProvider:
                 delay += self.script.timeout_seconds
             return 200, {"id": message["id"]}, {}, delay
 
+    def limit(self, to: str, count: int) -> None:
+        """Answer the next ``count`` requests for ``to`` with 429 and ``Retry-After``."""
+        with self._lock:
+            self._rate_left[to] = count
+
+    def refuse(self, to: str, refused: bool = True) -> None:
+        """Refuse ``to`` permanently (400) from now on, or (``refused=False``) accept it again."""
+        with self._lock:
+            if refused:
+                self.script.refuse.add(to)
+            else:
+                self.script.refuse.discard(to)
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {

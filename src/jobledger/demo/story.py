@@ -14,11 +14,8 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -34,6 +31,7 @@ from ..backends import DatabaseURL, JobFilter
 from ..errors import ConfigError, JobledgerError
 from ..fakeprovider import FakeProvider, ProviderScript
 from ..ledger import Ledger
+from ..processes import WorkerProcesses
 from ..types import AttemptOutcome, JobState
 from .app import QUEUE, register
 
@@ -94,66 +92,6 @@ def iso_week(day: datetime | None = None) -> str:
     return f"{year}-W{week:02d}"
 
 
-class _Workers:
-    """The demo's worker processes: started, SIGKILLed, restarted, stopped."""
-
-    def __init__(self, url: str, provider_url: str, logdir: Path, concurrency: int):
-        self.url = url
-        self.provider_url = provider_url
-        self.logdir = logdir
-        self.concurrency = concurrency
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.started = 0
-
-    def start(self) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env.pop("JOBLEDGER_FAULTS", None)
-        env["JOBLEDGER_URL"] = self.url
-        env["JOBLEDGER_DEMO_PROVIDER"] = self.provider_url
-        self.started += 1
-        log = open(self.logdir / f"worker-{self.started}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jobledger",
-                "worker",
-                "jobledger.demo.app:ledger",
-                "--concurrency",
-                str(self.concurrency),
-                "--batch-size",
-                str(self.concurrency),
-                "--poll-interval",
-                "0.1",
-                "--rescue-interval",
-                "0.5",
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        log.close()
-        self.procs.append(proc)
-        return proc
-
-    def alive(self) -> list[subprocess.Popen[bytes]]:
-        return [p for p in self.procs if p.poll() is None]
-
-    def stop(self) -> None:
-        for proc in self.alive():
-            proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 def _fresh_database(url: str | None, workdir: Path) -> tuple[str, Callable[[Ledger], None]]:
     """The database URL the demo uses, and how to throw it away afterwards."""
     if url is None:
@@ -209,7 +147,7 @@ def run_demo(
     )
     provider = FakeProvider(script).start()
     ledger = Ledger(db_url)
-    pool: _Workers | None = None
+    pool: WorkerProcesses | None = None
     try:
         ledger.migrate()
         task = register(ledger, provider.url)
@@ -222,7 +160,24 @@ def run_demo(
         scheduled_again = schedule()
         total = len(active)
 
-        pool = _Workers(db_url, provider.url, workdir, concurrency)
+        pool = WorkerProcesses(
+            "jobledger.demo.app:ledger",
+            db_url,
+            workdir,
+            env={"JOBLEDGER_DEMO_PROVIDER": provider.url},
+            args=(
+                "--concurrency",
+                str(concurrency),
+                "--batch-size",
+                str(concurrency),
+                "--poll-interval",
+                "0.1",
+                "--rescue-interval",
+                "0.5",
+                "--log-level",
+                "warning",
+            ),
+        )
         for _ in range(workers):
             pool.start()
         killed, holding = "", 0
@@ -255,8 +210,7 @@ def run_demo(
             if not killed and snap.finished >= total * 0.4:
                 victim, holding = _holder(ledger, pool)
                 if victim is not None:
-                    victim.send_signal(signal.SIGKILL)
-                    victim.wait()
+                    pool.kill(victim)
                     killed = f"pid {victim.pid}"
                     pool.start()  # restart it
             time.sleep(0.1)
@@ -294,7 +248,7 @@ def run_demo(
             ledger.close()
 
 
-def _holder(ledger: Ledger, pool: _Workers) -> tuple[subprocess.Popen[bytes] | None, int]:
+def _holder(ledger: Ledger, pool: WorkerProcesses) -> tuple[subprocess.Popen[bytes] | None, int]:
     """The live worker holding the most leases right now (None when none holds any)."""
     leased = ledger.jobs(JobFilter(queue=QUEUE, states=(JobState.LEASED,)))
     held = Counter(j.leased_by.split(":")[-2] for j in leased if j.leased_by)
