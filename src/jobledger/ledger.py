@@ -557,7 +557,9 @@ class Ledger:
         key keeps blocking enqueue for ``keep_keys`` after its job finished (default 365 days;
         ``None`` or 0 frees keys at once): enqueue of such a key creates nothing and reports the
         pruned job (``InsertResult.pruned``). Tombstones past their horizon are deleted too.
-        Every batch is one short transaction that walks an index of finished jobs.
+        Every batch is one short transaction over the next ``batch`` jobs by id: prune walks
+        the primary key from the oldest job and stops at the first jobs created after the
+        cut-off, so it needs no index of its own on the jobs table.
         """
         age = _seconds(older_than)
         if age is None or age < 0:
@@ -571,17 +573,17 @@ class Ledger:
             validate_queue_name(queue)
         states = [JobState.DONE, JobState.CANCELLED] + ([JobState.DEAD] if include_dead else [])
         before = (now or datetime.now(UTC)) - timedelta(seconds=age)
-        if dry_run:
-            counts = self.backend.job_prune_count(before, states, queue)
-            return PruneResult(jobs=sum(counts.values()), by_state=counts)
-        total = PruneResult()
-        while True:
-            result = self.backend.job_prune(before, states, keep or None, queue, batch, now)
+        total = PruneResult(by_state={s.value: 0 for s in states} if dry_run else {})
+        after: int | None = 0
+        while after is not None:
+            result, after = self.backend.job_prune(
+                before, states, keep or None, queue, batch, after, now, dry_run
+            )
             total = total + result
             if progress is not None and result.jobs:
                 progress(total)
-            if result.jobs < batch:
-                break
+        if dry_run:
+            return total
         while True:
             expired = self.backend.tombstone_prune(now, batch)
             total = total + PruneResult(expired_tombstones=expired)

@@ -229,22 +229,36 @@ def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(ledger, db_url, ta
     assert ledger.jobs(JobFilter(queue="q")) == []
 
 
-def test_prune_walks_the_index_of_finished_jobs(ledger, tasks):
+def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(ledger, tasks):
+    """No index on the jobs table for prune: it walks ids from the oldest job, one window per
+    transaction, and stops at the first window of jobs created after the cut-off."""
+    for n in range(4):
+        finish(ledger, n)  # created and finished at T0
+    for n in range(4, 8):
+        enqueue(ledger, n, now=at(10 * DAY))
     backend = ledger.backend
-    if backend.dialect == "sqlite":
-        text = backend._sql["job_prune_pick"].replace("{state}", "done").replace("{limit}", "10")
-        with backend.transaction() as conn:
-            plan = " ".join(
-                str(r[-1])
-                for r in conn.execute("EXPLAIN QUERY PLAN " + text, {"before": 0, "queue": None})
-            )
-        assert "jobledger_jobs_finished" in plan, plan
-        return
-    text = backend._sql["job_prune"].replace("{state}", "done").replace("{limit}", "10")
-    with backend.transaction() as conn:
-        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        conn.execute("SET LOCAL enable_seqscan = off")
-        plan = "\n".join(
-            r[0] for r in conn.execute("EXPLAIN " + text, {"before": T0, "queue": None})
+    windows, after = [], 0
+    while after is not None:
+        result, after = backend.job_prune(
+            at(5 * DAY), [JobState.DONE], None, limit=2, after_id=after, now=at(5 * DAY)
         )
-    assert "jobledger_jobs_finished" in plan, plan
+        windows.append((result.jobs, after))
+    kept = ledger.jobs()
+    assert [j.key for j in kept] == ["k4", "k5", "k6", "k7"]
+    first = kept[0].id  # k0..k3 had the four ids before it
+    assert windows == [(2, first - 3), (2, first - 1), (0, None)]
+
+
+def test_the_prune_window_reads_the_primary_key(ledger, tasks):
+    backend = ledger.backend
+    text = backend._sql["job_prune_window"].replace("{limit}", "1000")
+    with backend.transaction() as conn:
+        if backend.dialect == "sqlite":
+            plan = " ".join(
+                str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + text, {"after": 0})
+            )
+            assert "PRIMARY KEY" in plan, plan
+        else:
+            conn.execute("SET LOCAL enable_seqscan = off")
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, {"after": 0}))
+            assert "jobledger_jobs_pkey" in plan, plan

@@ -372,18 +372,20 @@ class Backend(Protocol):
         keep_keys_seconds: float | None,
         queue: str | None = None,
         limit: int = 1000,
+        after_id: int = 0,
         now: datetime | None = None,
-    ) -> PruneResult:
-        """Delete up to ``limit`` jobs in ``states`` that finished before ``before``, oldest
-        first, with their attempts, events and effects, in one transaction. With
-        ``keep_keys_seconds`` each pruned key gets a tombstone that blocks enqueue until that
-        long after its job finished. Walks an index of finished jobs; never scans the table."""
-        ...
+        dry_run: bool = False,
+    ) -> tuple[PruneResult, int | None]:
+        """One batch of a prune, in one transaction: look at the next ``limit`` jobs by id after
+        ``after_id`` and delete those in ``states`` that finished before ``before``, with their
+        attempts, events and effects. With ``keep_keys_seconds`` each pruned key gets a
+        tombstone that blocks enqueue until that long after its job finished. ``dry_run``
+        counts instead of deleting.
 
-    def job_prune_count(
-        self, before: datetime, states: Sequence[JobState], queue: str | None = None
-    ) -> dict[str, int]:
-        """How many jobs per state ``job_prune`` would remove (a dry run)."""
+        Returns what was removed and the id to continue after, or None when the walk is over:
+        the window was empty, or held only jobs created at or after ``before`` (a job cannot
+        finish before it was created). Walking the primary key needs no index on the jobs table;
+        a walk reads the jobs created before the cut-off that are kept (dead, long-delayed)."""
         ...
 
     def tombstone_prune(self, now: datetime | None = None, limit: int = 1000) -> int:

@@ -626,22 +626,30 @@ class PostgresBackend:
         keep_keys_seconds: float | None,
         queue: str | None = None,
         limit: int = 1000,
+        after_id: int = 0,
         now: datetime | None = None,
-    ) -> PruneResult:
+        dry_run: bool = False,
+    ) -> tuple[PruneResult, int | None]:
+        window = self._sql["job_prune_window"].replace("{limit}", str(max(1, int(limit))))
         with self._tx() as c:
-            rows: list[Any] = []
-            for state in states:
-                left = limit - len(rows)
-                if left <= 0:
-                    break
-                text = (
-                    self._sql["job_prune"]
-                    .replace("{state}", JobState(state).value)
-                    .replace("{limit}", str(max(1, int(left))))
-                )
-                rows.extend(c.execute(text, {"before": before, "queue": queue}).fetchall())  # type: ignore[arg-type]
+            seen = c.execute(window, {"after": after_id}).fetchall()  # type: ignore[arg-type]
+            if not seen:
+                return PruneResult(), None
+            last = seen[-1][0]
+            going_on = None if min(r[1] for r in seen) >= before else last
+            params = {
+                "after": after_id,
+                "last": last,
+                "states": [JobState(s).value for s in states],
+                "before": before,
+                "queue": queue,
+            }
+            if dry_run:
+                counts = dict(c.execute(self._sql["job_prune_count"], params).fetchall())  # type: ignore[arg-type]
+                return PruneResult(jobs=sum(counts.values()), by_state=counts), going_on
+            rows = c.execute(self._sql["job_prune"], params).fetchall()  # type: ignore[arg-type]
             if not rows:
-                return PruneResult()
+                return PruneResult(), going_on
             if keep_keys_seconds is not None:
                 c.execute(
                     self._sql["tombstone_record"],  # type: ignore[arg-type]
@@ -668,7 +676,7 @@ class PostgresBackend:
         by_state: dict[str, int] = {}
         for r in rows:
             by_state[r[5]] = by_state.get(r[5], 0) + 1
-        return PruneResult(
+        result = PruneResult(
             jobs=len(rows),
             attempts=attempts,
             events=events,
@@ -676,18 +684,7 @@ class PostgresBackend:
             tombstones=len(rows) if keep_keys_seconds is not None else 0,
             by_state=by_state,
         )
-
-    def job_prune_count(
-        self, before: datetime, states: Sequence[JobState], queue: str | None = None
-    ) -> dict[str, int]:
-        counts = {}
-        with self._tx() as c:
-            for state in states:
-                value = JobState(state).value
-                text = self._sql["job_prune_count"].replace("{state}", value)
-                row = c.execute(text, {"before": before, "queue": queue}).fetchone()  # type: ignore[arg-type]
-                counts[value] = int(row[0])  # type: ignore[index]
-        return counts
+        return result, going_on
 
     def tombstone_prune(self, now: datetime | None = None, limit: int = 1000) -> int:
         return len(self._run("tombstone_prune", {"now": now}, limit=limit))

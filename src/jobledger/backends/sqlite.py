@@ -727,63 +727,55 @@ class SqliteBackend:
         keep_keys_seconds: float | None,
         queue: str | None = None,
         limit: int = 1000,
+        after_id: int = 0,
         now: datetime | None = None,
-    ) -> PruneResult:
-        clock = _ts(now)
+        dry_run: bool = False,
+    ) -> tuple[PruneResult, int | None]:
+        clock, cutoff = _ts(now), _ts(before)
+        names = ", ".join(f"'{JobState(s).value}'" for s in states) or "NULL"
+        window = self._sql["job_prune_window"].replace("{limit}", str(max(1, int(limit))))
+        pick = self._sql["job_prune_pick"].replace("{states}", names)
         with self._write() as c:
-            rows: list[Any] = []
-            for state in states:
-                left = limit - len(rows)
-                if left <= 0:
-                    break
-                pick = (
-                    self._sql["job_prune_pick"]
-                    .replace("{state}", JobState(state).value)
-                    .replace("{limit}", str(max(1, int(left))))
-                )
-                rows.extend(c.execute(pick, {"before": _ts(before), "queue": queue}).fetchall())
-            if not rows:
-                return PruneResult()
-            if keep_keys_seconds is not None:
-                c.executemany(
-                    self._sql["tombstone_record"],
-                    [
-                        {
-                            "queue": r[1],
-                            "key": r[2],
-                            "job_id": r[0],
-                            "task": r[3],
-                            "payload_digest": payload_digest(r[4]),
-                            "state": r[5],
-                            "finished_at": r[6],
-                            "now": clock,
-                            "expires_at": r[6] + keep_keys_seconds,
-                        }
-                        for r in rows
-                    ],
-                )
-            attempts, events, effects = self._delete_history(c, rows)
+            seen = c.execute(window, {"after": after_id}).fetchall()
+            if not seen:
+                return PruneResult(), None
+            last = seen[-1][0]
+            params = {"after": after_id, "last": last, "before": cutoff, "queue": queue}
+            rows = c.execute(pick, params).fetchall()
+            attempts = events = effects = 0
+            if rows and not dry_run:
+                if keep_keys_seconds is not None:
+                    c.executemany(
+                        self._sql["tombstone_record"],
+                        [
+                            {
+                                "queue": r[1],
+                                "key": r[2],
+                                "job_id": r[0],
+                                "task": r[3],
+                                "payload_digest": payload_digest(r[4]),
+                                "state": r[5],
+                                "finished_at": r[6],
+                                "now": clock,
+                                "expires_at": r[6] + keep_keys_seconds,
+                            }
+                            for r in rows
+                        ],
+                    )
+                attempts, events, effects = self._delete_history(c, rows)
         by_state: dict[str, int] = {}
         for r in rows:
             by_state[r[5]] = by_state.get(r[5], 0) + 1
-        return PruneResult(
+        result = PruneResult(
             jobs=len(rows),
             attempts=attempts,
             events=events,
             effects=effects,
-            tombstones=len(rows) if keep_keys_seconds is not None else 0,
+            tombstones=len(rows) if keep_keys_seconds is not None and not dry_run else 0,
             by_state=by_state,
         )
-
-    def job_prune_count(
-        self, before: datetime, states: Sequence[JobState], queue: str | None = None
-    ) -> dict[str, int]:
-        counts = {}
-        for state in states:
-            value = JobState(state).value
-            text = self._sql["job_prune_count"].replace("{state}", value)
-            counts[value] = int(self._read(text, {"before": _ts(before), "queue": queue})[0][0])
-        return counts
+        over = min(r[1] for r in seen) >= cutoff
+        return result, None if over else last
 
     def tombstone_prune(self, now: datetime | None = None, limit: int = 1000) -> int:
         text = self._sql["tombstone_prune"].replace("{limit}", str(max(1, int(limit))))

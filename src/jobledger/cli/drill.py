@@ -36,7 +36,7 @@ def drill(url: str, only: tuple[int, ...], keep: bool, as_json: bool) -> None:
 
     Each drill works in a queue of its own (drill-<run>-<n>) with its own worker processes
     (SIGKILLed on purpose) and a fake provider on 127.0.0.1, then deletes its jobs. Production
-    queues are not touched. Run it in staging after every deploy; it takes about half a minute.
+    queues are not touched. Run it in staging after every deploy; it takes about 20 seconds.
     Exits 1 if any drill failed.
     """
     ledger = open_ledger(url)

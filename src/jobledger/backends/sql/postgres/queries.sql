@@ -265,23 +265,24 @@ SELECT p, md5(p::jsonb::text) FROM unnest(%(payloads)s::text[]) AS p
 -- name: job_insert_undo
 DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
 
+-- name: job_prune_window
+-- The next {limit} jobs by id, oldest first: prune walks the primary key, so no index on the
+-- jobs table is needed for it.
+SELECT id, created_at FROM {jobs} WHERE id > %(after)s ORDER BY id LIMIT {limit}
+
 -- name: job_prune
--- {state} is written in as a literal: only then can a generic plan use the partial index.
-WITH doomed AS (
-    SELECT id FROM {jobs}
-    WHERE state = '{state}' AND finished_at < %(before)s
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-    ORDER BY finished_at
-    LIMIT {limit}
-    FOR UPDATE SKIP LOCKED
-)
-DELETE FROM {jobs} AS j USING doomed WHERE j.id = doomed.id
-RETURNING j.id, j.queue, j.key, j.task, md5(j.payload::text), j.state, j.finished_at
+-- Of one window, delete the jobs in the given states that finished before the cut-off. A row
+-- another transaction changes meanwhile (a redrive) is re-checked after it commits.
+DELETE FROM {jobs}
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+RETURNING id, queue, key, task, md5(payload::text), state, finished_at
 
 -- name: job_prune_count
-SELECT count(*) FROM {jobs}
-WHERE state = '{state}' AND finished_at < %(before)s
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+SELECT state, count(*) FROM {jobs}
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY state
 
 -- name: job_history_delete
 WITH a AS (

@@ -82,11 +82,6 @@ CREATE TABLE jobledger_effects (
     PRIMARY KEY (queue, key, effect)
 );
 
--- Prune walks this index oldest first, one state at a time. Only done, dead and cancelled jobs
--- have a finish time (the predicate is written so that SQLite's planner can match it too).
-CREATE INDEX jobledger_jobs_finished ON jobledger_jobs (state, finished_at)
-    WHERE finished_at IS NOT NULL;
-
 -- One row per pruned key: enqueue treats a live tombstone like the job it replaced.
 CREATE TABLE jobledger_tombstones (
     queue          text        NOT NULL,

@@ -1,10 +1,6 @@
--- Pruning: finished jobs are found by state and age without a table scan, and the keys of
--- pruned jobs keep blocking duplicates until their tombstone expires.
-
--- Prune walks this index oldest first, one state at a time. Only done, dead and cancelled jobs
--- have a finish time (the predicate is written so that SQLite's planner can match it too).
-CREATE INDEX jobledger_jobs_finished ON jobledger_jobs (state, finished_at)
-    WHERE finished_at IS NOT NULL;
+-- Pruning: the keys of pruned jobs keep blocking duplicates until their tombstone expires.
+-- (Prune finds old finished jobs by walking the primary key from the oldest job: no index is
+-- added to the jobs table, whose every index costs the claim and completion path.)
 
 -- One row per pruned key: enqueue treats a live tombstone like the job it replaced.
 CREATE TABLE jobledger_tombstones (

@@ -161,16 +161,18 @@ GROUP BY j.queue
 SELECT job_id, task, payload_digest FROM jobledger_tombstones
 WHERE queue = :queue AND key = :key AND expires_at > :now
 
--- name: job_prune_pick
--- {state} is written in as a literal: only then can the planner use the partial index.
-SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs
-WHERE state = '{state}' AND finished_at < :before AND (:queue IS NULL OR queue = :queue)
-ORDER BY finished_at
-LIMIT {limit}
+-- name: job_prune_window
+-- The next {limit} jobs by id, oldest first: prune walks the primary key, so no index on the
+-- jobs table is needed for it.
+SELECT id, created_at FROM jobledger_jobs WHERE id > :after ORDER BY id LIMIT {limit}
 
--- name: job_prune_count
-SELECT count(*) FROM jobledger_jobs
-WHERE state = '{state}' AND finished_at < :before AND (:queue IS NULL OR queue = :queue)
+-- name: job_prune_pick
+-- Of one window, the jobs prune takes: in the given states ({states} is a literal list of state
+-- names), finished before the cut-off.
+SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs
+WHERE id > :after AND id <= :last AND state IN ({states}) AND finished_at < :before
+  AND (:queue IS NULL OR queue = :queue)
+ORDER BY id
 
 -- name: job_delete
 DELETE FROM jobledger_jobs WHERE id = ?
