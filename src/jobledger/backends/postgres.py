@@ -285,7 +285,7 @@ class PostgresBackend:
                 if undo:
                     # The insert waited on the key while a prune deleted its job, and went ahead
                     # when the prune committed; the prune's tombstone, visible now, wins.
-                    c.execute(self._sql["job_insert_undo"], {"ids": undo})  # type: ignore[arg-type]
+                    c.execute(self._sql["job_insert_undo"], {"ids": undo})
                 missing = [i for i in idents if i not in created and i not in pruned]
                 existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
                 if missing:
@@ -305,7 +305,7 @@ class PostgresBackend:
         self, c: psycopg.Connection[Any], idents: list[tuple[str, str]], now: datetime | None
     ) -> dict[tuple[str, str], tuple[int, str, str]]:
         rows = c.execute(
-            self._sql["tombstone_live"],  # type: ignore[arg-type]
+            self._sql["tombstone_live"],
             {"queue": [i[0] for i in idents], "key": [i[1] for i in idents], "now": now},
         ).fetchall()
         return {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
@@ -322,9 +322,7 @@ class PostgresBackend:
         if not pruned:
             return {}
         payloads = list({j.payload_json for j in jobs if (j.queue, j.key) in pruned})
-        digests = dict(
-            c.execute(self._sql["payload_digest"], {"payloads": payloads}).fetchall()  # type: ignore[arg-type]
-        )
+        digests = dict(c.execute(self._sql["payload_digest"], {"payloads": payloads}).fetchall())
         return {
             ident: (job_id, task, lambda job, d=digest: digests.get(job.payload_json) == d)
             for ident, (job_id, task, digest) in pruned.items()
@@ -632,7 +630,7 @@ class PostgresBackend:
     ) -> tuple[PruneResult, int | None]:
         window = self._sql["job_prune_window"].replace("{limit}", str(max(1, int(limit))))
         with self._tx() as c:
-            seen = c.execute(window, {"after": after_id}).fetchall()  # type: ignore[arg-type]
+            seen = c.execute(window, {"after": after_id}).fetchall()
             if not seen:
                 return PruneResult(), None
             last = seen[-1][0]
@@ -645,14 +643,14 @@ class PostgresBackend:
                 "queue": queue,
             }
             if dry_run:
-                counts = dict(c.execute(self._sql["job_prune_count"], params).fetchall())  # type: ignore[arg-type]
+                counts = dict(c.execute(self._sql["job_prune_count"], params).fetchall())
                 return PruneResult(jobs=sum(counts.values()), by_state=counts), going_on
-            rows = c.execute(self._sql["job_prune"], params).fetchall()  # type: ignore[arg-type]
+            rows = c.execute(self._sql["job_prune"], params).fetchall()
             if not rows:
                 return PruneResult(), going_on
             if keep_keys_seconds is not None:
                 c.execute(
-                    self._sql["tombstone_record"],  # type: ignore[arg-type]
+                    self._sql["tombstone_record"],
                     {
                         "queues": [r[1] for r in rows],
                         "keys": [r[2] for r in rows],
@@ -666,7 +664,7 @@ class PostgresBackend:
                     },
                 )
             attempts, events, effects = c.execute(
-                self._sql["job_history_delete"],  # type: ignore[arg-type]
+                self._sql["job_history_delete"],
                 {
                     "ids": [r[0] for r in rows],
                     "queues": [r[1] for r in rows],
@@ -719,10 +717,10 @@ class PostgresBackend:
         if not job_ids:
             return 0
         with self._tx() as c:
-            rows = c.execute(self._sql["job_purge"], {"ids": list(job_ids)}).fetchall()  # type: ignore[arg-type]
+            rows = c.execute(self._sql["job_purge"], {"ids": list(job_ids)}).fetchall()
             if rows:
                 c.execute(
-                    self._sql["job_history_delete"],  # type: ignore[arg-type]
+                    self._sql["job_history_delete"],
                     {
                         "ids": [r[0] for r in rows],
                         "queues": [r[1] for r in rows],

@@ -67,7 +67,7 @@ def format_time(value: datetime | None) -> str:
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType):  # type: ignore[type-arg]
     """A duration option: ``30d``, ``12h``, ``1h30m``, ``45s``, ``2w`` or seconds."""
 
     name = "duration"
@@ -81,7 +81,7 @@ class Duration(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class When(click.ParamType):
+class When(click.ParamType):  # type: ignore[type-arg]
     """A point in time: ISO 8601 (UTC when it has no offset), ``now``, or a duration meaning
     that long ago (``2h`` = two hours ago)."""
 
@@ -109,7 +109,7 @@ class When(click.ParamType):
         return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-class JsonObject(click.ParamType):
+class JsonObject(click.ParamType):  # type: ignore[type-arg]
     """A JSON object given on the command line, e.g. ``'{"customer_id": 4187}'``."""
 
     name = "json"

@@ -183,7 +183,7 @@ def run_demo(
         killed, holding = "", 0
 
         def snapshot(phase: str) -> Snapshot:
-            [stats] = ledger.stats(late_after_seconds=3600) or [None]
+            stats = next(iter(ledger.stats(late_after_seconds=3600)), None)
             counts = stats.counts if stats else {}
             finished = counts.get("done", 0) + counts.get("dead", 0)
             return Snapshot(

@@ -36,13 +36,17 @@ def register(ledger: Ledger, provider_url: str, queue: str) -> dict[str, Task]:
         )
         check_response(response)
 
-    options = {"queue": queue, "lease_seconds": LEASE_SECONDS, "backoff": Backoff(base=0.2, cap=2)}
+    backoff = Backoff(base=0.2, cap=2)
 
-    @ledger.task(name="send", max_attempts=5, **options)  # type: ignore[arg-type]
+    @ledger.task(
+        name="send", queue=queue, max_attempts=5, lease_seconds=LEASE_SECONDS, backoff=backoff
+    )
     def send(ctx, n: int) -> None:  # type: ignore[no-untyped-def]
         ctx.once("email", post, ctx, "email")
 
-    @ledger.task(name="notify", max_attempts=5, **options)  # type: ignore[arg-type]
+    @ledger.task(
+        name="notify", queue=queue, max_attempts=5, lease_seconds=LEASE_SECONDS, backoff=backoff
+    )
     def notify(ctx, n: int) -> None:  # type: ignore[no-untyped-def]
         ctx.once("email", post, ctx, "email")
         ctx.once("sms", post, ctx, "sms")
