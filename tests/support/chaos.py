@@ -237,9 +237,11 @@ def _shake(
             if proc.pid in replaced or proc.poll() is None:
                 continue
             replaced.add(proc.pid)
-            if proc.returncode == 2 and "unavailable" in pool.log_tail(proc, 1):
-                # Started while the server was down: it says so and exits, and its supervisor
-                # (systemd, Kubernetes; here, us) starts it again.
+            last_line = pool.log_tail(proc, 1)
+            if proc.returncode == 2 and ("unavailable" in last_line or "locked" in last_line):
+                # Started while the database was down (or, on SQLite, its lock busy for the whole
+                # busy timeout): it says so and exits, and its supervisor (systemd, Kubernetes;
+                # here, us) starts it again.
                 figures.startup_failures += 1
             elif proc.returncode != -signal.SIGKILL:
                 raise AssertionError(
