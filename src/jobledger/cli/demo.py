@@ -18,7 +18,8 @@ from .params import console, echo_json
     "--url",
     default=None,
     help="Run on this database instead of a throw-away SQLite file: postgresql://… (the demo "
-    "works in a schema of its own and drops it) or a sqlite:/// path that does not exist yet.",
+    "works in a schema of its own and drops it) or a sqlite:/// path that does not exist yet. "
+    "JOBLEDGER_URL is not read, so the demo never lands on your configured database by accident.",
 )
 @click.option(
     "--customers",
