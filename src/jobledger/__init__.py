@@ -17,7 +17,7 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
 """
 
 from .backends import JobFilter
-from .backends.base import InsertResult
+from .backends.base import InsertResult, PruneResult
 from .context import JobContext
 from .errors import (
     BackendUnavailable,
@@ -48,7 +48,17 @@ from .scheduling.schedule import (
 )
 from .scheduling.scheduler import Scheduler, SchedulerPass
 from .task import Task
-from .types import Attempt, AttemptOutcome, ClaimedJob, Enqueued, Event, JobRow, JobSpec, JobState
+from .types import (
+    Attempt,
+    AttemptOutcome,
+    ClaimedJob,
+    Enqueued,
+    Event,
+    JobRow,
+    JobSpec,
+    JobState,
+    Tombstone,
+)
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -81,6 +91,7 @@ __all__ = [
     "NotFound",
     "PayloadError",
     "Permanent",
+    "PruneResult",
     "RedriveResult",
     "Retry",
     "Schedule",
@@ -96,6 +107,7 @@ __all__ = [
     "Tick",
     "TickRow",
     "TickState",
+    "Tombstone",
     "Worker",
     "WorkerStats",
     "check_response",

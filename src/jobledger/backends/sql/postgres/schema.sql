@@ -82,6 +82,20 @@ CREATE TABLE jobledger_effects (
     PRIMARY KEY (queue, key, effect)
 );
 
+-- One row per pruned key: enqueue treats a live tombstone like the job it replaced.
+CREATE TABLE jobledger_tombstones (
+    queue          text        NOT NULL,
+    key            text        NOT NULL,
+    job_id         bigint      NOT NULL,
+    task           text        NOT NULL,
+    payload_digest text        NOT NULL,
+    state          text        NOT NULL,
+    finished_at    timestamptz,
+    pruned_at      timestamptz NOT NULL,
+    expires_at     timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+CREATE INDEX jobledger_tombstones_expires ON jobledger_tombstones (expires_at);
 
 -- One row per named authority ("scheduler:<cohort>"): who holds it, under which token, until when.
 CREATE TABLE jobledger_leaders (

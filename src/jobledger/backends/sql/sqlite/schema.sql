@@ -82,6 +82,20 @@ CREATE TABLE jobledger_effects (
     PRIMARY KEY (queue, key, effect)
 ) WITHOUT ROWID;
 
+-- One row per pruned key: enqueue treats a live tombstone like the job it replaced.
+CREATE TABLE jobledger_tombstones (
+    queue          TEXT    NOT NULL,
+    key            TEXT    NOT NULL,
+    job_id         INTEGER NOT NULL,
+    task           TEXT    NOT NULL,
+    payload_digest TEXT    NOT NULL,
+    state          TEXT    NOT NULL,
+    finished_at    REAL,
+    pruned_at      REAL    NOT NULL,
+    expires_at     REAL    NOT NULL,
+    PRIMARY KEY (queue, key)
+) WITHOUT ROWID;
+CREATE INDEX jobledger_tombstones_expires ON jobledger_tombstones (expires_at);
 
 -- One row per named authority ("scheduler:<cohort>"): who holds it, under which token, until when.
 CREATE TABLE jobledger_leaders (
