@@ -14,10 +14,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState
 from .url import DatabaseURL
+
+if TYPE_CHECKING:
+    from ..apikeys import ApiKey
+    from ..queues import QueueInfo, QueueSettings
 
 __all__ = [
     "Backend",
@@ -27,6 +31,8 @@ __all__ = [
     "Lease",
     "Listener",
     "NewJob",
+    "PublishItem",
+    "PublishOutcome",
     "QueueStats",
     "RescueResult",
 ]
@@ -116,6 +122,8 @@ class JobFilter:
     """Last changed before this time."""
     ids: tuple[int, ...] | None = None
     limit: int | None = None
+    after_id: int | None = None
+    """Only jobs with a larger id (paging through a listing ordered by id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +137,34 @@ class QueueStats:
     late_pending: int = 0
     """Pending jobs due longer ago than the objective given to ``queue_stats``."""
     lease_expiries_last_hour: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PublishItem:
+    """One message published over HTTP: the job to insert, and a fingerprint of the request that
+    tells a replay (same fingerprint) from a reuse of its key with another request."""
+
+    job: NewJob
+    fingerprint: str
+    api_key_id: str | None = None
+
+
+PublishStatus = Literal["created", "replayed", "conflict", "in_flight"]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    """What publishing one ``PublishItem`` did.
+
+    ``created``: a new job. ``replayed``: the key names a job made by the same request.
+    ``conflict``: the key names a job made by another request; nothing changed. ``in_flight``:
+    another request with the key is being published right now; nothing changed (``job_id`` None).
+    """
+
+    status: PublishStatus
+    job_id: int | None = None
+    state: JobState | None = None
+    run_at: datetime | None = None
 
 
 class Listener(Protocol):
@@ -325,6 +361,54 @@ class Backend(Protocol):
         ...
 
     def effect_list(self, queue: str, key: str) -> list[dict[str, Any]]: ...
+
+    # -- the HTTP API: declared queues, API keys, rate limits, publishing ----------------------
+
+    def queue_put(self, settings: QueueSettings, now: datetime | None = None) -> tuple[QueueInfo, bool]:
+        """Declare a queue or replace its settings; return it and whether it was created."""
+        ...
+
+    def queue_get(self, name: str) -> QueueInfo:
+        """The declared queue, or ``NotFound``."""
+        ...
+
+    def queue_list(self) -> list[QueueInfo]:
+        """Every declared queue, by name."""
+        ...
+
+    def apikey_insert(self, key: ApiKey, digest: str, now: datetime | None = None) -> ApiKey:
+        """Store a new key by its digest; return it as stored (with ``created_at``)."""
+        ...
+
+    def apikey_get(self, digest: str) -> ApiKey | None:
+        """The key with this digest (revoked or not), or None."""
+        ...
+
+    def apikey_list(self) -> list[ApiKey]:
+        """Every key, oldest first, revoked ones included."""
+        ...
+
+    def apikey_revoke(self, key_id: str, now: datetime | None = None) -> ApiKey:
+        """Revoke a key (it stops working at once); ``NotFound`` for an unknown id. Revoking a
+        revoked key changes nothing."""
+        ...
+
+    def ratelimit_take(
+        self, bucket: str, rate: float, burst: float, cost: float = 1.0, now: datetime | None = None
+    ) -> float:
+        """Take ``cost`` tokens from a bucket refilled at ``rate`` per second up to ``burst``.
+
+        Returns 0.0 when taken, else the seconds until they would be (and takes nothing). The
+        bucket lives in the database, so every server process shares it. ``cost <= burst``.
+        """
+        ...
+
+    def job_publish(
+        self, items: Sequence[PublishItem], now: datetime | None = None
+    ) -> list[PublishOutcome]:
+        """Insert published jobs whose keys are new, in one transaction; tell replays, conflicts
+        and keys whose publish is in flight in another transaction (PostgreSQL) apart."""
+        ...
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

@@ -28,6 +28,7 @@ from .base import (
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
+from .postgres_api import PostgresApiMixin
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
 
@@ -47,7 +48,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresApiMixin):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -58,7 +59,17 @@ class PostgresBackend:
         self.channel = f"jobledger_{self.schema}"
         tables = {
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
-            for name in ("jobs", "attempts", "events", "effects", "migrations")
+            for name in (
+                "jobs",
+                "attempts",
+                "events",
+                "effects",
+                "migrations",
+                "queues",
+                "api_keys",
+                "rate_limits",
+                "publish_requests",
+            )
         }
         self._tables = tables
         self._sql = {
@@ -67,6 +78,10 @@ class PostgresBackend:
             .replace("{attempts}", tables["attempts"])
             .replace("{events}", tables["events"])
             .replace("{effects}", tables["effects"])
+            .replace("{queues}", tables["queues"])
+            .replace("{api_keys}", tables["api_keys"])
+            .replace("{rate_limits}", tables["rate_limits"])
+            .replace("{publish_requests}", tables["publish_requests"])
             for name, text in queries("postgres").items()
         }
         self._probe()

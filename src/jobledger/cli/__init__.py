@@ -13,6 +13,7 @@ import traceback
 import click
 
 from ..errors import JobledgerError
+from . import keys, queues, serve  # noqa: F401  (registers: keys, queues, serve)
 from . import worker as _worker  # noqa: F401  (registers: migrate, worker)
 from .base import cli
 
