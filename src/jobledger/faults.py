@@ -16,6 +16,8 @@ Points jobledger itself calls:
 - ``effect.after_call`` — inside ``ctx.once``: the effect happened, it is not recorded yet;
 - ``worker.before_finish`` — the handler returned, its outcome is not written yet;
 - ``worker.after_finish`` — the outcome is written.
+- ``publish.in_transaction`` — an HTTP publish holds its keys (PostgreSQL: their in-flight
+  locks) inside its transaction and has not inserted the jobs yet.
 
 Handlers may call ``fault_point("my.point")`` for points of their own.
 """

@@ -19,6 +19,7 @@ import psycopg
 
 from ..apikeys import ApiKey
 from ..errors import BackendUnavailable, NotFound
+from ..faults import fault_point
 from ..queues import QueueInfo, QueueSettings
 from ..types import JobState
 from .base import PublishItem, PublishOutcome, PublishStatus
@@ -177,6 +178,7 @@ class PostgresApiMixin:
                 {"prefix": f"jobledger:{self.schema}:", "keys": idents},
             ).fetchall()
             busy = {ident for ident, got in locks if not got}
+            fault_point("publish.in_transaction")
             todo = [i for i in items if f"{i.job.queue}\n{i.job.key}" not in busy]
             jobs = [i.job for i in todo]
             created: dict[tuple[str, str], int] = {}

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..apikeys import ApiKey
 from ..errors import NotFound
+from ..faults import fault_point
 from ..queues import QueueInfo, QueueSettings
 from ..types import JobState
 from .base import PublishItem, PublishOutcome
@@ -164,6 +165,7 @@ class SqliteApiMixin:
         clock = _ts(now)
         outcomes: list[PublishOutcome] = []
         with self._write() as c:
+            fault_point("publish.in_transaction")
             for item in items:
                 job = item.job
                 row = c.execute(
