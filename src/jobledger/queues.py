@@ -78,7 +78,8 @@ class QueueSettings:
 
     def __post_init__(self) -> None:
         validate_queue_name(self.name)
-        if not self.task:
+        if not self.task or self.task == self.name:
+            # The default: jobs carry the queue's name as their task, whatever the name is.
             object.__setattr__(self, "task", self.name)
         else:
             validate_task_name(self.task)

@@ -214,7 +214,7 @@ def build_routes(state: ServerState, operations: Sequence[Operation]) -> list[Ba
             raise ValueError(f"two operations for {op.method} {op.path}")
         methods[op.method] = op
     return [
-        Route(path, _PathApp(_endpoint(state, methods)), name=path)
+        Route(path, _PathApp(_endpoint(state, methods), methods), name=path)
         for path, methods in by_path.items()
     ]
 
@@ -223,8 +223,11 @@ class _PathApp:
     """An ASGI app for one path. Starlette routes any method to an ASGI app (unlike a plain
     function, which it limits to GET), so the method check — and its 405 — is ours."""
 
-    def __init__(self, endpoint: Callable[[Request], Awaitable[Response]]):
+    def __init__(
+        self, endpoint: Callable[[Request], Awaitable[Response]], methods: Mapping[str, Operation]
+    ):
         self._endpoint = endpoint
+        self.methods = sorted(methods)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
