@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PayloadError
 from .policy import DEFAULT_BACKOFF, Backoff
-from .validation import (  # noqa: F401  (re-exported: other modules import them from here)
+from .validation import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -24,7 +24,17 @@ if TYPE_CHECKING:
     from .ledger import Ledger
     from .types import Enqueued
 
-__all__ = ["Task", "validate_queue_name"]
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_QUEUE",
+    "MAX_LEASE_SECONDS",
+    "Task",
+    "validate_lease_seconds",
+    "validate_max_attempts",
+    "validate_queue_name",
+    "validate_task_name",
+]
 
 KeyRule = str | Callable[[dict[str, Any]], str] | None
 

@@ -364,7 +364,9 @@ class Backend(Protocol):
 
     # -- the HTTP API: declared queues, API keys, rate limits, publishing ----------------------
 
-    def queue_put(self, settings: QueueSettings, now: datetime | None = None) -> tuple[QueueInfo, bool]:
+    def queue_put(
+        self, settings: QueueSettings, now: datetime | None = None
+    ) -> tuple[QueueInfo, bool]:
         """Declare a queue or replace its settings; return it and whether it was created."""
         ...
 

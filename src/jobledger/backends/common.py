@@ -146,7 +146,9 @@ def resolve_inserts(
     return results
 
 
-def publish_compare(item: PublishItem, stored_payload: Any, fingerprint: str | None) -> PublishStatus:
+def publish_compare(
+    item: PublishItem, stored_payload: Any, fingerprint: str | None
+) -> PublishStatus:
     """Is publishing ``item`` onto an existing job a replay or a conflict? By the fingerprint of
     the request that made the job, or — for a job not published over HTTP (enqueued from Python,
     or its request record is gone) — by its payload alone."""

@@ -151,7 +151,7 @@ class PostgresApiMixin:
                 return 0.0
             # tat - now: how far ahead of the clock the bucket is.
             (ahead,) = c.execute(self._sql["ratelimit_get"].encode(), params).fetchone()  # type: ignore[misc]
-        return max(1e-3, max(0.0, ahead) + cost * interval - burst * interval)
+        return max(1e-3, max(0.0, float(ahead)) + cost * interval - burst * interval)
 
     # -- publishing --------------------------------------------------------------------------------
 

@@ -153,7 +153,7 @@ class SqliteApiMixin:
             if c.execute(self._sql["ratelimit_take"], params).fetchone() is not None:
                 return 0.0
             (tat,) = c.execute(self._sql["ratelimit_get"], {"bucket": bucket}).fetchone()
-        return max(1e-3, max(tat, clock) + cost * interval - clock - burst * interval)
+        return max(1e-3, float(max(tat, clock)) + cost * interval - clock - burst * interval)
 
     # -- publishing --------------------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from .api import RouteGroup, build_routes
 from .openapi import openapi_document
 from .problems import Problem, problem_response
 from .routes import DEFAULT_GROUPS
-from .state import Rescuer, ServerSettings, ServerState
+from .state import Rescuer, ServerSettings, ServerState, Service
 from .wakeups import Wakeups
 
 __all__ = ["create_app"]
@@ -74,7 +74,7 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(lambda: ledger.backend)  # open (and check) the database now
         state.wakeups = Wakeups(ledger.backend, asyncio.get_running_loop())
-        services = [Rescuer(ledger.backend, state.settings.rescue_interval)]
+        services: list[Service] = [Rescuer(ledger.backend, state.settings.rescue_interval)]
         for group in groups:
             for factory in group.services:
                 service = factory(state)

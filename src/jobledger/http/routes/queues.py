@@ -14,7 +14,7 @@ from ...queues import (
     QueueInfo,
     QueueSettings,
 )
-from ...task import MAX_LEASE_SECONDS
+from ...validation import MAX_LEASE_SECONDS
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import QUEUE, QUEUE_NAME, queue_json
 from ..schema import Array, Boolean, Integer, Number, Object, String
