@@ -3,6 +3,8 @@ Python worker — and long polling."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -261,3 +263,46 @@ def test_a_consumer_that_dies_loses_its_lease_to_the_rescuer(api):
     wait_until(lambda: api.ledger.job(job_id).state is JobState.DEAD, what="rescue to dead")
     outcomes = [a.outcome for a in api.ledger.backend.attempt_list(job_id)]
     assert outcomes == [AttemptOutcome.LEASE_EXPIRED, AttemptOutcome.LEASE_EXPIRED]
+
+
+def test_a_receive_whose_client_left_gives_its_messages_back(api):
+    """The client disconnected before its answer could be sent: the claimed messages are
+    released at once (outcome ``released``, not charged) rather than left to their lease."""
+    api.queue(max_attempts=3)
+    publish(api.admin, {"queue": "q", "payload": {}}, "k")
+    body = json.dumps({"queue": "q"}).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/queue/receive",
+        "raw_path": b"/v1/queue/receive",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"authorization", f"Bearer {api.admin_key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "app": api.server.app,
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent = []
+
+    async def receive_message():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(api.server.app(scope, receive_message, send))
+    [start, answer] = sent
+    assert start["status"] == 200 and json.loads(answer["body"]) == {"messages": []}
+    [job] = api.ledger.jobs()
+    assert job.state is JobState.PENDING and job.budget_left == 3
+    [attempt] = api.ledger.backend.attempt_list(job.id)
+    assert attempt.outcome is AttemptOutcome.RELEASED

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -62,9 +63,11 @@ def create_app(
     ledger: Ledger,
     settings: ServerSettings | None = None,
     groups: Sequence[RouteGroup] = DEFAULT_GROUPS,
+    middleware: Sequence[Middleware] = (),
 ) -> Starlette:
     """The HTTP API over ``ledger``. ``groups`` chooses the route groups (default: all of
-    ``jobledger.http.routes``); each group's services start and stop with the app."""
+    ``jobledger.http.routes``); each group's services start and stop with the app.
+    ``middleware`` wraps every route (sessions for a dashboard, say)."""
     state = ServerState(ledger, settings or ServerSettings())
     routes = build_routes(state, [op for g in groups for op in g.operations])
     for group in groups:
@@ -97,6 +100,7 @@ def create_app(
 
     app = Starlette(
         routes=routes,
+        middleware=list(middleware),
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
         lifespan=lifespan,
     )
