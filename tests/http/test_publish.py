@@ -161,8 +161,14 @@ def test_malformed_json_and_wrong_content_type(api):
 
 def test_an_invalid_idempotency_key_header_is_400(api):
     api.queue()
-    response = publish(api.admin, {"queue": "q", "payload": {}}, "x" * 513)
-    assert_problem(response, 400, "invalid-header")
+    for bad in ("x" * 513, "caf\u00e9"):
+        response = api.admin.post(
+            "/v1/queue/publish",
+            json={"queue": "q", "payload": {}},
+            headers={"Idempotency-Key": bad.encode("utf-8")},
+        )
+        assert_problem(response, 400, "invalid-header")
+    assert api.ledger.jobs() == []
 
 
 def test_body_over_256_kib_is_413(api):

@@ -36,6 +36,8 @@ from ..errors import (
     ConfigError,
     InvalidTransition,
     JobledgerError,
+    KeyConflict,
+    LeaseLost,
     NotFound,
     PayloadError,
 )
@@ -289,7 +291,12 @@ def _translate(exc: JobledgerError) -> Problem:
         return Problem("unavailable", "the ledger's database is unavailable; try again later")
     if isinstance(exc, PayloadError | ConfigError):
         return Problem("validation-failed", str(exc))
-    return Problem("validation-failed", str(exc))
+    if isinstance(exc, KeyConflict):
+        return Problem("key-reused", str(exc))
+    if isinstance(exc, LeaseLost):
+        return Problem("stale-receipt", str(exc))
+    log.error("unexpected %s: %s", type(exc).__name__, exc)
+    return Problem("internal-error", "the server failed; the error has been logged")
 
 
 async def _serve(state: ServerState, op: Operation, request: Request) -> Response:

@@ -66,7 +66,14 @@ PUBLISHED = Object(
 )
 
 IDEMPOTENCY_KEY = Param(
-    KEY,
+    String(
+        min_length=1,
+        max_length=512,
+        pattern=r"^[!-~]([ -~]*[!-~])?$",
+        description="Printable ASCII (HTTP headers carry no other text reliably), 1-512 "
+        "characters. In a batch, `key` may be any text without control characters.",
+        example="4187:2026-W33",
+    ),
     "Becomes the job's key: the business identity of the message, e.g. 4187:2026-W33. A retry "
     "with the same key and body is answered 200 with the same message_id. Without one the "
     "server assigns a key (auto:<uuid>), unless the queue requires one.",
