@@ -229,3 +229,28 @@ def test_cli_on_an_unmigrated_database_says_what_to_do(cli, tmp_path):
         "keys", "create", "--name", "x", "--scope", "admin", url=f"sqlite:///{tmp_path}/x.db"
     )
     assert result.returncode == 2 and "jobledger migrate" in result.stderr
+
+
+def test_an_unavailable_database_is_503_and_a_bug_is_500(api, monkeypatch, caplog):
+    from jobledger import BackendUnavailable
+
+    api.queue()
+    backend = api.ledger.backend
+
+    def down(*args, **kwargs):
+        raise BackendUnavailable("PostgreSQL at postgresql://app@db/app is unavailable: gone")
+
+    def bug(*args, **kwargs):
+        raise RuntimeError("a bug with a secret in its message")
+
+    monkeypatch.setattr(backend, "queue_get", down)
+    problem = assert_problem(publish(api.admin, {"queue": "q", "payload": {}}), 503, "unavailable")
+    assert "postgresql://" not in problem["detail"]
+    monkeypatch.setattr(backend, "schema_version", down)
+    assert_problem(api.client(None).get("/healthz"), 503, "unavailable")
+    monkeypatch.setattr(backend, "queue_get", bug)
+    problem = assert_problem(
+        publish(api.admin, {"queue": "q", "payload": {}}), 500, "internal-error"
+    )
+    assert "secret" not in problem["detail"]
+    assert "a bug with a secret" in caplog.text  # logged, with its traceback, for the operator

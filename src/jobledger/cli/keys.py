@@ -61,7 +61,7 @@ def keys() -> None:
     default=None,
     help="Messages it may publish at once before --rate applies (default: the rate).",
 )
-@json_option
+@click.option("--json", "as_json", is_flag=True, help="Print the key and its record as JSON.")
 def create(
     url: str,
     name: str,

@@ -52,10 +52,34 @@ def queues() -> None:
 @url_option
 @click.argument("name")
 @click.option("--task", default="", help="Task name stored in published jobs (default: NAME).")
-@click.option("--max-attempts", type=int, default=10, show_default=True)
-@click.option("--lease-seconds", type=float, default=60.0, show_default=True)
-@click.option("--backoff-base", type=float, default=2.0, show_default=True)
-@click.option("--backoff-cap", type=float, default=3600.0, show_default=True)
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Deliveries per message (lease expiries included) before it is dead.",
+)
+@click.option(
+    "--lease-seconds",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="How long a received message stays leased unless extended.",
+)
+@click.option(
+    "--backoff-base",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds; a nack without a delay waits up to base * 2^(attempt-1), full jitter.",
+)
+@click.option(
+    "--backoff-cap",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds; the longest such wait.",
+)
 @click.option(
     "--retention",
     default=f"{DEFAULT_RETENTION_SECONDS / 86400:g}d",
@@ -68,7 +92,7 @@ def queues() -> None:
     show_default=True,
     help="Refuse publishes without an Idempotency-Key.",
 )
-@json_option
+@click.option("--json", "as_json", is_flag=True, help="Print the queue as JSON.")
 def create(
     url: str,
     name: str,

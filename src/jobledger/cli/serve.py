@@ -42,8 +42,14 @@ from .logs import setup_logging
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
     show_default=True,
+    help="Least severe log messages shown.",
 )
-@click.option("--access-log/--no-access-log", default=True, show_default=True)
+@click.option(
+    "--access-log/--no-access-log",
+    default=True,
+    show_default=True,
+    help="Log one line per request (method, path, status; never headers or keys).",
+)
 def serve(
     url: str,
     host: str,
