@@ -21,7 +21,7 @@ from jobledger.http import ServerSettings, create_app
 
 from .processes import ROOT, wait_until
 
-_RUNNING = re.compile(r"Uvicorn running on http://[^:]+:(\d+)")
+_RUNNING = re.compile(r"jobledger serving .* on http://[^:]+:(\d+)")
 
 
 class ThreadServer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import click
 
 from .base import cli, open_ledger, url_option
@@ -89,7 +91,26 @@ def serve(
             lifespan="on",
             server_header=False,
         )
-        click.echo(f"jobledger serving {ledger.url.redacted} on {host}:{port}", err=True)
-        uvicorn.Server(config).run()
+        _announcing_server()(config, ledger.url.redacted).run()
+
     finally:
         ledger.close()
+
+
+def _announcing_server() -> type:
+    """uvicorn's server class, saying where it listens once it does — whatever the log level,
+    so that ``--port 0`` is usable. (uvicorn is imported only when serving.)"""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def __init__(self, config: uvicorn.Config, database: str):
+            super().__init__(config)
+            self.database = database
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if self.started and self.servers and self.servers[0].sockets:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                click.echo(f"jobledger serving {self.database} on http://{host}:{port}", err=True)
+
+    return Server
