@@ -106,6 +106,13 @@ def test_receipts_for_unknown_messages_are_409_and_malformed_ones_422(api):
         )
     response = api.admin.post("/v1/queue/ack", json={"receipt": "not-a-receipt"})
     assert_problem(response, 422, "validation-failed")
+    # A made-up token for a real message: 409, and nothing recorded in its history.
+    publish(api.admin, {"queue": "q", "payload": {}}, "k")
+    [m] = receive(api.admin)
+    forged = f"{m['message_id']}.{'0' * 32}"
+    assert_problem(api.admin.post("/v1/queue/ack", json={"receipt": forged}), 409, "stale-receipt")
+    assert api.ledger.backend.event_list(int(m["message_id"])) == []
+    assert api.ledger.job(int(m["message_id"])).state is JobState.LEASED
 
 
 def test_nack_retries_after_the_given_delay(api):

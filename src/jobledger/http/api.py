@@ -182,6 +182,13 @@ class Call:
         self.query: dict[str, Any] = {}
         self.headers: dict[str, Any] = {}
 
+    @property
+    def caller(self) -> ApiKey:
+        """The caller's API key (operations with ``auth="key"`` or ``"admin"`` always have one)."""
+        if self.key is None:
+            raise Problem("unauthorized", "this operation needs an API key")
+        return self.key
+
     def require(self, kind: str, queue: str | None = None) -> ApiKey:
         """The caller's key, if it may do ``kind`` on ``queue``; else 403."""
         key = self.key

@@ -183,15 +183,27 @@ async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
         job = await call.run(backend.job_get, job_id)
     except NotFound:
         raise _stale(job_id, "no such message") from None
-    if call.key is not None and call.key.allows("consume", job.queue):
-        if job.state is JobState.LEASED and job.lease_token == token:
-            return job, Lease(job.id, token, job.attempts)
-        await _record_refusal(call, job, action)
-        now = "leased under another receipt" if job.state is JobState.LEASED else job.state.value
-        raise _stale(job.id, f"the message is {now}")
-    if job.lease_token == token:
-        call.require("consume", job.queue)
-    raise _stale(job.id, "no such lease")
+    if not call.caller.allows("consume", job.queue):
+        if job.lease_token == token:
+            call.require("consume", job.queue)
+        raise _stale(job.id, "no such lease")
+    if job.state is JobState.LEASED and job.lease_token == token:
+        return job, Lease(job.id, token, job.attempts)
+    attempts = await call.run(backend.attempt_list, job.id)
+    earlier = next((a for a in attempts if a.lease_token == token), None)
+    if earlier is None:
+        raise _stale(job.id, "no such lease")
+    # A genuine late write: note it in the message's history, as the Python worker does.
+    await call.run(
+        backend.event_record,
+        job.id,
+        "lease_lost",
+        call.caller.actor,
+        f"{action} refused: the lease of attempt {earlier.attempt} is no longer current",
+        {"action": action, "attempt": earlier.attempt},
+    )
+    now = "leased under another receipt" if job.state is JobState.LEASED else job.state.value
+    raise _stale(job.id, f"the message is {now}")
 
 
 def _stale(job_id: int, why: str) -> Problem:
@@ -200,19 +212,6 @@ def _stale(job_id: int, why: str) -> Problem:
         f"the receipt no longer holds message {job_id} ({why}): its lease expired and it was "
         "delivered again, or it was already acked or nacked; nothing was changed",
         message_id=str(job_id),
-    )
-
-
-async def _record_refusal(call: Call, job: JobRow, action: str) -> None:
-    """Note a refused late write in the message's history, as the Python worker does."""
-    key = call.key
-    await call.run(
-        call.state.backend.event_record,
-        job.id,
-        "lease_lost",
-        key.actor if key else None,
-        f"{action} refused: the receipt's lease is no longer current",
-        {"action": action},
     )
 
 

@@ -99,8 +99,7 @@ RESOLVE = Object(
 
 
 def _actor(call: Call, given: str | None) -> str:
-    key = call.key
-    assert key is not None
+    key = call.caller
     return f"{given} via {key.actor}" if given else key.actor
 
 

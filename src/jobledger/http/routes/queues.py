@@ -17,6 +17,7 @@ from ...queues import (
 from ...validation import MAX_LEASE_SECONDS
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import QUEUE, QUEUE_NAME, queue_json
+from ..problems import Problem
 from ..schema import Array, Boolean, Integer, Number, Object, String
 
 group = RouteGroup("queues", "Declaring queues and reading their depth.")
@@ -122,8 +123,7 @@ async def put_queue(call: Call) -> Response:
 )
 async def list_queues(call: Call) -> Response:
     """Admin keys see every queue; other keys the queues they may publish to or consume."""
-    key = call.key
-    assert key is not None
+    key = call.caller
     infos = [i for i in await call.run(call.state.backend.queue_list) if key.sees_queue(i.name)]
     return json_response({"queues": await describe(call, infos)})
 
@@ -141,10 +141,9 @@ async def get_queue(call: Call) -> Response:
     """``oldest_due_pending_seconds`` is how long the oldest job that could run has waited: the
     number to alert on when consumers fall behind."""
     name = call.path["name"]
-    key = call.key
-    assert key is not None
+    key = call.caller
     if not key.sees_queue(name):
-        call.require("consume", name)
+        raise Problem("forbidden", f"API key {key.id} has no scope on queue {name!r}")
     info = await call.run(call.state.backend.queue_get, name)
     [body] = await describe(call, [info])
     return json_response(body)
