@@ -18,6 +18,7 @@ body against their schemas (422; 400 for headers). Handlers check queue scopes t
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -151,7 +152,7 @@ class RouteGroup:
                     handler=handler,
                     operation_id=handler.__name__,
                     summary=summary,
-                    description=(handler.__doc__ or "").strip(),
+                    description=inspect.cleandoc(handler.__doc__ or ""),
                     tag=self.tag,
                     auth=auth,
                     scope=scope or ("admin" if auth == "admin" else None),

@@ -127,7 +127,10 @@ class String(Schema):
             out["minLength"] = self.min_length
         if self.max_length is not None:
             out["maxLength"] = self.max_length
-        out["pattern"] = self.pattern or NO_NUL
+        if self.pattern is not None:
+            out["pattern"] = self.pattern
+        elif self.enum is None and self.format is None:
+            out["pattern"] = NO_NUL  # free text
         if self.format:
             out["format"] = self.format
         if self.example is not None:
