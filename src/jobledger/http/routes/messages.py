@@ -113,8 +113,11 @@ async def _message(call: Call, job: JobRow) -> dict[str, Any]:
 def _time(value: str | None, field: str) -> datetime | None:
     if value is None:
         return None
+    text = value.upper()  # RFC 3339 allows "t" and "z"
+    if text[17:19] == "60":  # a leap second: the instant just after :59
+        text = text[:17] + "59.999999" + text[19:].lstrip("0123456789.")
     try:
-        parsed = datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(text)
     except ValueError:
         parsed = None
     if parsed is None or parsed.tzinfo is None:
