@@ -229,6 +229,8 @@ def test_cli_on_an_unmigrated_database_says_what_to_do(cli, tmp_path):
         "keys", "create", "--name", "x", "--scope", "admin", url=f"sqlite:///{tmp_path}/x.db"
     )
     assert result.returncode == 2 and "jobledger migrate" in result.stderr
+    served = cli("serve", "--port", "0", url=f"sqlite:///{tmp_path}/x.db")
+    assert served.returncode == 2 and "jobledger migrate" in served.stderr
 
 
 def test_an_unavailable_database_is_503_and_a_bug_is_500(api, monkeypatch, caplog):
