@@ -26,6 +26,7 @@ from .errors import (
     InvalidTransition,
     JobledgerError,
     KeyConflict,
+    LeadershipLost,
     LeaseLost,
     NotFound,
     PayloadError,
@@ -36,6 +37,16 @@ from .errors import (
 from .faults import fault_point
 from .ledger import JobHistory, Ledger, RedriveResult
 from .policy import Backoff, check_response, classify, parse_retry_after
+from .scheduling.records import CatchUp, LeaderLease, ScheduleRow, TickRow, TickState
+from .scheduling.schedule import (
+    Schedule,
+    ScheduleBook,
+    ScheduleStatus,
+    ScheduleTarget,
+    TaskTarget,
+    Tick,
+)
+from .scheduling.scheduler import Scheduler, SchedulerPass
 from .task import Task
 from .types import Attempt, AttemptOutcome, ClaimedJob, Enqueued, Event, JobRow, JobSpec, JobState
 from .worker import Worker, WorkerStats
@@ -47,6 +58,7 @@ __all__ = [
     "AttemptOutcome",
     "BackendUnavailable",
     "Backoff",
+    "CatchUp",
     "ClaimedJob",
     "ConfigError",
     "Enqueued",
@@ -62,6 +74,8 @@ __all__ = [
     "JobState",
     "JobledgerError",
     "KeyConflict",
+    "LeaderLease",
+    "LeadershipLost",
     "LeaseLost",
     "Ledger",
     "NotFound",
@@ -69,8 +83,19 @@ __all__ = [
     "Permanent",
     "RedriveResult",
     "Retry",
+    "Schedule",
+    "ScheduleBook",
+    "ScheduleRow",
+    "ScheduleStatus",
+    "ScheduleTarget",
+    "Scheduler",
+    "SchedulerPass",
     "SchemaMismatch",
     "Task",
+    "TaskTarget",
+    "Tick",
+    "TickRow",
+    "TickState",
     "Worker",
     "WorkerStats",
     "check_response",

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
 from .backends.base import Backend, InsertResult, QueueStats, RescueResult
@@ -19,6 +19,7 @@ from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
 from .hooks import WorkerObserver, WorkerService
 from .payload import encode_payload, finite_number, validate_key
 from .policy import DEFAULT_BACKOFF, Backoff
+from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
 from .task import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
@@ -30,6 +31,10 @@ from .task import (
 )
 from .types import Attempt, Enqueued, Event, JobRow, JobSpec, JobState
 from .worker import Worker, WorkerStats
+
+if TYPE_CHECKING:
+    from .scheduling.schedule import Tick
+    from .scheduling.scheduler import Scheduler
 
 __all__ = ["JobHistory", "Ledger", "RedriveResult"]
 
@@ -78,6 +83,9 @@ class Ledger:
         """Told what this ledger's workers do (metrics, logs); see ``jobledger.hooks``."""
         self.worker_services: list[Callable[[Worker], WorkerService | None]] = []
         """Factories of services each worker runs beside itself (the scheduler, metrics)."""
+        self.schedules = ScheduleBook(self)
+        """The cron schedules declared with ``@ledger.schedule``, and the operator's view of
+        those in the ledger (status, ticks, pause, resume); see docs/scheduling.md."""
 
     def __repr__(self) -> str:
         return f"Ledger({self.url.redacted!r})"
@@ -193,6 +201,87 @@ class Ledger:
             return task
 
         return register(fn) if fn is not None else register
+
+    def schedule(
+        self,
+        cron: str,
+        *,
+        tz: str = "UTC",
+        name: str | None = None,
+        for_each: Callable[[Tick], Iterable[str | int]] | None = None,
+        key: str | Callable[..., str] | None = None,
+        payload: dict[str, Any] | Callable[..., dict[str, Any]] | None = None,
+        queue: str | None = None,
+        catch_up: str = "latest",
+        max_catch_up: int = 100,
+        grace: float | timedelta = 300.0,
+        cohort: str = DEFAULT_COHORT,
+        batch_size: int = 1000,
+    ) -> Callable[[Task | Callable[..., Any]], Task]:
+        """Run a task on a cron schedule. Put it above ``@ledger.task`` (a plain function
+        becomes a task with default settings)::
+
+            @ledger.schedule("0 6 * * MON", tz="Europe/Berlin", for_each=active_customers,
+                             payload=lambda tick, c: {"customer_id": c, "week": tick.week})
+            @ledger.task(queue="digests")
+            def send_digest(ctx, customer_id: int, week: str) -> None: ...
+
+        - ``cron``: 5 fields (minute hour day-of-month month day-of-week) with names, ranges,
+          lists and steps, or ``@daily`` and its kin; ``tz``: an IANA zone. Daylight saving
+          follows cron: a 02:30 schedule fires once on both change-over days.
+        - ``for_each(tick)``: an eligibility function; each tick then makes one job per entity
+          id it yields. Without it, each tick makes one job.
+        - ``key``: a template over ``{schedule} {tick} {local} {date} {week} {month} {year}``
+          and ``{entity}``, or a function of the tick (and entity). Default: the schedule's
+          name (or the entity) and the coarsest label that tells ticks apart, e.g.
+          ``weekly-digest:2026-W33`` or ``4187:2026-W33``.
+        - ``payload``: a dict, or a function of the tick (and entity); default
+          ``{"tick": "2026-08-10T04:00Z"}`` plus ``"entity"`` for fan-out.
+        - ``catch_up``: ``skip``, ``latest`` (default) or ``all`` (at most ``max_catch_up``)
+          for ticks missed by more than ``grace`` seconds (default 300).
+        - ``cohort``: schedules of a cohort share one leader lease (default ``"default"``).
+        - ``batch_size``: jobs enqueued per transaction (default 1000).
+
+        A bad expression, zone, key or option raises ``ConfigError`` here, at declaration.
+        """
+        from .scheduling.cron import CronSpec
+        from .scheduling.schedule import Schedule, TaskTarget
+
+        CronSpec(cron, tz)  # refuse a bad expression or zone before registering anything
+
+        def register(fn: Task | Callable[..., Any]) -> Task:
+            new_task = not isinstance(fn, Task)
+            task = fn if isinstance(fn, Task) else self.task(fn)
+            try:
+                self.schedules.add(
+                    Schedule(
+                        name or task.name,
+                        cron,
+                        target=TaskTarget(task, payload, queue),
+                        tz=tz,
+                        for_each=for_each,
+                        key=key,
+                        catch_up=catch_up,
+                        max_catch_up=max_catch_up,
+                        grace=grace,
+                        cohort=cohort,
+                        batch_size=batch_size,
+                    )
+                )
+            except ConfigError:
+                if new_task:  # a refused schedule leaves nothing registered behind
+                    self._tasks.pop(task.name, None)
+                raise
+            return task
+
+        return register
+
+    def scheduler(self, **options: Any) -> Scheduler:
+        """Build a ``Scheduler`` for this ledger's schedules (see its options) without starting
+        it. ``scheduler.run()`` runs it in this thread; workers run one by themselves."""
+        from .scheduling.scheduler import Scheduler
+
+        return Scheduler(self, **options)
 
     def get_task(self, name: str) -> Task | None:
         return self._tasks.get(name)

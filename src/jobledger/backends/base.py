@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from ..scheduling.records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
 from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState
 from .url import DatabaseURL
 
@@ -361,6 +362,115 @@ class Backend(Protocol):
         ...
 
     def effect_list(self, queue: str, key: str) -> list[dict[str, Any]]: ...
+
+    # -- scheduling: leader leases (jobledger.scheduling) --------------------------------------
+
+    def leader_acquire(
+        self, name: str, holder: str, ttl: float, now: datetime | None = None
+    ) -> LeaderLease | None:
+        """Take the lease ``name`` if nobody holds it or its lease expired: a new token, the
+        term plus one. None while another holder's lease is valid."""
+        ...
+
+    def leader_renew(
+        self, lease: LeaderLease, ttl: float, now: datetime | None = None
+    ) -> LeaderLease | None:
+        """Extend a lease still held under its token; None when it expired or was taken."""
+        ...
+
+    def leader_release(self, lease: LeaderLease, now: datetime | None = None) -> bool:
+        """End a lease held under its token now, so another holder can take it at once."""
+        ...
+
+    def leader_list(self, now: datetime | None = None) -> list[LeaderLease]:
+        """Every leader lease, valid or expired, with the clock the read used as ``now``."""
+        ...
+
+    def leader_fence(self, lease: LeaderLease, now: datetime | None = None, conn: Any = None) -> None:
+        """Raise ``LeadershipLost`` unless ``lease`` is still held. With ``conn`` (a transaction
+        of this backend), hold the lease row until that transaction ends, so that no takeover
+        commits before the writes fenced by it."""
+        ...
+
+    # -- scheduling: schedules and ticks -------------------------------------------------------
+
+    def schedule_declare(
+        self,
+        definitions: Sequence[ScheduleDefinition],
+        lease: LeaderLease,
+        now: datetime | None = None,
+    ) -> None:
+        """Record the schedules a leader declares. A new one starts at ``now`` (its first tick
+        is the first after); an existing one keeps its cursor and pause state."""
+        ...
+
+    def schedule_list(self) -> list[ScheduleRow]: ...
+
+    def schedule_pause(
+        self,
+        name: str,
+        paused: bool,
+        actor: str,
+        note: str | None,
+        now: datetime | None = None,
+        cursor: datetime | None = None,
+        skipped: int = 0,
+    ) -> ScheduleRow:
+        """Pause or resume a schedule (``NotFound`` if unknown). ``cursor`` moves it forward,
+        counting ``skipped`` ticks, when a resume skips what it missed."""
+        ...
+
+    def schedule_advance(
+        self,
+        name: str,
+        cursor: datetime,
+        skipped: int,
+        lease: LeaderLease,
+        now: datetime | None = None,
+    ) -> None:
+        """Move a schedule's cursor forward to ``cursor`` (never back), counting ``skipped``."""
+        ...
+
+    def schedule_tick_start(
+        self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
+    ) -> TickRow:
+        """Record that a tick starts (or, if it was left running, starts again); return its row,
+        which is ``done`` when the tick was already finished."""
+        ...
+
+    def schedule_tick_progress(
+        self,
+        name: str,
+        tick_time: datetime,
+        created: int,
+        existing: int,
+        conflicts: int,
+        conn: Any,
+    ) -> None:
+        """Add a batch's counts to a tick, inside the transaction that enqueued the batch."""
+        ...
+
+    def schedule_tick_finish(
+        self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
+    ) -> TickRow:
+        """Mark a tick done and move its schedule's cursor to it, in one transaction."""
+        ...
+
+    def schedule_tick_error(
+        self, name: str, tick_time: datetime, error: str, now: datetime | None = None
+    ) -> None:
+        """Note why a running tick could not finish (it is tried again)."""
+        ...
+
+    def schedule_tick_list(
+        self,
+        name: str | None = None,
+        limit: int = 20,
+        state: TickState | None = None,
+        after: datetime | None = None,
+    ) -> list[TickRow]:
+        """Ticks, most recent first: of one schedule or all, in one state, after a time."""
+        ...
 
     # -- the HTTP API: declared queues, API keys, rate limits, publishing ----------------------
 

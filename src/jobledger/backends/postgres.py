@@ -29,6 +29,7 @@ from .base import (
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .postgres_api import PostgresApiMixin
+from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
 
@@ -48,7 +49,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresApiMixin):
+class PostgresBackend(PostgresScheduling, PostgresApiMixin):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -59,17 +60,9 @@ class PostgresBackend(PostgresApiMixin):
         self.channel = f"jobledger_{self.schema}"
         tables = {
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
-            for name in (
-                "jobs",
-                "attempts",
-                "events",
-                "effects",
-                "migrations",
-                "queues",
-                "api_keys",
-                "rate_limits",
-                "publish_requests",
-            )
+            for name in ("jobs", "attempts", "events", "effects", "migrations")
+            + ("leaders", "schedules", "ticks")
+            + ("queues", "api_keys", "rate_limits", "publish_requests")
         }
         self._tables = tables
         self._sql = {
@@ -78,6 +71,9 @@ class PostgresBackend(PostgresApiMixin):
             .replace("{attempts}", tables["attempts"])
             .replace("{events}", tables["events"])
             .replace("{effects}", tables["effects"])
+            .replace("{leaders}", tables["leaders"])
+            .replace("{schedules}", tables["schedules"])
+            .replace("{ticks}", tables["ticks"])
             .replace("{queues}", tables["queues"])
             .replace("{api_keys}", tables["api_keys"])
             .replace("{rate_limits}", tables["rate_limits"])

@@ -14,6 +14,7 @@ import click
 
 from ..errors import JobledgerError
 from . import keys, queues, serve  # noqa: F401  (registers: keys, queues, serve)
+from . import schedules as _schedules  # noqa: F401  (registers: schedules, scheduler)
 from . import worker as _worker  # noqa: F401  (registers: migrate, worker)
 from .base import cli
 

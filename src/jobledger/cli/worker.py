@@ -76,6 +76,12 @@ def migrate(url: str) -> None:
     help="Seconds between scans for expired leases.",
 )
 @click.option(
+    "--no-scheduler",
+    is_flag=True,
+    help="Do not run the app's schedules in this worker (by default a worker takes part in "
+    "scheduling: it ticks them while it holds the leader lease).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -91,6 +97,7 @@ def worker(
     grace: float,
     poll_interval: float | None,
     rescue_interval: float | None,
+    no_scheduler: bool,
     log_level: str,
 ) -> None:
     """Run jobs of the tasks registered on APP (MODULE:LEDGER, e.g. myapp.jobs:ledger).
@@ -102,6 +109,8 @@ def worker(
     """
     setup_logging(log_level)
     ledger = load_app(app, url)
+    if no_scheduler:
+        ledger.schedules.run_in_workers = False
     stats = ledger.run_worker(
         split_csv(queues) or None,
         concurrency=concurrency,
