@@ -14,11 +14,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ..scheduling.records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
 from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState, Tombstone
 from .url import DatabaseURL
+
+if TYPE_CHECKING:
+    from ..apikeys import ApiKey
+    from ..queues import QueueInfo, QueueSettings
 
 __all__ = [
     "Backend",
@@ -29,6 +33,8 @@ __all__ = [
     "Listener",
     "NewJob",
     "PruneResult",
+    "PublishItem",
+    "PublishOutcome",
     "QueueStats",
     "RescueResult",
 ]
@@ -121,6 +127,8 @@ class JobFilter:
     """Last changed before this time."""
     ids: tuple[int, ...] | None = None
     limit: int | None = None
+    after_id: int | None = None
+    """Only jobs with a larger id (paging through a listing ordered by id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +175,34 @@ class PruneResult:
             self.expired_tombstones + other.expired_tombstones,
             states,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishItem:
+    """One message published over HTTP: the job to insert, and a fingerprint of the request that
+    tells a replay (same fingerprint) from a reuse of its key with another request."""
+
+    job: NewJob
+    fingerprint: str
+    api_key_id: str | None = None
+
+
+PublishStatus = Literal["created", "replayed", "conflict", "in_flight"]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    """What publishing one ``PublishItem`` did.
+
+    ``created``: a new job. ``replayed``: the key names a job made by the same request.
+    ``conflict``: the key names a job made by another request; nothing changed. ``in_flight``:
+    another request with the key is being published right now; nothing changed (``job_id`` None).
+    """
+
+    status: PublishStatus
+    job_id: int | None = None
+    state: JobState | None = None
+    run_at: datetime | None = None
 
 
 class Listener(Protocol):
@@ -513,6 +549,56 @@ class Backend(Protocol):
     def job_purge(self, job_ids: Sequence[int]) -> int:
         """Delete these jobs whatever their state, with their attempts, events and effects, and
         leave no tombstone. For a drill cleaning up after itself; operators use prune."""
+        ...
+
+    # -- the HTTP API: declared queues, API keys, rate limits, publishing ----------------------
+
+    def queue_put(
+        self, settings: QueueSettings, now: datetime | None = None
+    ) -> tuple[QueueInfo, bool]:
+        """Declare a queue or replace its settings; return it and whether it was created."""
+        ...
+
+    def queue_get(self, name: str) -> QueueInfo:
+        """The declared queue, or ``NotFound``."""
+        ...
+
+    def queue_list(self) -> list[QueueInfo]:
+        """Every declared queue, by name."""
+        ...
+
+    def apikey_insert(self, key: ApiKey, digest: str, now: datetime | None = None) -> ApiKey:
+        """Store a new key by its digest; return it as stored (with ``created_at``)."""
+        ...
+
+    def apikey_get(self, digest: str) -> ApiKey | None:
+        """The key with this digest (revoked or not), or None."""
+        ...
+
+    def apikey_list(self) -> list[ApiKey]:
+        """Every key, oldest first, revoked ones included."""
+        ...
+
+    def apikey_revoke(self, key_id: str, now: datetime | None = None) -> ApiKey:
+        """Revoke a key (it stops working at once); ``NotFound`` for an unknown id. Revoking a
+        revoked key changes nothing."""
+        ...
+
+    def ratelimit_take(
+        self, bucket: str, rate: float, burst: float, cost: float = 1.0, now: datetime | None = None
+    ) -> float:
+        """Take ``cost`` tokens from a bucket refilled at ``rate`` per second up to ``burst``.
+
+        Returns 0.0 when taken, else the seconds until they would be (and takes nothing). The
+        bucket lives in the database, so every server process shares it. ``cost <= burst``.
+        """
+        ...
+
+    def job_publish(
+        self, items: Sequence[PublishItem], now: datetime | None = None
+    ) -> list[PublishOutcome]:
+        """Insert published jobs whose keys are new, in one transaction; tell replays, conflicts
+        and keys whose publish is in flight in another transaction (PostgreSQL) apart."""
         ...
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import KeyConflict
 from ..types import JobRow, JobState
-from .base import InsertResult, JobFilter, NewJob
+from .base import InsertResult, JobFilter, NewJob, PublishItem, PublishStatus
 
 JOB_COLUMNS = (
     "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "
@@ -99,6 +99,9 @@ def filter_sql(
             names.append(param(f"f_id{i}"))
             params[f"f_id{i}"] = int(job_id)
         clauses.append(f"id IN ({', '.join(names)})" if names else "1 = 0")
+    if where.after_id is not None:
+        clauses.append(f"id > {param('f_after')}")
+        params["f_after"] = int(where.after_id)
     return (" AND ".join(clauses) or "1 = 1"), params
 
 
@@ -153,3 +156,16 @@ def resolve_inserts(
     if conflicts and on_conflict == "raise":
         raise KeyConflict(conflict_queue, conflicts, [r.id for r in results if r.conflict])
     return results
+
+
+def publish_compare(
+    item: PublishItem, stored_payload: Any, fingerprint: str | None
+) -> PublishStatus:
+    """Is publishing ``item`` onto an existing job a replay or a conflict? By the fingerprint of
+    the request that made the job, or — for a job not published over HTTP (enqueued from Python,
+    or its request record is gone) — by its payload alone."""
+    if fingerprint is not None:
+        return "replayed" if fingerprint == item.fingerprint else "conflict"
+    if isinstance(stored_payload, str):
+        stored_payload = json.loads(stored_payload)
+    return "replayed" if stored_payload == json.loads(item.job.payload_json) else "conflict"

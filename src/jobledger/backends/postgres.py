@@ -29,6 +29,7 @@ from .base import (
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
+from .postgres_api import PostgresApiMixin
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
@@ -49,7 +50,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling):
+class PostgresBackend(PostgresScheduling, PostgresApiMixin):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -62,6 +63,7 @@ class PostgresBackend(PostgresScheduling):
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
             for name in ("jobs", "attempts", "events", "effects", "migrations", "tombstones")
             + ("leaders", "schedules", "ticks")
+            + ("queues", "api_keys", "rate_limits", "publish_requests")
         }
         self._tables = tables
         self._sql = {
@@ -74,6 +76,10 @@ class PostgresBackend(PostgresScheduling):
             .replace("{leaders}", tables["leaders"])
             .replace("{schedules}", tables["schedules"])
             .replace("{ticks}", tables["ticks"])
+            .replace("{queues}", tables["queues"])
+            .replace("{api_keys}", tables["api_keys"])
+            .replace("{rate_limits}", tables["rate_limits"])
+            .replace("{publish_requests}", tables["publish_requests"])
             for name, text in queries("postgres").items()
         }
         self._probe()

@@ -429,3 +429,72 @@ ORDER BY queue
 
 -- name: job_purge
 DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, queue, key
+
+-- The HTTP API (migration 004) -------------------------------------------------------------------
+
+-- name: queue_put
+INSERT INTO {queues} AS q (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
+                           retention_seconds, require_key, created_at, updated_at)
+VALUES (%(name)s, %(task)s, %(max_attempts)s, %(lease_seconds)s, %(backoff_base)s,
+        %(backoff_cap)s, %(retention_seconds)s, %(require_key)s, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, max_attempts = excluded.max_attempts,
+    lease_seconds = excluded.lease_seconds, backoff_base = excluded.backoff_base,
+    backoff_cap = excluded.backoff_cap, retention_seconds = excluded.retention_seconds,
+    require_key = excluded.require_key, updated_at = excluded.updated_at
+RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+          require_key, created_at, updated_at, (xmax = 0) AS inserted
+
+-- name: queue_select
+SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+       require_key, created_at, updated_at
+FROM {queues}
+
+-- name: apikey_insert
+INSERT INTO {api_keys} (id, digest, name, scopes, rate_per_second, burst, created_at)
+VALUES (%(id)s, %(digest)s, %(name)s, %(scopes)s, %(rate_per_second)s, %(burst)s, {now})
+
+-- name: apikey_select
+SELECT id, name, scopes, rate_per_second, burst, created_at, revoked_at FROM {api_keys}
+
+-- name: apikey_revoke
+UPDATE {api_keys} SET revoked_at = {now} WHERE id = %(id)s AND revoked_at IS NULL RETURNING id
+
+-- name: ratelimit_take
+-- GCRA: a request of `cost` is allowed when the bucket's theoretical arrival time, advanced by
+-- cost * interval, stays within burst * interval of now. Refused requests change nothing. The
+-- clock is the database's, so that every server process agrees on it.
+WITH clock AS (SELECT extract(epoch FROM {now})::float8 AS t)
+INSERT INTO {rate_limits} AS r (bucket, tat)
+SELECT %(bucket)s, clock.t + %(cost)s * %(interval)s FROM clock
+ON CONFLICT (bucket) DO UPDATE
+SET tat = GREATEST(r.tat, (SELECT t FROM clock)) + %(cost)s * %(interval)s
+WHERE GREATEST(r.tat, (SELECT t FROM clock)) + %(cost)s * %(interval)s
+      - (SELECT t FROM clock) <= %(burst)s * %(interval)s
+RETURNING r.tat
+
+-- name: ratelimit_get
+SELECT tat - extract(epoch FROM {now})::float8 FROM {rate_limits} WHERE bucket = %(bucket)s
+
+-- name: publish_try_locks
+-- Each key's "in flight" marker: a transaction-level advisory lock, taken without waiting. A key
+-- whose lock another open transaction holds is being published right now by another request.
+SELECT k, pg_try_advisory_xact_lock(hashtextextended(%(prefix)s || k, 0))
+FROM unnest(%(keys)s::text[]) AS k
+
+-- name: publish_existing
+SELECT j.id, j.queue, j.key, j.payload, p.fingerprint
+FROM {jobs} j
+LEFT JOIN {publish_requests} p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
+WHERE (j.queue, j.key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
+
+-- name: publish_record
+INSERT INTO {publish_requests} (queue, key, job_id, fingerprint, api_key_id, created_at)
+SELECT *, {now} FROM unnest(%(queue)s::text[], %(key)s::text[], %(job_id)s::bigint[],
+                            %(fingerprint)s::text[], %(api_key_id)s::text[])
+ON CONFLICT (queue, key) DO UPDATE SET
+    job_id = excluded.job_id, fingerprint = excluded.fingerprint,
+    api_key_id = excluded.api_key_id, created_at = excluded.created_at
+
+-- name: publish_job_state
+SELECT id, state, run_at FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])

@@ -300,3 +300,62 @@ SELECT queue, key, job_id, task, state, finished_at, pruned_at, expires_at
 FROM jobledger_tombstones
 WHERE key = :key AND (:queue IS NULL OR queue = :queue)
 ORDER BY queue
+
+-- The HTTP API (migration 004) -------------------------------------------------------------------
+
+-- name: queue_exists
+SELECT 1 FROM jobledger_queues WHERE name = :name
+
+-- name: queue_put
+INSERT INTO jobledger_queues (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
+                              retention_seconds, require_key, created_at, updated_at)
+VALUES (:name, :task, :max_attempts, :lease_seconds, :backoff_base, :backoff_cap,
+        :retention_seconds, :require_key, :now, :now)
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, max_attempts = excluded.max_attempts,
+    lease_seconds = excluded.lease_seconds, backoff_base = excluded.backoff_base,
+    backoff_cap = excluded.backoff_cap, retention_seconds = excluded.retention_seconds,
+    require_key = excluded.require_key, updated_at = excluded.updated_at
+
+-- name: queue_select
+SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+       require_key, created_at, updated_at
+FROM jobledger_queues
+
+-- name: apikey_insert
+INSERT INTO jobledger_api_keys (id, digest, name, scopes, rate_per_second, burst, created_at)
+VALUES (:id, :digest, :name, :scopes, :rate_per_second, :burst, :now)
+
+-- name: apikey_select
+SELECT id, name, scopes, rate_per_second, burst, created_at, revoked_at FROM jobledger_api_keys
+
+-- name: apikey_revoke
+UPDATE jobledger_api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL
+
+-- name: ratelimit_take
+-- GCRA: a request of `cost` is allowed when the bucket's theoretical arrival time, advanced by
+-- cost * interval, stays within burst * interval of now. Refused requests change nothing.
+INSERT INTO jobledger_rate_limits (bucket, tat) VALUES (:bucket, :now + :cost * :interval)
+ON CONFLICT (bucket) DO UPDATE
+SET tat = max(jobledger_rate_limits.tat, :now) + :cost * :interval
+WHERE max(jobledger_rate_limits.tat, :now) + :cost * :interval - :now <= :burst * :interval
+RETURNING tat
+
+-- name: ratelimit_get
+SELECT tat FROM jobledger_rate_limits WHERE bucket = :bucket
+
+-- name: publish_existing
+SELECT j.id, j.payload, p.fingerprint
+FROM jobledger_jobs j
+LEFT JOIN jobledger_publish_requests p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
+WHERE j.queue = :queue AND j.key = :key
+
+-- name: publish_record
+INSERT INTO jobledger_publish_requests (queue, key, job_id, fingerprint, api_key_id, created_at)
+VALUES (:queue, :key, :job_id, :fingerprint, :api_key_id, :now)
+ON CONFLICT (queue, key) DO UPDATE SET
+    job_id = excluded.job_id, fingerprint = excluded.fingerprint,
+    api_key_id = excluded.api_key_id, created_at = excluded.created_at
+
+-- name: publish_job_state
+SELECT state, run_at FROM jobledger_jobs WHERE id = :id
