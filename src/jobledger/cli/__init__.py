@@ -13,6 +13,7 @@ import traceback
 import click
 
 from ..errors import JobledgerError
+from . import history as _history  # noqa: F401  (registers: history check)
 from . import worker as _worker  # noqa: F401  (registers: migrate, worker)
 from .base import cli
 
