@@ -35,7 +35,9 @@ def _post(ctx, n: int) -> None:
 
 
 def _wait_for_gate(name: str, timeout: float = 120.0) -> None:
+    """Say we are at the gate (``NAME.waiting``), then wait for the test to create ``NAME``."""
     gate = Path(os.environ["FAULT_GATE_DIR"]) / name
+    gate.with_name(f"{name}.waiting").touch()
     deadline = time.monotonic() + timeout
     while not gate.exists():
         if time.monotonic() > deadline:

@@ -241,7 +241,7 @@ def test_what_a_lagging_replica_loses(mode, pair_factory, request, tmp_path):
     kinds = {k: len(v) for k, v in report.by_kind().items()}
     if mode == "sync":
         assert kinds == {}, report.summary()
-        assert report.figures["enqueue_unknown"] == 1
+        assert report.figures["enqueue_unknown"] >= 1  # the one that waited for the replica
     else:
         assert kinds == {"lost_job": len(keys), "key_with_several_jobs": len(keys)}, (
             report.summary()
