@@ -335,6 +335,8 @@ class HistoryReport:
     name: str
     records: int = 0
     hosts: list[str] = field(default_factory=list)
+    processes: int = 0
+    """Distinct recorders: (host, pid) pairs."""
     seconds: float = 0.0
     operations: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)
@@ -358,6 +360,7 @@ class HistoryReport:
             "name": self.name,
             "records": self.records,
             "hosts": self.hosts,
+            "processes": self.processes,
             "seconds": round(self.seconds, 3),
             "operations": self.operations,
             "faults": self.faults,
@@ -373,8 +376,8 @@ class HistoryReport:
         ops = self.operations
         fig = self.figures
         lines = [
-            f"history {self.name}: {self.records} records from {len(self.hosts)} hosts "
-            f"over {self.seconds:.1f} s",
+            f"history {self.name}: {self.records} records from {self.processes} recorders "
+            f"({', '.join(self.hosts)}) over {self.seconds:.1f} s",
             "  operations: "
             f"{ops.get('enqueue', 0)} enqueues acknowledged "
             f"({fig.get('enqueue_unknown', 0)} unknown), "
@@ -426,6 +429,7 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
     ops: Counter[str] = Counter(r["event"] for r in records)
     report.operations = dict(sorted(ops.items()))
     report.hosts = sorted({str(r.get("host")) for r in records if r.get("host")})
+    report.processes = len({(r.get("host"), r.get("pid")) for r in records if "pid" in r})
     times = [float(r["t"]) for r in records if "t" in r]
     report.seconds = (max(times) - min(times)) if times else 0.0
     report.faults = dict(
