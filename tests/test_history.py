@@ -261,3 +261,21 @@ def test_a_real_run_recorded_by_workers_harness_and_provider_checks_clean(
     records, _ = load([history])
     gone = [r for r in records if not (r["event"] == "ledger_job" and r["key"] == "k3")]
     assert {k: len(v) for k, v in check(gone).by_kind().items()} == {"lost_job": 1}
+
+
+def test_cli_check_against_a_live_ledger(tmp_path):
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    with Ledger(url) as ledger:
+        ledger.migrate()
+        ledger.task(lambda ctx: None, name="t", queue="q")
+        kept = ledger.enqueue("t", {}, key="kept")
+    history = write(
+        tmp_path / "h.jsonl",
+        [
+            rec("enqueue", 1, queue="q", key="kept", job=kept.id, created=True),
+            rec("enqueue", 2, queue="q", key="gone", job=kept.id + 1, created=True),
+        ],
+    )
+    result = CliRunner().invoke(cli, ["history", "check", "--url", url, str(history)])
+    assert result.exit_code == 1
+    assert "lost_job 1" in result.output and "'gone'" in result.output
