@@ -4,10 +4,12 @@ request as an ``effect`` (see ``jobledger.history``).
 
 ``POST /send`` with a JSON body and an ``Idempotency-Key`` header "sends" a message: the first
 request with a key is accepted (200 and a message id); a repeat with the same key answers the
-same message id and is counted as a duplicate delivery the provider absorbed, never as a second
-message. ``GET /stats`` returns the counts. Behaviour for chosen recipients can be scripted
-(rate limits with ``Retry-After``, a timeout after accepting, a permanent refusal) so that the
-story of retries can be shown end to end.
+same message id and is counted as a repeat the provider absorbed (``duplicates``), never as a
+second message. A message whose body equals one already sent under another key (or none) *is*
+sent again, and is counted in ``duplicate_sends``: the number a customer would notice, which a
+correct client keeps at 0. ``GET /stats`` returns the counts. Behaviour for chosen recipients
+can be scripted (rate limits with ``Retry-After``, then a permanent refusal; a timeout after
+accepting) so that the story of retries can be shown end to end.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import threading
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -38,7 +41,9 @@ class ProviderScript:
     """recipients whose first accepted request is answered only after ``timeout_seconds``."""
     timeout_seconds: float = 5.0
     refuse: set[str] = field(default_factory=set)
-    """recipients refused permanently (400)."""
+    """recipients refused permanently (400), once their rate limits (if any) are used up."""
+    latency_seconds: float = 0.0
+    """how long accepting a message takes (so that clients hold work in flight)."""
 
 
 class FakeProvider:
@@ -59,6 +64,11 @@ class FakeProvider:
         """idempotency key → the accepted message."""
         self.duplicates = 0
         """Requests repeating an accepted key: absorbed, not sent again."""
+        self.duplicate_sends = 0
+        """Messages sent although the same body was already sent under another key (or none)."""
+        self.by_recipient: Counter[str] = Counter()
+        """Requests per recipient (the ``to`` field), whatever their answer."""
+        self._sent_bodies: set[str] = set()
         self.sent_without_key = 0
         self.requests = 0
         self.rate_limited = 0
@@ -125,13 +135,11 @@ class FakeProvider:
         to = str(body.get("to", ""))
         with self._lock:
             self.requests += 1
+            self.by_recipient[to] += 1
             if key is not None and key in self.accepted:
                 self.duplicates += 1
                 self._record(key, body, delivered=False)
                 return 200, {"id": self.accepted[key]["id"], "replayed": True}, {}, 0.0
-            if to in self.script.refuse:
-                self.refused += 1
-                return 400, {"error": f"recipient {to} is not allowed"}, {}, 0.0
             if self._rate_left.get(to, 0) > 0:
                 self._rate_left[to] -= 1
                 self.rate_limited += 1
@@ -141,17 +149,30 @@ class FakeProvider:
                     {"Retry-After": str(self.script.retry_after_seconds)},
                     0.0,
                 )
-            message = {"id": uuid.uuid4().hex, "to": to, "body": body}
+            if to in self.script.refuse:
+                self.refused += 1
+                return 400, {"error": f"recipient {to} is not allowed"}, {}, 0.0
+            message = {
+                "id": uuid.uuid4().hex,
+                "to": to,
+                "body": body,
+                "key": key,
+                "at": time.time(),
+            }
+            fingerprint = json.dumps(body, sort_keys=True)
+            if fingerprint in self._sent_bodies:
+                self.duplicate_sends += 1
+            self._sent_bodies.add(fingerprint)
             if key is None:
                 self.sent_without_key += 1
             else:
                 self.accepted[key] = message
             self._record(key, body, delivered=True)
-            delay = 0.0
+            delay = self.script.latency_seconds
             if to in self._timeouts_left:
                 self._timeouts_left.discard(to)
                 self.timeouts += 1
-                delay = self.script.timeout_seconds
+                delay += self.script.timeout_seconds
             return 200, {"id": message["id"]}, {}, delay
 
     def _record(self, key: str | None, body: dict[str, Any], delivered: bool) -> None:
@@ -167,12 +188,26 @@ class FakeProvider:
                 delivered=delivered,
             )
 
+    def limit(self, to: str, count: int) -> None:
+        """Answer the next ``count`` requests for ``to`` with 429 and ``Retry-After``."""
+        with self._lock:
+            self._rate_left[to] = count
+
+    def refuse(self, to: str, refused: bool = True) -> None:
+        """Refuse ``to`` permanently (400) from now on, or (``refused=False``) accept it again."""
+        with self._lock:
+            if refused:
+                self.script.refuse.add(to)
+            else:
+                self.script.refuse.discard(to)
+
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {
                 "requests": self.requests,
                 "accepted": len(self.accepted) + self.sent_without_key,
                 "duplicates": self.duplicates,
+                "duplicate_sends": self.duplicate_sends,
                 "rate_limited": self.rate_limited,
                 "refused": self.refused,
                 "timeouts": self.timeouts,

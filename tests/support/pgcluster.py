@@ -1,40 +1,146 @@
-"""Private PostgreSQL servers that a test may cut off, kill and promote.
+"""Private PostgreSQL servers that a test may crash, restart, cut off, kill and promote.
 
-The shared server is never touched: these are fresh clusters in a temporary directory, on ports
-of their own, started with the binaries of the installed PostgreSQL (``/usr/lib/postgresql/*/bin``)
-or, failing that, those bundled in the ``pgserver`` package. As root they run as the
-``postgres`` user (PostgreSQL refuses to run as root). ``fsync`` is off: the tests kill server
-*processes*, never the machine, so the operating system still holds every write.
+The shared server on 5432 is never restarted: tests that need a server restart start their own
+with ``initdb`` and ``pg_ctl`` from ``/usr/lib/postgresql/*/bin`` when present, else the binaries
+bundled in the ``pgserver`` package. It listens on 127.0.0.1 on a free port, keeps its socket
+and data in a temporary directory, and runs with ``fsync=off``: a restart here stands for a
+server crash (``pg_ctl stop -m immediate``, then recovery from the WAL), not a power cut.
+
+``PrivatePostgres`` is one server to crash and restart; ``PgInstance`` is a server of a
+primary/replica pair (``standby_of``, ``kill``, ``promote``), listening where a test says (the
+fault tests add the address their namespaced hosts reach).
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import pwd
 import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
 
+__all__ = ["PgInstance", "PrivatePostgres", "postgres_binaries", "unavailable"]
 
-def _bindir() -> Path | None:
-    installed = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
-    for candidate in reversed(installed):
-        if Path(candidate, "pg_ctl").exists() and Path(candidate, "pg_basebackup").exists():
-            return Path(candidate)
+
+def postgres_binaries() -> Path:
+    """The directory holding initdb and pg_ctl."""
+    installed = (
+        sorted(
+            Path("/usr/lib/postgresql").glob("*/bin"),
+            key=lambda p: int(p.parent.name),
+            reverse=True,
+        )
+        if Path("/usr/lib/postgresql").exists()
+        else []
+    )
+    for path in installed:
+        if (path / "initdb").exists() and (path / "pg_ctl").exists():
+            return path
     try:
-        import pgserver
-    except ImportError:
-        return None
-    bundled = Path(pgserver.__file__).parent / "pginstall" / "bin"
-    return bundled if (bundled / "pg_ctl").exists() else None
+        from pgserver._commands import POSTGRES_BIN_PATH  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - pgserver is a dev dependency
+        raise RuntimeError("no PostgreSQL binaries: install postgresql or pgserver") from exc
+    return Path(POSTGRES_BIN_PATH)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class PrivatePostgres:
+    """``initdb`` + ``pg_ctl start`` in a temporary directory; ``restart()`` crashes it and starts
+    it again; ``close()`` stops it and deletes everything."""
+
+    def __init__(self) -> None:
+        self.bin = postgres_binaries()
+        self.port = _free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="jobledger-private-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.user: str | None = None
+        if os.geteuid() == 0:
+            # initdb refuses to run as root: run the server as the "postgres" system user.
+            try:
+                entry = pwd.getpwnam("postgres")
+            except KeyError:
+                raise RuntimeError(
+                    "running as root and no 'postgres' system user to run as"
+                ) from None
+            self.user = "postgres"
+            os.chmod(self.root, 0o755)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8")
+        self.restarts = 0
+        self.start()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, program: str, *args: str) -> None:
+        proc = subprocess.run(
+            [str(self.bin / program), *args],
+            capture_output=True,
+            text=True,
+            user=self.user,
+            timeout=120,
+            cwd=self.root,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{program} failed ({proc.returncode}): {proc.stderr or proc.stdout}"
+            )
+
+    def start(self) -> None:
+        options = " ".join(
+            [
+                f"-p {self.port}",
+                "-c listen_addresses=127.0.0.1",
+                f"-c unix_socket_directories={self.root}",
+                "-c fsync=off",
+                "-c full_page_writes=off",
+                "-c max_connections=200",
+                "-c shared_buffers=64MB",
+            ]
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with psycopg.connect(
+                    f"postgresql://postgres@127.0.0.1:{self.port}/postgres", connect_timeout=2
+                ):
+                    return
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def crash(self) -> None:
+        """Stop at once, as a crash would: no checkpoint, clients cut off mid-transaction."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def restart(self, down_seconds: float = 0.0) -> float:
+        """Crash the server, leave it down ``down_seconds``, start it again; return how long it
+        was down (seconds)."""
+        began = time.monotonic()
+        self.crash()
+        time.sleep(down_seconds)
+        self.start()
+        self.restarts += 1
+        return time.monotonic() - began
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, subprocess.SubprocessError):
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _run_as() -> pwd.struct_passwd | None:
@@ -47,19 +153,21 @@ def _run_as() -> pwd.struct_passwd | None:
         return None
 
 
+def _bindir() -> Path | None:
+    try:
+        path = postgres_binaries()
+    except RuntimeError:
+        return None
+    return path if (path / "pg_basebackup").exists() else None
+
+
 def unavailable() -> str | None:
-    """Why private servers cannot be started here, or None when they can."""
+    """Why primary/replica pairs cannot be started here, or None when they can."""
     if _bindir() is None:
         return "no PostgreSQL binaries (initdb, pg_ctl, pg_basebackup) found"
     if os.geteuid() == 0 and _run_as() is None:
         return "running as root and there is no 'postgres' user to run a server as"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PgInstance:
@@ -74,7 +182,7 @@ class PgInstance:
         self.base = base
         self.datadir = base / name
         self.logfile = base / f"{name}.log"
-        self.port = free_port()
+        self.port = _free_port()
         self.listen = list(listen)
         self._user = _run_as()
 

@@ -107,13 +107,17 @@ def resolve_inserts(
     created: dict[tuple[str, str], int],
     existing: dict[tuple[str, str], tuple[int, str, Any]],
     on_conflict: str,
+    pruned: dict[tuple[str, str], tuple[int, str, Callable[[NewJob], bool]]] | None = None,
 ) -> list[InsertResult]:
     """Match each requested job to what the insert did, and find key conflicts.
 
     ``created`` maps (queue, key) to the id of a row this insert created; ``existing`` maps the
-    others to (id, task, payload) of the row already there. Within one batch the first job with a
-    key creates it; later ones with the same key are duplicates of it.
+    others to (id, task, payload) of the row already there; ``pruned`` maps keys blocked by a
+    tombstone to (pruned job id, task, a test that a new job's payload is the pruned one's).
+    Within one batch the first job with a key creates it; later ones with the same key are
+    duplicates of it.
     """
+    pruned = pruned or {}
     results: list[InsertResult] = []
     first: dict[tuple[str, str], NewJob] = {}
     conflicts: list[str] = []
@@ -124,6 +128,14 @@ def resolve_inserts(
         if ident in created and ident not in first:
             first[ident] = job
             results.append(InsertResult(created[ident], True))
+            continue
+        if ident in pruned:
+            job_id, task, same_payload = pruned[ident]
+            same = task == job.task and same_payload(job)
+            if not same:
+                conflicts.append(job.key)
+                conflict_queue = conflict_queue or job.queue
+            results.append(InsertResult(job_id, False, conflict=not same, pruned=True))
             continue
         if ident in first:
             other = first[ident]

@@ -94,6 +94,12 @@ def migrate(url: str) -> None:
     "Checked by `jobledger history check`.",
 )
 @click.option(
+    "--no-scheduler",
+    is_flag=True,
+    help="Do not run the app's schedules in this worker (by default a worker takes part in "
+    "scheduling: it ticks them while it holds the leader lease).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -111,6 +117,7 @@ def worker(
     rescue_interval: float | None,
     name: str | None,
     history_path: str | None,
+    no_scheduler: bool,
     log_level: str,
 ) -> None:
     """Run jobs of the tasks registered on APP (MODULE:LEDGER, e.g. myapp.jobs:ledger).
@@ -123,6 +130,8 @@ def worker(
     setup_logging(log_level)
     ledger = load_app(app, url)
     recorder = install_history(ledger, history_path) if history_path else None
+    if no_scheduler:
+        ledger.schedules.run_in_workers = False
     stats = ledger.run_worker(
         split_csv(queues) or None,
         concurrency=concurrency,

@@ -16,6 +16,10 @@ WITH new AS (
     SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
            max_attempts, lease_seconds, {now}, {now}, correlation_id
     FROM new
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {tombstones} AS t
+        WHERE t.queue = new.queue AND t.key = new.key AND t.expires_at > {now}
+    )
     ON CONFLICT (queue, key) DO NOTHING
     RETURNING id, queue, key
 ), woken AS (
@@ -231,7 +235,7 @@ FROM {attempts} WHERE job_id = %(job_id)s ORDER BY attempt
 SELECT job_id, at, kind, actor, note, detail FROM {events} WHERE job_id = %(job_id)s ORDER BY id
 
 -- name: queue_counts
-SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state
+SELECT queue, state, count(*), sum(attempts) FROM {jobs} GROUP BY queue, state
 
 -- name: queue_oldest_due
 SELECT q.queue,
@@ -246,3 +250,182 @@ FROM (SELECT DISTINCT queue FROM {jobs} WHERE state = 'pending') AS q
 SELECT j.queue, count(*) FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id
 WHERE a.outcome = 'lease_expired' AND a.finished_at >= {now} - interval '1 hour'
 GROUP BY j.queue
+
+-- Scheduling (003). {leaders}, {schedules}, {ticks} are the schema-qualified tables. A leader
+-- lease is valid while lease_until > now; every write a leader makes is fenced by leader_fence
+-- in the same transaction, which also holds the lease row so no takeover commits meanwhile.
+
+-- name: leader_acquire
+INSERT INTO {leaders} AS l (name, holder, token, term, lease_until, acquired_at, renewed_at)
+VALUES (%(name)s, %(holder)s, gen_random_uuid(), 1, {now} + make_interval(secs => %(ttl)s),
+        {now}, {now})
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, token = excluded.token, term = l.term + 1,
+    lease_until = excluded.lease_until, acquired_at = excluded.acquired_at,
+    renewed_at = excluded.renewed_at
+WHERE l.lease_until <= excluded.acquired_at
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at, {now}
+
+-- name: leader_renew
+UPDATE {leaders}
+SET lease_until = {now} + make_interval(secs => %(ttl)s), renewed_at = {now}
+WHERE name = %(name)s AND token = %(token)s::uuid AND lease_until > {now}
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at, {now}
+
+-- name: leader_release
+UPDATE {leaders} SET lease_until = {now}, renewed_at = {now}
+WHERE name = %(name)s AND token = %(token)s::uuid AND lease_until > {now}
+RETURNING name
+
+-- name: leader_list
+SELECT name, holder, token, term, lease_until, acquired_at, renewed_at, {now}
+FROM {leaders} ORDER BY name
+
+-- name: leader_fence
+SELECT 1 FROM {leaders}
+WHERE name = %(name)s AND token = %(token)s::uuid AND lease_until > {now}
+FOR SHARE
+
+-- name: schedule_declare
+INSERT INTO {schedules} (name, cohort, cron, time_zone, catch_up, max_catch_up, grace_seconds,
+                         target, key_template, fan_out, cursor_at, declared_at, created_at)
+SELECT d.*, {now}, {now}, {now} FROM unnest(
+    %(name)s::text[], %(cohort)s::text[], %(cron)s::text[], %(time_zone)s::text[],
+    %(catch_up)s::text[], %(max_catch_up)s::int[], %(grace_seconds)s::float8[],
+    %(target)s::text[], %(key_template)s::text[], %(fan_out)s::bool[]
+) AS d
+ON CONFLICT (name) DO UPDATE
+SET cohort = excluded.cohort, cron = excluded.cron, time_zone = excluded.time_zone,
+    catch_up = excluded.catch_up, max_catch_up = excluded.max_catch_up,
+    grace_seconds = excluded.grace_seconds, target = excluded.target,
+    key_template = excluded.key_template, fan_out = excluded.fan_out,
+    declared_at = excluded.declared_at
+
+-- name: schedule_list
+SELECT name, cohort, cron, time_zone, catch_up, max_catch_up, grace_seconds, target,
+       key_template, fan_out, cursor_at, skipped_ticks, paused, pause_changed_at,
+       pause_changed_by, pause_note, declared_at, created_at
+FROM {schedules} ORDER BY name
+
+-- name: schedule_pause
+UPDATE {schedules}
+SET paused = %(paused)s, pause_changed_at = {now}, pause_changed_by = %(actor)s,
+    pause_note = %(note)s,
+    skipped_ticks = skipped_ticks
+        + CASE WHEN %(cursor)s::timestamptz > cursor_at THEN %(skipped)s ELSE 0 END,
+    cursor_at = GREATEST(cursor_at, COALESCE(%(cursor)s::timestamptz, cursor_at))
+WHERE name = %(name)s
+RETURNING name
+
+-- name: schedule_advance
+UPDATE {schedules} SET cursor_at = %(cursor)s, skipped_ticks = skipped_ticks + %(skipped)s
+WHERE name = %(name)s AND cursor_at < %(cursor)s
+
+-- name: schedule_tick_start
+INSERT INTO {ticks} AS t (schedule, tick_time, state, leader, term, runs, started_at)
+VALUES (%(schedule)s, %(tick_time)s, 'running', %(leader)s, %(term)s, 1, {now})
+ON CONFLICT (schedule, tick_time) DO UPDATE
+SET runs = t.runs + 1, leader = excluded.leader, term = excluded.term, error = NULL
+WHERE t.state = 'running'
+RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+          started_at, finished_at, error
+
+-- name: schedule_tick_get
+SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+       started_at, finished_at, error
+FROM {ticks} WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s
+
+-- name: schedule_tick_progress
+UPDATE {ticks}
+SET jobs_created = jobs_created + %(created)s, jobs_existing = jobs_existing + %(existing)s,
+    conflicts = conflicts + %(conflicts)s
+WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s
+
+-- name: schedule_tick_finish
+UPDATE {ticks} SET state = 'done', finished_at = {now}, error = NULL
+WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s AND state = 'running'
+RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+          started_at, finished_at, error
+
+-- name: schedule_tick_error
+UPDATE {ticks} SET error = %(error)s
+WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s AND state = 'running'
+
+-- name: schedule_tick_list
+-- {where} is built from fixed clauses; {limit} is a literal.
+SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+       started_at, finished_at, error
+FROM {ticks} WHERE {where} ORDER BY tick_time DESC, schedule LIMIT {limit}
+-- name: tombstone_live
+-- Tombstones still blocking these keys. Run after the insert, in a statement of its own: under
+-- READ COMMITTED it sees a prune that committed while the insert waited on the key.
+SELECT t.queue, t.key, t.job_id, t.task, t.payload_digest FROM {tombstones} AS t
+JOIN unnest(%(queue)s::text[], %(key)s::text[]) AS k(queue, key)
+  ON t.queue = k.queue AND t.key = k.key
+WHERE t.expires_at > {now}
+
+-- name: payload_digest
+SELECT p, md5(p::jsonb::text) FROM unnest(%(payloads)s::text[]) AS p
+
+-- name: job_insert_undo
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: job_prune_window
+-- The next {limit} jobs by id, oldest first: prune walks the primary key, so no index on the
+-- jobs table is needed for it.
+SELECT id, created_at FROM {jobs} WHERE id > %(after)s ORDER BY id LIMIT {limit}
+
+-- name: job_prune
+-- Of one window, delete the jobs in the given states that finished before the cut-off. A row
+-- another transaction changes meanwhile (a redrive) is re-checked after it commits.
+DELETE FROM {jobs}
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+RETURNING id, queue, key, task, md5(payload::text), state, finished_at
+
+-- name: job_prune_count
+SELECT state, count(*) FROM {jobs}
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY state
+
+-- name: job_history_delete
+WITH a AS (
+    DELETE FROM {attempts} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), e AS (
+    DELETE FROM {events} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), f AS (
+    DELETE FROM {effects}
+    WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM e), (SELECT count(*) FROM f)
+
+-- name: tombstone_record
+INSERT INTO {tombstones} AS t (queue, key, job_id, task, payload_digest, state, finished_at,
+                               pruned_at, expires_at)
+SELECT queue, key, job_id, task, digest, state, finished_at, {now},
+       finished_at + make_interval(secs => %(keep)s)
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(ids)s::bigint[], %(tasks)s::text[],
+            %(digests)s::text[], %(states)s::text[], %(finished)s::timestamptz[])
+     AS n(queue, key, job_id, task, digest, state, finished_at)
+ON CONFLICT (queue, key) DO UPDATE
+SET job_id = excluded.job_id, task = excluded.task, payload_digest = excluded.payload_digest,
+    state = excluded.state, finished_at = excluded.finished_at, pruned_at = excluded.pruned_at,
+    expires_at = excluded.expires_at
+
+-- name: tombstone_prune
+DELETE FROM {tombstones} WHERE (queue, key) IN (
+    SELECT queue, key FROM {tombstones}
+    WHERE expires_at <= {now} ORDER BY expires_at LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING 1
+
+-- name: tombstone_find
+SELECT queue, key, job_id, task, state, finished_at, pruned_at, expires_at FROM {tombstones}
+WHERE key = %(key)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY queue
+
+-- name: job_purge
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, queue, key
