@@ -1,5 +1,6 @@
-"""A fake email provider on 127.0.0.1 that honours ``Idempotency-Key`` — for the demo, the drill
-and the tests.
+"""A fake email provider (on 127.0.0.1 unless told otherwise) that honours ``Idempotency-Key`` —
+for the demo, the drill and the tests. Given a history recorder, it records every accepted
+request as an ``effect`` (see ``jobledger.history``).
 
 ``POST /send`` with a JSON body and an ``Idempotency-Key`` header "sends" a message: the first
 request with a key is accepted (200 and a message id); a repeat with the same key answers the
@@ -21,7 +22,10 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .history import HistoryRecorder
 
 __all__ = ["FakeProvider", "ProviderScript"]
 
@@ -45,8 +49,16 @@ class ProviderScript:
 class FakeProvider:
     """Start with ``with FakeProvider() as provider:``; ``provider.url`` is its base URL."""
 
-    def __init__(self, script: ProviderScript | None = None, port: int = 0):
+    def __init__(
+        self,
+        script: ProviderScript | None = None,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        history: HistoryRecorder | None = None,
+    ):
         self.script = script or ProviderScript()
+        self.history = history
+        """Where to record each accepted request as an ``effect`` (see ``jobledger.history``)."""
         self._lock = threading.Lock()
         self.accepted: dict[str, dict[str, Any]] = {}
         """idempotency key → the accepted message."""
@@ -106,7 +118,7 @@ class FakeProvider:
                     time.sleep(delay)
                 self._reply(status, reply, headers)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="fake-provider", daemon=True
@@ -126,6 +138,7 @@ class FakeProvider:
             self.by_recipient[to] += 1
             if key is not None and key in self.accepted:
                 self.duplicates += 1
+                self._record(key, body, delivered=False)
                 return 200, {"id": self.accepted[key]["id"], "replayed": True}, {}, 0.0
             if self._rate_left.get(to, 0) > 0:
                 self._rate_left[to] -= 1
@@ -154,12 +167,26 @@ class FakeProvider:
                 self.sent_without_key += 1
             else:
                 self.accepted[key] = message
+            self._record(key, body, delivered=True)
             delay = self.script.latency_seconds
             if to in self._timeouts_left:
                 self._timeouts_left.discard(to)
                 self.timeouts += 1
                 delay += self.script.timeout_seconds
             return 200, {"id": message["id"]}, {}, delay
+
+    def _record(self, key: str | None, body: dict[str, Any], delivered: bool) -> None:
+        """Record an effect in the history. A body naming ``job_queue``, ``job_key`` and
+        ``effect`` lets the checker tie deliveries to jobs whatever idempotency key was sent."""
+        if self.history is not None:
+            self.history.record(
+                "effect",
+                queue=body.get("job_queue"),
+                key=body.get("job_key"),
+                effect=body.get("effect"),
+                idem=key,
+                delivered=delivered,
+            )
 
     def limit(self, to: str, count: int) -> None:
         """Answer the next ``count`` requests for ``to`` with 429 and ``Retry-After``."""
