@@ -654,6 +654,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin):
                 "states": [JobState(s).value for s in states],
                 "before": before,
                 "queue": queue,
+                "now": now,
             }
             if dry_run:
                 counts = dict(c.execute(self._sql["job_prune_count"], params).fetchall())

@@ -720,6 +720,7 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin):
         attempts = c.executemany(self._sql["attempt_delete"], ids).rowcount
         events = c.executemany(self._sql["event_delete"], ids).rowcount
         effects = c.executemany(self._sql["effect_delete"], [(r[1], r[2]) for r in rows]).rowcount
+        c.executemany(self._sql["publish_request_delete"], ids)
         return attempts, events, effects
 
     def job_prune(
@@ -742,7 +743,7 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin):
             if not seen:
                 return PruneResult(), None
             last = seen[-1][0]
-            params = {"after": after_id, "last": last, "before": cutoff, "queue": queue}
+            params = {"after": after_id, "last": last, "before": cutoff, "queue": queue, "now": clock}
             rows = c.execute(pick, params).fetchall()
             attempts = events = effects = 0
             if rows and not dry_run:

@@ -377,16 +377,25 @@ SELECT id, created_at FROM {jobs} WHERE id > %(after)s ORDER BY id LIMIT {limit}
 
 -- name: job_prune
 -- Of one window, delete the jobs in the given states that finished before the cut-off. A row
--- another transaction changes meanwhile (a redrive) is re-checked after it commits.
-DELETE FROM {jobs}
+-- another transaction changes meanwhile (a redrive) is re-checked after it commits. A job of a
+-- declared queue is kept for the queue's retention at least, whatever the cut-off.
+DELETE FROM {jobs} AS j
 WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
   AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND NOT EXISTS (
+      SELECT 1 FROM {queues} q
+      WHERE q.name = j.queue AND j.finished_at >= {now} - make_interval(secs => q.retention_seconds)
+  )
 RETURNING id, queue, key, task, md5(payload::text), state, finished_at
 
 -- name: job_prune_count
-SELECT state, count(*) FROM {jobs}
+SELECT state, count(*) FROM {jobs} AS j
 WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
   AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND NOT EXISTS (
+      SELECT 1 FROM {queues} q
+      WHERE q.name = j.queue AND j.finished_at >= {now} - make_interval(secs => q.retention_seconds)
+  )
 GROUP BY state
 
 -- name: job_history_delete
@@ -398,6 +407,8 @@ WITH a AS (
     DELETE FROM {effects}
     WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
     RETURNING 1
+), p AS (
+    DELETE FROM {publish_requests} WHERE job_id = ANY(%(ids)s::bigint[])
 )
 SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM e), (SELECT count(*) FROM f)
 

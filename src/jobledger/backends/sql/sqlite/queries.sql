@@ -262,10 +262,15 @@ SELECT id, created_at FROM jobledger_jobs WHERE id > :after ORDER BY id LIMIT {l
 
 -- name: job_prune_pick
 -- Of one window, the jobs prune takes: in the given states ({states} is a literal list of state
--- names), finished before the cut-off.
-SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs
+-- names), finished before the cut-off and
+-- older than the retention of their queue, if it is a declared queue.
+SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs AS j
 WHERE id > :after AND id <= :last AND state IN ({states}) AND finished_at < :before
   AND (:queue IS NULL OR queue = :queue)
+  AND NOT EXISTS (
+      SELECT 1 FROM jobledger_queues q
+      WHERE q.name = j.queue AND j.finished_at >= :now - q.retention_seconds
+  )
 ORDER BY id
 
 -- name: job_delete
@@ -279,6 +284,9 @@ DELETE FROM jobledger_events WHERE job_id = ?
 
 -- name: effect_delete
 DELETE FROM jobledger_effects WHERE queue = ? AND key = ?
+
+-- name: publish_request_delete
+DELETE FROM jobledger_publish_requests WHERE job_id = ?
 
 -- name: tombstone_record
 INSERT INTO jobledger_tombstones (queue, key, job_id, task, payload_digest, state, finished_at,
