@@ -294,3 +294,23 @@ def test_prune_deletes_the_publish_record_with_its_job(ledger, tasks):
             table = f"{ledger.url.schema}.{table}"
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
     assert outcome.status == "created"
+
+
+def test_publishing_a_pruned_key_replays_or_conflicts(ledger, tasks):
+    """The HTTP publish path honours tombstones like enqueue: no second job for a pruned key."""
+    from jobledger.backends.base import NewJob, PublishItem
+    from jobledger.queues import QueueSettings
+
+    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    job_id = finish(ledger, 1)  # key k1, task "work", payload {"n": 1}
+    assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
+
+    def publish(payload):
+        job = NewJob("q", "k1", "work", encode_payload(payload), 0, None, 3, 30.0)
+        [outcome] = ledger.backend.job_publish([PublishItem(job, "fp")], now=at(3 * DAY))
+        return outcome
+
+    again = publish({"n": 1})
+    assert (again.status, again.job_id, again.state) == ("replayed", job_id, JobState.DONE)
+    assert publish({"n": 2}).status == "conflict"
+    assert ledger.jobs() == []
