@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxRecord, Route
 from ..scheduling.records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
 from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState
 from .url import DatabaseURL
@@ -434,6 +435,75 @@ class Backend(Protocol):
         after: datetime | None = None,
     ) -> list[TickRow]:
         """Ticks, most recent first: of one schedule or all, in one state, after a time."""
+        ...
+
+    # -- broker delivery: routes, the outbox, claims by key (jobledger.brokers) ---------------
+
+    def route_add(
+        self, queue: str, actor: str, note: str | None = None, now: datetime | None = None
+    ) -> tuple[Route, int]:
+        """Route a queue to a broker: from now on every job of it that becomes pending gets an
+        outbox record (database triggers write them). Jobs already pending get one now. Returns
+        the route and how many records that backfill wrote (0 when it was routed already)."""
+        ...
+
+    def route_remove(self, queue: str) -> int:
+        """Stop routing a queue (``NotFound`` if it is not routed); its unpublished records are
+        discarded. Returns how many. Polling workers then see its jobs as before."""
+        ...
+
+    def route_list(self) -> list[Route]: ...
+
+    def outbox_due(
+        self, limit: int, now: datetime | None = None, queues: Sequence[str] | None = None
+    ) -> list[OutboxRecord]:
+        """Unpublished records whose time has come, in ``(available_at, id)`` order."""
+        ...
+
+    def outbox_mark(
+        self, ids: Sequence[int], lease: LeaderLease, now: datetime | None = None
+    ) -> int:
+        """Mark records published, fenced by the relay's leader lease (``LeadershipLost`` and
+        nothing marked when it is no longer held). Returns how many were marked."""
+        ...
+
+    def outbox_list(
+        self,
+        job_id: int | None = None,
+        queue: str | None = None,
+        unpublished: bool = False,
+        limit: int = 100,
+    ) -> list[OutboxRecord]:
+        """Records, newest first: of one job, of one queue, only the unpublished ones."""
+        ...
+
+    def outbox_stats(self, now: datetime | None = None) -> list[OutboxQueueStats]: ...
+
+    def outbox_prune(self, published_before: datetime, limit: int = 10000) -> int:
+        """Delete up to ``limit`` records published before a time; return how many."""
+        ...
+
+    def outbox_republish(
+        self,
+        queue: str,
+        due_before: datetime,
+        now: datetime | None = None,
+        limit: int = 10000,
+    ) -> int:
+        """Write a new record for each pending job of a routed queue, due before ``due_before``,
+        that has no unpublished record (its message was lost by the broker). Returns how many."""
+        ...
+
+    def job_claim_key(
+        self,
+        queue: str,
+        key: str,
+        worker: str,
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> KeyClaim:
+        """Lease the job with this key if it is pending and due, exactly as ``job_claim`` would
+        (new token, attempt opened). Otherwise claim nothing and return the job as it is."""
         ...
 
 

@@ -28,6 +28,7 @@ from .base import (
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
+from .postgres_outbox import PostgresOutbox
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
@@ -48,7 +49,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling):
+class PostgresBackend(PostgresScheduling, PostgresOutbox):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -61,6 +62,7 @@ class PostgresBackend(PostgresScheduling):
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
             for name in ("jobs", "attempts", "events", "effects", "migrations")
             + ("leaders", "schedules", "ticks")
+            + ("routes", "outbox")
         }
         self._tables = tables
         self._sql = {
@@ -72,6 +74,8 @@ class PostgresBackend(PostgresScheduling):
             .replace("{leaders}", tables["leaders"])
             .replace("{schedules}", tables["schedules"])
             .replace("{ticks}", tables["ticks"])
+            .replace("{routes}", tables["routes"])
+            .replace("{outbox}", tables["outbox"])
             for name, text in queries("postgres").items()
         }
         self._probe()
