@@ -13,6 +13,7 @@ import traceback
 import click
 
 from ..errors import JobledgerError
+from . import brokers as _brokers  # noqa: F401  (registers: relay, consume, outbox)
 from . import schedules as _schedules  # noqa: F401  (registers: schedules, scheduler)
 from . import worker as _worker  # noqa: F401  (registers: migrate, worker)
 from .base import cli
