@@ -33,7 +33,7 @@ def _post(ctx, customer_id: int, week: str) -> None:
     check_response(response)
 
 
-@ledger.task(queue="digests", lease_seconds=LEASE, max_attempts=5)
+@ledger.task(queue="digests", lease_seconds=LEASE, max_attempts=5, key="{customer_id}:{week}")
 def send_digest(ctx, customer_id: int, week: str) -> None:
     """Send one customer's digest for one week, once per key."""
     if PAUSE:

@@ -146,12 +146,24 @@ def test_every_way_back_to_pending_writes_a_record_in_its_transaction(ledger, bo
     assert [r.published_at is None for r in every] == [False] * 6 + [True]
 
 
-def test_a_new_record_replaces_one_not_yet_published(ledger, box):
-    job_id, _ = ledger.enqueue("digest", {"n": 1}, key="k", now=T0)
-    job = claim(ledger, "k", at(1)).job  # e.g. by a polling worker, before the relay ran
-    ledger.backend.job_fail([Failure(lease_of(job), True, at(30), "X", "boom")], at(2))
-    [only] = records(ledger, job_id=job_id)
-    assert only.reason is OutboxReason.RETRY and only.available_at == at(30)
+def test_a_new_record_supersedes_one_not_yet_published(ledger, box):
+    job_id, _ = ledger.enqueue("digest", {"n": 1}, key="k", delay=60, now=T0)
+    ledger.cancel(job_id, actor="ops", reason="not now", now=at(1))
+    ledger.redrive(
+        actor="ops",
+        reason="now",
+        ids=[job_id],
+        where=JobFilter(states=(JobState.CANCELLED,)),
+        now=at(2),
+    )
+    old, new = records(ledger, job_id=job_id)
+    assert old.reason is OutboxReason.ENQUEUE and old.superseded_at == at(2)
+    assert new.reason is OutboxReason.REDRIVE and new.superseded_at is None
+    # Only the newer one is published, now; the older one never is, even when it falls due.
+    assert [r.id for r in ledger.backend.outbox_due(10, at(100))] == [new.id]
+    assert [r.id for r in records(ledger, unpublished=True)] == [new.id]
+    [stats] = box.status(now=at(100))
+    assert stats.unpublished == 1
 
 
 def test_published_records_are_kept_and_a_new_one_follows_them(ledger, box):

@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -300,3 +301,26 @@ class PrivateRedis(PrivateBroker):
 
 
 PRIVATE = {"rabbitmq": PrivateRabbit, "nats": PrivateNats, "redis": PrivateRedis}
+
+
+def jobledger_process(
+    db_url: str, *args: str, env: dict[str, str] | None = None, faults: str | None = None
+) -> subprocess.Popen[str]:
+    """``python -m jobledger ARGS`` in a new process, against ``db_url``."""
+    from .processes import ROOT
+
+    full_env = dict(os.environ)
+    full_env.pop("JOBLEDGER_FAULTS", None)
+    full_env.update(env or {})
+    full_env["JOBLEDGER_URL"] = db_url
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full_env.get("PYTHONPATH")]))
+    if faults:
+        full_env["JOBLEDGER_FAULTS"] = faults
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobledger", *args],
+        cwd=ROOT,
+        env=full_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

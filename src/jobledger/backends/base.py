@@ -351,7 +351,9 @@ class Backend(Protocol):
         """Every leader lease, valid or expired, with the clock the read used as ``now``."""
         ...
 
-    def leader_fence(self, lease: LeaderLease, now: datetime | None = None, conn: Any = None) -> None:
+    def leader_fence(
+        self, lease: LeaderLease, now: datetime | None = None, conn: Any = None
+    ) -> None:
         """Raise ``LeadershipLost`` unless ``lease`` is still held. With ``conn`` (a transaction
         of this backend), hold the lease row until that transaction ends, so that no takeover
         commits before the writes fenced by it."""

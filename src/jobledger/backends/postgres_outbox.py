@@ -37,6 +37,7 @@ def _record(row: Sequence[Any]) -> OutboxRecord:
         available_at=_utc(row[5]),
         created_at=_utc(row[6]),
         published_at=None if row[7] is None else _utc(row[7]),
+        superseded_at=None if row[8] is None else _utc(row[8]),
     )
 
 
@@ -118,7 +119,7 @@ class PostgresOutbox:
             clauses.append("queue = %(queue)s")
             params["queue"] = queue
         if unpublished:
-            clauses.append("published_at IS NULL")
+            clauses.append("published_at IS NULL AND superseded_at IS NULL")
         text = (
             self._sql["outbox_list"]
             .replace("{where}", " AND ".join(clauses) or "true")

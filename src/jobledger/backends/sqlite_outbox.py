@@ -46,6 +46,7 @@ def _record(row: Sequence[Any]) -> OutboxRecord:
         available_at=_dt(row[5]),
         created_at=_dt(row[6]),
         published_at=None if row[7] is None else _dt(row[7]),
+        superseded_at=None if row[8] is None else _dt(row[8]),
     )
 
 
@@ -136,7 +137,7 @@ class SqliteOutbox:
             clauses.append("queue = :queue")
             params["queue"] = queue
         if unpublished:
-            clauses.append("published_at IS NULL")
+            clauses.append("published_at IS NULL AND superseded_at IS NULL")
         text = (
             self._sql["outbox_list"]
             .replace("{where}", " AND ".join(clauses) or "1 = 1")

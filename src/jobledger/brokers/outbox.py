@@ -136,6 +136,7 @@ def record_dict(record: OutboxRecord) -> dict[str, Any]:
         "available_at": _iso(record.available_at),
         "created_at": _iso(record.created_at),
         "published_at": _iso(record.published_at),
+        "superseded_at": _iso(record.superseded_at),
     }
 
 

@@ -56,6 +56,9 @@ class OutboxRecord:
     available_at: datetime
     created_at: datetime
     published_at: datetime | None
+    superseded_at: datetime | None = None
+    """Set when the job became pending again before this record was published: the newer
+    record is published instead (this one too, if the relay had it in hand already)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +67,7 @@ class OutboxQueueStats:
 
     queue: str
     unpublished: int
-    """Records not published yet, due or not."""
+    """Records waiting to be published, due or not."""
     due: int
     """Unpublished records whose time has come: the relay's backlog."""
     oldest_due_seconds: float | None

@@ -379,16 +379,17 @@ ORDER BY run_at, id
 DELETE FROM {routes} WHERE queue = %(queue)s RETURNING queue
 
 -- name: route_discard
-DELETE FROM {outbox} WHERE queue = %(queue)s AND published_at IS NULL
+DELETE FROM {outbox}
+WHERE queue = %(queue)s AND published_at IS NULL AND superseded_at IS NULL
 
 -- name: route_list
 SELECT queue, routed_at, routed_by, note FROM {routes} ORDER BY queue
 
 -- name: outbox_due
 -- {limit} is a literal. %(queues)s is NULL for every queue.
-SELECT id, job_id, queue, key, reason, available_at, created_at, published_at
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
 FROM {outbox}
-WHERE published_at IS NULL AND available_at <= {now}
+WHERE published_at IS NULL AND superseded_at IS NULL AND available_at <= {now}
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
 ORDER BY available_at, id
 LIMIT {limit}
@@ -400,30 +401,35 @@ RETURNING id
 
 -- name: outbox_list
 -- {where} is built from fixed clauses; {limit} is a literal.
-SELECT id, job_id, queue, key, reason, available_at, created_at, published_at
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
 FROM {outbox} WHERE {where} ORDER BY id DESC LIMIT {limit}
 
 -- name: outbox_stats
 SELECT queue,
-       count(*) FILTER (WHERE published_at IS NULL),
-       count(*) FILTER (WHERE published_at IS NULL AND available_at <= {now}),
-       min(available_at) FILTER (WHERE published_at IS NULL AND available_at <= {now}),
+       count(*) FILTER (WHERE published_at IS NULL AND superseded_at IS NULL),
+       count(*) FILTER (WHERE published_at IS NULL AND superseded_at IS NULL
+                          AND available_at <= {now}),
+       min(available_at) FILTER (WHERE published_at IS NULL AND superseded_at IS NULL
+                                   AND available_at <= {now}),
        max(published_at),
        {now}
 FROM {outbox} GROUP BY queue
 
 -- name: outbox_prune
 DELETE FROM {outbox}
-WHERE id IN (SELECT id FROM {outbox} WHERE published_at < %(before)s LIMIT {limit})
+WHERE id IN (SELECT id FROM {outbox}
+             WHERE COALESCE(published_at, superseded_at) < %(before)s LIMIT {limit})
 
 -- name: outbox_republish
 -- Pending jobs of a routed queue, due for longer than the caller's threshold, that have no
--- unpublished record: their message was lost by the broker (or purged). One new record each.
+-- record waiting to be published: the broker lost their message (or it was purged). One new
+-- record each.
 INSERT INTO {outbox} (job_id, queue, key, reason, available_at, created_at)
 SELECT j.id, j.queue, j.key, 'republish', {now}, {now} FROM {jobs} AS j
 WHERE j.state = 'pending' AND j.queue = %(queue)s AND j.run_at <= %(due_before)s
   AND j.queue IN (SELECT queue FROM {routes})
-  AND NOT EXISTS (SELECT 1 FROM {outbox} AS o WHERE o.job_id = j.id AND o.published_at IS NULL)
+  AND NOT EXISTS (SELECT 1 FROM {outbox} AS o
+                  WHERE o.job_id = j.id AND o.published_at IS NULL AND o.superseded_at IS NULL)
 ORDER BY j.run_at, j.id
 LIMIT {limit}
 

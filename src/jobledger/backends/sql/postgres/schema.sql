@@ -142,24 +142,26 @@ CREATE TABLE jobledger_routes (
     note      text
 );
 
--- One row per publication a relay owes the broker. A job has at most one unpublished record: a
--- newer one replaces it. Published records stay (with published_at) until pruned.
+-- One row per publication a relay owes the broker. A job has at most one record waiting to be
+-- published: a newer one supersedes it (superseded_at), so that a key's messages reach the
+-- broker in the order they were written. Records stay, published or superseded, until pruned.
 CREATE TABLE jobledger_outbox (
-    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    job_id       bigint      NOT NULL,
-    queue        text        NOT NULL,
-    key          text        NOT NULL,
-    reason       text        NOT NULL
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id        bigint      NOT NULL,
+    queue         text        NOT NULL,
+    key           text        NOT NULL,
+    reason        text        NOT NULL
         CHECK (reason IN ('enqueue', 'retry', 'redrive', 'reschedule', 'route', 'republish')),
-    available_at timestamptz NOT NULL,
-    created_at   timestamptz NOT NULL,
-    published_at timestamptz
+    available_at  timestamptz NOT NULL,
+    created_at    timestamptz NOT NULL,
+    published_at  timestamptz,
+    superseded_at timestamptz
 );
 
--- The relay reads due unpublished records in this order.
+-- The relay reads the due records waiting to be published in this order.
 CREATE INDEX jobledger_outbox_due ON jobledger_outbox (available_at, id)
-    WHERE published_at IS NULL;
--- A job's records: replaced when it becomes pending again, listed in its history.
+    WHERE published_at IS NULL AND superseded_at IS NULL;
+-- A job's records: superseded when it becomes pending again, listed in its history.
 CREATE INDEX jobledger_outbox_job ON jobledger_outbox (job_id);
 
 -- A new job in a routed queue gets a record at once: one statement per insert statement (a
@@ -183,13 +185,14 @@ CREATE TRIGGER jobledger_outbox_enqueued AFTER INSERT ON jobledger_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION jobledger_outbox_enqueued();
 
 -- So does a job that becomes pending again (a retry, a rescue, a release, a redrive, a resolve)
--- or whose run time moves while pending; its unpublished record, if any, is replaced. The WHEN
--- clause keeps claims and completions from calling the function at all.
+-- or whose run time moves while pending; its record waiting to be published, if any, is
+-- superseded. The WHEN clause keeps claims and completions from calling the function at all.
 CREATE FUNCTION jobledger_outbox_pending() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM jobledger_routes WHERE queue = NEW.queue) THEN
-        DELETE FROM jobledger_outbox WHERE job_id = NEW.id AND published_at IS NULL;
+        UPDATE jobledger_outbox SET superseded_at = NEW.updated_at
+        WHERE job_id = NEW.id AND published_at IS NULL AND superseded_at IS NULL;
         INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
         VALUES (NEW.id, NEW.queue, NEW.key,
                 CASE OLD.state WHEN 'leased' THEN 'retry' WHEN 'pending' THEN 'reschedule'

@@ -266,16 +266,17 @@ ORDER BY run_at, id
 DELETE FROM jobledger_routes WHERE queue = :queue
 
 -- name: route_discard
-DELETE FROM jobledger_outbox WHERE queue = :queue AND published_at IS NULL
+DELETE FROM jobledger_outbox
+WHERE queue = :queue AND published_at IS NULL AND superseded_at IS NULL
 
 -- name: route_list
 SELECT queue, routed_at, routed_by, note FROM jobledger_routes ORDER BY queue
 
 -- name: outbox_due
 -- {queues} is "1 = 1" or "queue IN (:q0, …)"; {limit} is a literal.
-SELECT id, job_id, queue, key, reason, available_at, created_at, published_at
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
 FROM jobledger_outbox
-WHERE published_at IS NULL AND available_at <= :now AND {queues}
+WHERE published_at IS NULL AND superseded_at IS NULL AND available_at <= :now AND {queues}
 ORDER BY available_at, id
 LIMIT {limit}
 
@@ -284,30 +285,33 @@ UPDATE jobledger_outbox SET published_at = :now WHERE id = :id AND published_at 
 
 -- name: outbox_list
 -- {where} is built from fixed clauses; {limit} is a literal.
-SELECT id, job_id, queue, key, reason, available_at, created_at, published_at
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
 FROM jobledger_outbox WHERE {where} ORDER BY id DESC LIMIT {limit}
 
 -- name: outbox_stats
 SELECT queue,
-       sum(published_at IS NULL),
-       sum(published_at IS NULL AND available_at <= :now),
-       min(CASE WHEN published_at IS NULL AND available_at <= :now THEN available_at END),
+       sum(published_at IS NULL AND superseded_at IS NULL),
+       sum(published_at IS NULL AND superseded_at IS NULL AND available_at <= :now),
+       min(CASE WHEN published_at IS NULL AND superseded_at IS NULL AND available_at <= :now
+                THEN available_at END),
        max(published_at)
 FROM jobledger_outbox GROUP BY queue
 
 -- name: outbox_prune
 DELETE FROM jobledger_outbox
-WHERE id IN (SELECT id FROM jobledger_outbox WHERE published_at < :before LIMIT {limit})
+WHERE id IN (SELECT id FROM jobledger_outbox
+             WHERE COALESCE(published_at, superseded_at) < :before LIMIT {limit})
 
 -- name: outbox_republish
 -- Pending jobs of a routed queue, due for longer than the caller's threshold, that have no
--- unpublished record: their message was lost by the broker (or purged). One new record each.
+-- record waiting to be published: the broker lost their message (or it was purged). One new
+-- record each.
 INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
 SELECT j.id, j.queue, j.key, 'republish', :now, :now FROM jobledger_jobs AS j
 WHERE j.state = 'pending' AND j.queue = :queue AND j.run_at <= :due_before
   AND j.queue IN (SELECT queue FROM jobledger_routes)
   AND NOT EXISTS (SELECT 1 FROM jobledger_outbox AS o
-                  WHERE o.job_id = j.id AND o.published_at IS NULL)
+                  WHERE o.job_id = j.id AND o.published_at IS NULL AND o.superseded_at IS NULL)
 ORDER BY j.run_at, j.id
 LIMIT {limit}
 

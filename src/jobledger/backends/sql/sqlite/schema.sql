@@ -142,24 +142,26 @@ CREATE TABLE jobledger_routes (
     note      TEXT
 ) WITHOUT ROWID;
 
--- One row per publication a relay owes the broker. A job has at most one unpublished record: a
--- newer one replaces it. Published records stay (with published_at) until pruned.
+-- One row per publication a relay owes the broker. A job has at most one record waiting to be
+-- published: a newer one supersedes it (superseded_at), so that a key's messages reach the
+-- broker in the order they were written. Records stay, published or superseded, until pruned.
 CREATE TABLE jobledger_outbox (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id       INTEGER NOT NULL,
-    queue        TEXT    NOT NULL,
-    key          TEXT    NOT NULL,
-    reason       TEXT    NOT NULL
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id        INTEGER NOT NULL,
+    queue         TEXT    NOT NULL,
+    key           TEXT    NOT NULL,
+    reason        TEXT    NOT NULL
         CHECK (reason IN ('enqueue', 'retry', 'redrive', 'reschedule', 'route', 'republish')),
-    available_at REAL    NOT NULL,
-    created_at   REAL    NOT NULL,
-    published_at REAL
+    available_at  REAL    NOT NULL,
+    created_at    REAL    NOT NULL,
+    published_at  REAL,
+    superseded_at REAL
 );
 
--- The relay reads due unpublished records in this order.
+-- The relay reads the due records waiting to be published in this order.
 CREATE INDEX jobledger_outbox_due ON jobledger_outbox (available_at, id)
-    WHERE published_at IS NULL;
--- A job's records: replaced when it becomes pending again, listed in its history.
+    WHERE published_at IS NULL AND superseded_at IS NULL;
+-- A job's records: superseded when it becomes pending again, listed in its history.
 CREATE INDEX jobledger_outbox_job ON jobledger_outbox (job_id);
 
 -- A new job in a routed queue gets a record at once.
@@ -171,12 +173,14 @@ BEGIN
 END;
 
 -- So does a job that becomes pending again (a retry, a rescue, a release, a redrive, a resolve)
--- or whose run time moves while pending; its unpublished record, if any, is replaced.
+-- or whose run time moves while pending; its record waiting to be published, if any, is
+-- superseded.
 CREATE TRIGGER jobledger_outbox_pending AFTER UPDATE OF state, run_at ON jobledger_jobs
 WHEN NEW.state = 'pending' AND (OLD.state <> 'pending' OR NEW.run_at <> OLD.run_at)
      AND EXISTS (SELECT 1 FROM jobledger_routes WHERE queue = NEW.queue)
 BEGIN
-    DELETE FROM jobledger_outbox WHERE job_id = NEW.id AND published_at IS NULL;
+    UPDATE jobledger_outbox SET superseded_at = NEW.updated_at
+    WHERE job_id = NEW.id AND published_at IS NULL AND superseded_at IS NULL;
     INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
     VALUES (NEW.id, NEW.queue, NEW.key,
             CASE OLD.state WHEN 'leased' THEN 'retry' WHEN 'pending' THEN 'reschedule'
