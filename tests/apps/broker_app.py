@@ -21,14 +21,14 @@ ledger.schedules.run_in_workers = False
 LEASE = float(os.environ.get("BROKER_LEASE_SECONDS", "2"))
 PROVIDER = os.environ.get("PROVIDER_URL", "")
 PAUSE = float(os.environ.get("HANDLER_SECONDS", "0"))
+_client = httpx.Client(timeout=10)  # one client (and connection pool) for every handler
 
 
 def _post(ctx, customer_id: int, week: str) -> None:
-    response = httpx.post(
+    response = _client.post(
         f"{PROVIDER}/send",
         json={"to": f"customer-{customer_id}", "week": week},
         headers={"Idempotency-Key": ctx.idempotency_key("email")},
-        timeout=10,
     )
     check_response(response)
 
