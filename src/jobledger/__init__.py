@@ -18,9 +18,13 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
 
 from .backends import JobFilter
 from .backends.base import InsertResult
+from .brokers.consumer import BrokerConsumer
+from .brokers.outbox import Outbox
+from .brokers.relay import Relay
 from .context import JobContext
 from .errors import (
     BackendUnavailable,
+    BrokerUnavailable,
     ConfigError,
     HandlerOutcome,
     InvalidTransition,
@@ -58,6 +62,8 @@ __all__ = [
     "AttemptOutcome",
     "BackendUnavailable",
     "Backoff",
+    "BrokerConsumer",
+    "BrokerUnavailable",
     "CatchUp",
     "ClaimedJob",
     "ConfigError",
@@ -79,9 +85,11 @@ __all__ = [
     "LeaseLost",
     "Ledger",
     "NotFound",
+    "Outbox",
     "PayloadError",
     "Permanent",
     "RedriveResult",
+    "Relay",
     "Retry",
     "Schedule",
     "ScheduleBook",

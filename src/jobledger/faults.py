@@ -17,7 +17,9 @@ Points jobledger itself calls:
 - ``worker.before_finish`` — the handler returned, its outcome is not written yet;
 - ``worker.after_finish`` — the outcome is written;
 - ``scheduler.after_batch`` — a batch of a tick's jobs is committed, the tick is not finished;
-- ``scheduler.before_finish`` — every job of the tick is enqueued, the tick is not marked done.
+- ``scheduler.before_finish`` — every job of the tick is enqueued, the tick is not marked done;
+- ``relay.after_publish`` — the broker confirmed a batch, the relay has not marked it published;
+- ``consumer.before_ack`` — a broker consumer wrote a job's outcome, the message is not acked.
 
 Handlers may call ``fault_point("my.point")`` for points of their own.
 """

@@ -63,22 +63,18 @@ class PostgresOutbox:
     ) -> tuple[Route, int]:
         params = {"queue": queue, "actor": actor, "note": note, "now": now}
         with self._tx() as c:
-            c.execute(self._sql["route_lock"])  # type: ignore[arg-type]
-            added = c.execute(self._sql["route_add"], params).fetchall()  # type: ignore[arg-type]
-            backfilled = (
-                c.execute(self._sql["route_backfill"], params).rowcount  # type: ignore[arg-type]
-                if added
-                else 0
-            )
+            c.execute(self._sql["route_lock"])
+            added = c.execute(self._sql["route_add"], params).fetchall()
+            backfilled = c.execute(self._sql["route_backfill"], params).rowcount if added else 0
         [route] = [r for r in self.route_list() if r.queue == queue]
         return route, backfilled
 
     def route_remove(self, queue: str) -> int:
         with self._tx() as c:
-            c.execute(self._sql["route_lock"])  # type: ignore[arg-type]
-            if not c.execute(self._sql["route_remove"], {"queue": queue}).fetchall():  # type: ignore[arg-type]
+            c.execute(self._sql["route_lock"])
+            if not c.execute(self._sql["route_remove"], {"queue": queue}).fetchall():
                 raise NotFound(f"queue {queue!r} is not routed to a broker")
-            return int(c.execute(self._sql["route_discard"], {"queue": queue}).rowcount)  # type: ignore[arg-type]
+            return int(c.execute(self._sql["route_discard"], {"queue": queue}).rowcount)
 
     def route_list(self) -> list[Route]:
         return [_route(r) for r in self._run("route_list", {})]
@@ -99,7 +95,7 @@ class PostgresOutbox:
         with self._tx() as c:
             self._fence(c, lease, now)
             rows = c.execute(
-                self._sql["outbox_mark"],  # type: ignore[arg-type]
+                self._sql["outbox_mark"],
                 {"ids": [int(i) for i in ids], "now": now},
             ).fetchall()
         return len(rows)
@@ -111,7 +107,8 @@ class PostgresOutbox:
         unpublished: bool = False,
         limit: int = 100,
     ) -> list[OutboxRecord]:
-        clauses, params = [], {}
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
         if job_id is not None:
             clauses.append("job_id = %(job_id)s")
             params["job_id"] = int(job_id)

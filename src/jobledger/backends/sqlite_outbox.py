@@ -129,7 +129,8 @@ class SqliteOutbox:
         unpublished: bool = False,
         limit: int = 100,
     ) -> list[OutboxRecord]:
-        clauses, params = [], {}
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
         if job_id is not None:
             clauses.append("job_id = :job_id")
             params["job_id"] = int(job_id)

@@ -71,7 +71,7 @@ class Envelope:
         return f"{self.queue}/{self.key}/{self.outbox_id}"
 
     @classmethod
-    def parse(cls, body: bytes) -> Envelope | None:
+    def parse(cls, body: bytes | str) -> Envelope | None:
         """The envelope in a message body, or None when it is not one of ours."""
         try:
             data = json.loads(body)

@@ -122,8 +122,8 @@ class _RedisDelivery(Delivery):
         self._owner = owner
         self.stream = stream
         self.entry_id = entry_id
-        body = fields.get(b"body", fields.get("body", b"")) if isinstance(fields, dict) else b""
-        self.envelope = Envelope.parse(body)
+        body = fields.get(b"body", fields.get("body")) if isinstance(fields, dict) else None
+        self.envelope = Envelope.parse(body) if isinstance(body, bytes | str) else None
         self.redelivered = again
 
     async def ack(self) -> None:

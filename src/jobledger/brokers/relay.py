@@ -118,6 +118,7 @@ class Relay:
         self._renewed = 0.0
         self._connected = False
         self._next_prune = 0.0
+        self._state = "idle"
 
     def __repr__(self) -> str:
         return f"Relay(to={self.url.redacted!r}, name={self.name!r})"
@@ -142,8 +143,19 @@ class Relay:
 
     def drain(self, timeout: float = 30.0) -> RelayStats:
         """Publish everything due now, then return (waiting up to ``timeout`` for the lease
-        and the broker). Raises ``BrokerUnavailable`` or ``LeadershipLost`` on timeout."""
-        asyncio.run(asyncio.wait_for(self._run(drain=True), timeout))
+        and the broker). Raises ``BrokerUnavailable`` when that takes longer."""
+        try:
+            asyncio.run(asyncio.wait_for(self._run(drain=True), timeout))
+        except TimeoutError:
+            why = (
+                f"another relay holds the lease {self.lease_name!r}"
+                if self._state == "standby"
+                else f"the broker at {self.url.redacted} did not take everything"
+            )
+            raise BrokerUnavailable(
+                f"the relay did not publish everything due within {timeout:g} s: {why} "
+                f"(published {self.stats.published})"
+            ) from None
         return self.stats
 
     # -- the loop --------------------------------------------------------------------------------
@@ -160,7 +172,7 @@ class Relay:
         try:
             while not self._stopping.is_set():
                 try:
-                    state = await self._turn()
+                    state = self._state = await self._turn()
                     failures = 0
                 except (BrokerUnavailable, BackendUnavailable) as exc:
                     failures += 1

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -40,12 +42,21 @@ def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _stop_on_signals(stop: Any) -> None:
-    def on_signal(signum: int, frame: object) -> None:
-        stop()
+@contextmanager
+def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
+    """SIGTERM and SIGINT call ``stop(times_received)`` while the block runs."""
+    received = []
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
+    def on_signal(signum: int, frame: object) -> None:
+        received.append(signum)
+        stop(len(received))
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 _log_level = click.option(
@@ -139,8 +150,8 @@ def relay(
         lease_seconds=lease_seconds,
         keep_published=timedelta(seconds=keep) if keep > 0 else None,
     )
-    _stop_on_signals(runner.stop)
-    stats = runner.drain(timeout=max(60.0, lease_seconds * 2)) if once else runner.run()
+    with _signals_stop(lambda _: runner.stop()):
+        stats = runner.drain(timeout=max(60.0, lease_seconds * 2)) if once else runner.run()
     ledger.close()
     click.echo(
         f"relay done: published {stats.published} ({stats.duplicates} already at the broker), "
@@ -227,13 +238,10 @@ def consume(
         grace_seconds=grace,
         rescue_interval=rescue_interval,
     )
-
-    def on_signal(signum: int, frame: object) -> None:
-        consumer.stop(graceful=not consumer.stopping)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    consumer.run()
+    # The first signal stops taking messages and lets running jobs finish; a second stops
+    # waiting for them.
+    with _signals_stop(lambda times: consumer.stop(graceful=times == 1)):
+        consumer.run()
     ledger.close()
     click.echo(f"consumer done: {consumer.summary()}", err=True)
 
