@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
+
+import pytest
 
 from jobledger import JobState, Ledger, Permanent, Retry
 from jobledger.brokers.base import publisher_for
@@ -238,3 +241,28 @@ def test_the_messages_of_one_key_are_handled_in_the_order_the_ledger_wrote_them(
         written = sorted(r.id for r in box.records(queue=QUEUE, limit=1000) if r.key == key)
         assert [i for k, i in claimed if k == key] == written
     assert consumer.deliveries.claimed == 3 * len(keys)
+
+
+@pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
+def test_a_job_running_longer_than_the_redelivery_time_keeps_its_message(ledger, broker, running):
+    """JetStream redelivers after ack_wait, Redis lets others reclaim after reclaim_after (1 s
+    in these tests): a consumer keeps the message of a job that runs for 2.5 s."""
+    started = threading.Event()
+
+    @ledger.task(queue=QUEUE, lease_seconds=10)
+    def slow(ctx, n: int) -> None:
+        started.set()
+        time.sleep(2.5)
+
+    routed(ledger)
+    job_id = ledger.enqueue(slow, {"n": 1}, key="slow").id
+    url = broker.url()
+    running.relay(ledger, url)
+    first = running.consumer(ledger, url, concurrency=1)
+    assert started.wait(10)
+    second = running.consumer(ledger, url, concurrency=1)
+    wait_until(lambda: ledger.job(job_id).state is JobState.DONE, 10, what="the slow job")
+    running.stop_all()
+    assert first.deliveries.claimed == 1 and first.deliveries.received == 1
+    assert second.deliveries.received == 0, "the message went to another consumer meanwhile"
+    assert broker.backlog() == 0

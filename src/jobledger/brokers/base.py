@@ -117,6 +117,12 @@ class Delivery(abc.ABC):
         """Give the message back so that it is delivered again (now or, on Redis, once
         ``reclaim_after`` has passed). Never raises."""
 
+    async def extend(self) -> None:
+        """Tell the broker the message is still being worked on, so that it is not delivered
+        to another consumer meanwhile (JetStream's ``ack_wait``, Redis's ``reclaim_after``).
+        Never raises. RabbitMQ needs nothing: it redelivers only when a connection closes."""
+        return None
+
 
 class Publisher(Protocol):
     """Publishes outbox records with the broker's confirmation."""

@@ -203,8 +203,11 @@ class BrokerConsumer(Worker):
         ready.set()
         failures = 0
         connected = False
+        next_extend = 0.0
         while not self._stopping.is_set():
             try:
+                if time.monotonic() >= next_extend:
+                    next_extend = time.monotonic() + await self._extend_held()
                 if not connected:
                     await self.subscriber.connect(self.queues, self.concurrency)
                     connected = True
@@ -233,6 +236,19 @@ class BrokerConsumer(Worker):
         for delivery in list(self._waiting):
             await delivery.release()
         await self.subscriber.close()
+
+    async def _extend_held(self) -> float:
+        """Keep the messages of running jobs from going to another consumer (a job may run
+        longer than JetStream's ack_wait or Redis's reclaim_after); returns when to do it
+        again."""
+        after = self.url.redelivery_after
+        if after is None:
+            return 3600.0
+        with self._acks_lock:
+            held = list(self._acks.values())
+        for delivery in held:
+            await delivery.extend()
+        return max(0.05, after / 3)
 
     def _close_broker(self) -> None:
         loop, closing = self._broker_loop, self._closing

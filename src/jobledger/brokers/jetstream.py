@@ -169,6 +169,10 @@ class _JetStreamDelivery(Delivery):
         with contextlib.suppress(Exception):
             await self._message.nak()
 
+    async def extend(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._message.in_progress()
+
 
 class JetStreamSubscriber(_Connected):
     """Pulls from the durable consumers of some ledger queues."""

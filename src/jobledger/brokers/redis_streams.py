@@ -134,6 +134,9 @@ class _RedisDelivery(Delivery):
         # one) reclaims it after reclaim_after seconds of idleness.
         self._owner._in_flight.discard(self.entry_id)
 
+    async def extend(self) -> None:
+        await self._owner._extend(self)
+
 
 class RedisSubscriber(_Connected):
     """Reads the streams of some ledger queues as one consumer of the group."""
@@ -204,6 +207,20 @@ class RedisSubscriber(_Connected):
         delivery = _RedisDelivery(self, _text(stream), _text(entry_id), fields, again)
         self._in_flight.add(delivery.entry_id)
         return delivery
+
+    async def _extend(self, delivery: _RedisDelivery) -> None:
+        """Claim the entry again for ourselves: that resets its idle time."""
+        if self._redis is None:
+            return
+        with contextlib.suppress(Exception):
+            await self._redis.xclaim(
+                delivery.stream,
+                self.url.group,
+                self.consumer,
+                0,
+                [delivery.entry_id],
+                justid=True,
+            )
 
     async def _ack(self, delivery: _RedisDelivery) -> None:
         self._in_flight.discard(delivery.entry_id)

@@ -173,6 +173,16 @@ class BrokerURL:
     def reclaim_after(self) -> float:
         return self._seconds("reclaim_after", 60.0)
 
+    @property
+    def redelivery_after(self) -> float | None:
+        """Seconds after which the broker hands a message a consumer still holds to another
+        consumer (None: only when the holder's connection closes, as on RabbitMQ)."""
+        if self.kind == "jetstream":
+            return self.ack_wait
+        if self.kind == "redis":
+            return self.reclaim_after
+        return None
+
     # -- names per ledger queue --------------------------------------------------------------------
 
     def destination(self, queue: str) -> str:
