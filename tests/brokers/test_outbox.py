@@ -45,7 +45,8 @@ def app_connection(ledger: Ledger):
 
 
 def claim(ledger: Ledger, key: str, now, worker: str = "w1"):
-    return ledger.backend.job_claim_key("digests", key, worker, now)
+    [result] = ledger.backend.job_claim_keys([("digests", key)], worker, now)
+    return result
 
 
 def lease_of(job) -> Lease:
@@ -208,6 +209,25 @@ def test_claim_by_key_leases_only_a_due_pending_job(ledger, box):
     assert claim(ledger, "nope", at(13)).current is None
     [attempt] = ledger.backend.attempt_list(job_id)
     assert attempt.lease_token == first.lease_token and attempt.worker == "w1"
+
+
+def test_claims_by_key_in_one_batch_answer_each_message_in_order(ledger, box):
+    for key in ("a", "b", "c"):
+        ledger.enqueue("digest", {"n": 1}, key=key, now=T0)
+    ledger.enqueue("digest", {"n": 1}, key="later", delay=60, now=T0)
+    claim(ledger, "c", at(1), worker="w0")
+    wanted = [("digests", k) for k in ("b", "a", "b", "c", "later", "nope")]
+    results = ledger.backend.job_claim_keys(wanted, "w1", at(2))
+    assert [r.job.key if r.job else None for r in results] == ["b", "a", None, None, None, None]
+    assert [r.current.state if r.current else None for r in results[2:]] == [
+        JobState.LEASED,  # "b" named twice: claimed once
+        JobState.LEASED,  # "c" leased by w0
+        JobState.PENDING,  # "later" not due
+        None,
+    ]
+    assert results[2].current.leased_by == "w1" and results[3].current.leased_by == "w0"
+    assert {r.job.attempt for r in results[:2]} == {1}
+    assert ledger.backend.job_claim_keys([], "w1", at(2)) == []
 
 
 def test_a_dead_job_is_never_claimed_from_a_stale_message(ledger, box):

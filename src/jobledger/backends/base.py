@@ -496,16 +496,18 @@ class Backend(Protocol):
         that has no unpublished record (its message was lost by the broker). Returns how many."""
         ...
 
-    def job_claim_key(
+    def job_claim_keys(
         self,
-        queue: str,
-        key: str,
+        wanted: Sequence[tuple[str, str]],
         worker: str,
         now: datetime | None = None,
         lease_seconds: float | None = None,
-    ) -> KeyClaim:
-        """Lease the job with this key if it is pending and due, exactly as ``job_claim`` would
-        (new token, attempt opened). Otherwise claim nothing and return the job as it is."""
+    ) -> list[KeyClaim]:
+        """Lease the jobs named by ``(queue, key)`` that are pending and due, in one
+        transaction, exactly as ``job_claim`` would (new token, attempt opened); a job another
+        transaction is claiming right now is skipped, not waited for. Returns one ``KeyClaim``
+        per item, in order: the claimed job, or the job as it is (or None when there is none).
+        A pair named twice is claimed once."""
         ...
 
 

@@ -19,6 +19,7 @@ from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxReason, OutboxRe
 from ..errors import NotFound
 from ..scheduling.records import LeaderLease
 from ..types import ClaimedJob, JobRow
+from .common import JOB_COLUMNS, job_row
 
 __all__ = ["PostgresOutbox"]
 
@@ -53,8 +54,7 @@ class PostgresOutbox:
         _tx: Callable[..., AbstractContextManager[psycopg.Connection[Any]]]
         _run: Callable[..., list[Any]]
         _fence: Callable[[psycopg.Connection[Any], LeaderLease, datetime | None], None]
-
-        def job_get_by_key(self, queue: str, key: str) -> JobRow: ...
+        _tables: dict[str, str]
 
     # -- routes ----------------------------------------------------------------------------------
 
@@ -159,41 +159,54 @@ class PostgresOutbox:
 
     # -- claims by key ---------------------------------------------------------------------------
 
-    def job_claim_key(
+    def job_claim_keys(
         self,
-        queue: str,
-        key: str,
+        wanted: Sequence[tuple[str, str]],
         worker: str,
         now: datetime | None = None,
         lease_seconds: float | None = None,
-    ) -> KeyClaim:
-        params = {
-            "queue": queue,
-            "key": key,
-            "worker": worker,
-            "now": now,
-            "lease_seconds": lease_seconds,
-        }
-        rows = self._run("job_claim_key", params)
-        if not rows:
-            try:
-                return KeyClaim(None, self.job_get_by_key(queue, key))
-            except NotFound:
-                return KeyClaim(None, None)
-        r = rows[0]
-        job = ClaimedJob(
-            id=r[0],
-            queue=r[1],
-            key=r[2],
-            task=r[3],
-            payload=r[4],
-            attempt=r[5],
-            lease_token=str(r[6]),
-            lease_until=_utc(r[7]),
-            lease_seconds=float(r[8]),
-            run_at=_utc(r[9]),
-            priority=r[10],
-            correlation_id=r[11],
-            budget_left=r[12] - r[5],
-        )
-        return KeyClaim(job)
+    ) -> list[KeyClaim]:
+        if not wanted:
+            return []
+        pairs = {"queues": [q for q, _ in wanted], "keys": [k for _, k in wanted]}
+        params = pairs | {"worker": worker, "now": now, "lease_seconds": lease_seconds}
+        with self._tx() as c:
+            rows = c.execute(self._sql["job_claim_keys"], params).fetchall()
+            claimed = {(r[1], r[2]): _claimed(r) for r in rows}
+            # The others as they are now (and a pair named twice: claimed for its first mention).
+            rest = [p for p in dict.fromkeys(wanted) if p not in claimed or wanted.count(p) > 1]
+            current: dict[tuple[str, str], JobRow] = {}
+            if rest:
+                found = c.execute(
+                    f"SELECT {JOB_COLUMNS} FROM {self._tables['jobs']} WHERE (queue, key) IN "
+                    "(SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))",
+                    {"queues": [q for q, _ in rest], "keys": [k for _, k in rest]},
+                ).fetchall()
+                current = {(r[1], r[2]): job_row(r, _utc_or_none) for r in found}
+        results = []
+        for pair in wanted:
+            job = claimed.pop(pair, None)
+            results.append(KeyClaim(job) if job is not None else KeyClaim(None, current.get(pair)))
+        return results
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+def _claimed(r: Sequence[Any]) -> ClaimedJob:
+    return ClaimedJob(
+        id=r[0],
+        queue=r[1],
+        key=r[2],
+        task=r[3],
+        payload=r[4],
+        attempt=r[5],
+        lease_token=str(r[6]),
+        lease_until=_utc(r[7]),
+        lease_seconds=float(r[8]),
+        run_at=_utc(r[9]),
+        priority=r[10],
+        correlation_id=r[11],
+        budget_left=r[12] - r[5],
+    )

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxReason, OutboxRecord, Route
 from ..errors import NotFound
 from ..scheduling.records import LeaderLease
-from ..types import ClaimedJob, JobRow
+from ..types import ClaimedJob
+from .common import JOB_COLUMNS, job_row
 
 __all__ = ["SqliteOutbox"]
 
@@ -62,8 +63,6 @@ class SqliteOutbox:
         _write: Callable[..., AbstractContextManager[sqlite3.Connection]]
         _read: Callable[..., list[Any]]
         _fence: Callable[[sqlite3.Connection, LeaderLease, float], None]
-
-        def job_get_by_key(self, queue: str, key: str) -> JobRow: ...
 
     # -- routes ----------------------------------------------------------------------------------
 
@@ -180,44 +179,56 @@ class SqliteOutbox:
 
     # -- claims by key ---------------------------------------------------------------------------
 
-    def job_claim_key(
+    def job_claim_keys(
         self,
-        queue: str,
-        key: str,
+        wanted: Sequence[tuple[str, str]],
         worker: str,
         now: datetime | None = None,
         lease_seconds: float | None = None,
-    ) -> KeyClaim:
+    ) -> list[KeyClaim]:
+        if not wanted:
+            return []
         clock = _ts(now)
-        params = {
-            "queue": queue,
-            "key": key,
-            "worker": worker,
-            "now": clock,
-            "lease_seconds": lease_seconds,
-        }
+        results = []
         with self._write() as c:
-            r = c.execute(self._sql["job_claim_key"], params).fetchone()
-            if r is not None:
-                c.execute(self._sql["attempt_open"], (r[0], r[5], r[6], worker, clock))
-        if r is None:
-            try:
-                return KeyClaim(None, self.job_get_by_key(queue, key))
-            except NotFound:
-                return KeyClaim(None, None)
-        job = ClaimedJob(
-            id=r[0],
-            queue=r[1],
-            key=r[2],
-            task=r[3],
-            payload=json.loads(r[4]),
-            attempt=r[5],
-            lease_token=r[6],
-            lease_until=_dt(r[7]),
-            lease_seconds=float(r[8]),
-            run_at=_dt(r[9]),
-            priority=r[10],
-            correlation_id=r[11],
-            budget_left=r[12] - r[5],
-        )
-        return KeyClaim(job)
+            for queue, key in wanted:
+                params = {
+                    "queue": queue,
+                    "key": key,
+                    "worker": worker,
+                    "now": clock,
+                    "lease_seconds": lease_seconds,
+                }
+                r = c.execute(self._sql["job_claim_keys"], params).fetchone()
+                if r is not None:
+                    c.execute(self._sql["attempt_open"], (r[0], r[5], r[6], worker, clock))
+                    results.append(KeyClaim(_claimed(r)))
+                    continue
+                row = c.execute(
+                    f"SELECT {JOB_COLUMNS} FROM jobledger_jobs WHERE queue = ? AND key = ?",
+                    (queue, key),
+                ).fetchone()
+                results.append(KeyClaim(None, None if row is None else job_row(row, _dt_or_none)))
+        return results
+
+
+def _dt_or_none(value: float | None) -> datetime | None:
+    return None if value is None else _dt(value)
+
+
+def _claimed(r: Sequence[Any]) -> ClaimedJob:
+    return ClaimedJob(
+        id=r[0],
+        queue=r[1],
+        key=r[2],
+        task=r[3],
+        payload=json.loads(r[4]),
+        attempt=r[5],
+        lease_token=r[6],
+        lease_until=_dt(r[7]),
+        lease_seconds=float(r[8]),
+        run_at=_dt(r[9]),
+        priority=r[10],
+        correlation_id=r[11],
+        budget_left=r[12] - r[5],
+    )

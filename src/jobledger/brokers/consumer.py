@@ -3,9 +3,10 @@
 ``BrokerConsumer`` is a ``Worker`` whose jobs come from a broker instead of a polling claim:
 everything after the claim — runner threads, async handlers, lease renewal, fenced and batched
 outcome writes, the rescuer, graceful shutdown — is the polling worker's own code. For each
-message it claims the job **by key** in the ledger (``job_claim_key``: the same lease and token
-as any claim, and an attempt opened), runs the handler, writes the outcome, and only then
-acknowledges the message. What it does with a message depends on the job, never on the message:
+message it claims the job **by key** in the ledger (``job_claim_keys``: one transaction for the
+messages received together; the same lease and token as any claim, and an attempt opened), runs
+the handler, writes the outcome, and only then acknowledges the message. What it does with a
+message depends on the job, never on the message:
 
 =====================================  ==========================================================
 the job in the ledger                  the consumer
@@ -220,8 +221,9 @@ class BrokerConsumer(Worker):
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._room.wait(), 0.25)
                     continue
-                for delivery in await self.subscriber.receive(room, 0.25):
-                    await self._handle(delivery, first=True)
+                deliveries = await self.subscriber.receive(room, 0.25)
+                if deliveries:
+                    await self._handle(deliveries, first=True)
             except BrokerUnavailable as exc:
                 connected = False
                 failures += 1
@@ -289,56 +291,62 @@ class BrokerConsumer(Worker):
     # -- one message -----------------------------------------------------------------------------
 
     def _outcome(self, delivery: Delivery, outcome: str) -> None:
-        self.deliveries.add(**{outcome: 1})
+        if outcome != "ledger_error":
+            self.deliveries.add(**{outcome: 1})
         if self.on_delivery is not None:
             try:
                 self.on_delivery(delivery, outcome)
             except Exception:  # a hook must never break the consumer
                 log.exception("on_delivery hook failed")
 
-    async def _handle(self, delivery: Delivery, first: bool) -> None:
+    async def _handle(self, deliveries: list[Delivery], first: bool) -> None:
+        """Claim the jobs of some messages in one transaction, dispatch what was claimed, and
+        settle the rest."""
         if first:
-            self.deliveries.add(received=1, redelivered=int(delivery.redelivered))
-        envelope = delivery.envelope
-        if envelope is None or envelope.queue not in self.queues:
-            log.error(
-                "consumer %s: dropping a message that is not a jobledger message for queues %s",
-                self.name,
-                ",".join(self.queues),
-            )
-            self._outcome(delivery, "malformed")
-            await delivery.ack()
+            redelivered = sum(d.redelivered for d in deliveries)
+            self.deliveries.add(received=len(deliveries), redelivered=redelivered)
+        valid: list[Delivery] = []
+        for delivery in deliveries:
+            envelope = delivery.envelope
+            if envelope is None or envelope.queue not in self.queues:
+                log.error(
+                    "consumer %s: dropping a message that is not a jobledger message for queues %s",
+                    self.name,
+                    ",".join(self.queues),
+                )
+                self._outcome(delivery, "malformed")
+                await delivery.ack()
+            else:
+                valid.append(delivery)
+        if not valid:
             return
+        wanted = [(d.envelope.queue, d.envelope.key) for d in valid if d.envelope is not None]
         try:
-            claim = await asyncio.to_thread(
-                self.backend.job_claim_key, envelope.queue, envelope.key, self.name, self._now()
+            claims = await asyncio.to_thread(
+                self.backend.job_claim_keys, wanted, self.name, self._now()
             )
         except BackendUnavailable as exc:
-            self.deliveries.add(ledger_errors=1)
-            log.warning("consumer %s: cannot claim %r: %s", self.name, envelope.key, exc)
-            self._outcome(delivery, "ledger_error")
-            self._later(delivery, 0.5 + random.random())
+            log.warning("consumer %s: cannot claim %d job(s): %s", self.name, len(valid), exc)
+            for delivery in valid:
+                self.deliveries.add(ledger_errors=1)
+                self._outcome(delivery, "ledger_error")
+                self._later(delivery, 0.5 + random.random())
             return
-        if claim.job is not None:
-            with self._acks_lock:
-                self._acks[(claim.job.id, claim.job.lease_token)] = delivery
-            self._outcome(delivery, "claimed")
-            self._dispatch([claim.job])
-            return
-        outcome, wait = self._decide(claim.current)
-        log.debug(
-            "consumer %s: message for %s/%s (outbox %d): %s",
-            self.name,
-            envelope.queue,
-            envelope.key,
-            envelope.outbox_id,
-            outcome,
-        )
-        self._outcome(delivery, outcome)
-        if outcome == "waited":
-            self._later(delivery, wait)
-        else:
-            await delivery.ack()
+        jobs = []
+        for delivery, claim in zip(valid, claims, strict=True):
+            if claim.job is not None:
+                with self._acks_lock:
+                    self._acks[(claim.job.id, claim.job.lease_token)] = delivery
+                self._outcome(delivery, "claimed")
+                jobs.append(claim.job)
+                continue
+            outcome, wait = self._decide(claim.current)
+            self._outcome(delivery, outcome)
+            if outcome == "waited":
+                self._later(delivery, wait)
+            else:
+                await delivery.ack()
+        self._dispatch(jobs)
 
     def _decide(self, job: JobRow | None) -> tuple[str, float]:
         """What to do with a message whose job could not be claimed."""
@@ -362,7 +370,7 @@ class BrokerConsumer(Worker):
             if self._stopping.is_set():
                 await delivery.release()
                 return
-            await self._handle(delivery, first=False)
+            await self._handle([delivery], first=False)
 
         task = asyncio.ensure_future(again())
         self._tasks.add(task)

@@ -433,8 +433,17 @@ WHERE j.state = 'pending' AND j.queue = %(queue)s AND j.run_at <= %(due_before)s
 ORDER BY j.run_at, j.id
 LIMIT {limit}
 
--- name: job_claim_key
-WITH claimed AS (
+-- name: job_claim_keys
+-- The wanted jobs that are pending and due, locked in id order and skipping rows another
+-- transaction holds (no waiting, no deadlock between consumers claiming overlapping keys).
+WITH picked AS (
+    SELECT j.id FROM {jobs} AS j
+    JOIN unnest(%(queues)s::text[], %(keys)s::text[]) AS w(queue, key)
+      ON j.queue = w.queue AND j.key = w.key
+    WHERE j.state = 'pending' AND j.run_at <= {now}
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
     UPDATE {jobs} AS j
     SET state = 'leased',
         attempts = j.attempts + 1,
@@ -442,7 +451,8 @@ WITH claimed AS (
         lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
         leased_by = %(worker)s,
         updated_at = {now}
-    WHERE j.queue = %(queue)s AND j.key = %(key)s AND j.state = 'pending' AND j.run_at <= {now}
+    FROM (SELECT DISTINCT id FROM picked) AS p
+    WHERE j.id = p.id AND j.state = 'pending'
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
               j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit
 ), opened AS (

@@ -315,7 +315,8 @@ WHERE j.state = 'pending' AND j.queue = :queue AND j.run_at <= :due_before
 ORDER BY j.run_at, j.id
 LIMIT {limit}
 
--- name: job_claim_key
+-- name: job_claim_keys
+-- One job; the backend runs it for each wanted key inside one BEGIN IMMEDIATE transaction.
 UPDATE jobledger_jobs
 SET state = 'leased',
     attempts = attempts + 1,
