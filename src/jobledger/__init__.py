@@ -17,7 +17,7 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
 """
 
 from .backends import JobFilter
-from .backends.base import InsertResult
+from .backends.base import InsertResult, PruneResult
 from .brokers.consumer import BrokerConsumer
 from .brokers.outbox import Outbox
 from .brokers.relay import Relay
@@ -52,7 +52,17 @@ from .scheduling.schedule import (
 )
 from .scheduling.scheduler import Scheduler, SchedulerPass
 from .task import Task
-from .types import Attempt, AttemptOutcome, ClaimedJob, Enqueued, Event, JobRow, JobSpec, JobState
+from .types import (
+    Attempt,
+    AttemptOutcome,
+    ClaimedJob,
+    Enqueued,
+    Event,
+    JobRow,
+    JobSpec,
+    JobState,
+    Tombstone,
+)
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -88,6 +98,7 @@ __all__ = [
     "Outbox",
     "PayloadError",
     "Permanent",
+    "PruneResult",
     "RedriveResult",
     "Relay",
     "Retry",
@@ -104,6 +115,7 @@ __all__ = [
     "Tick",
     "TickRow",
     "TickState",
+    "Tombstone",
     "Worker",
     "WorkerStats",
     "check_response",

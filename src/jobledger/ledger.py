@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
-from .backends.base import Backend, InsertResult, QueueStats, RescueResult
+from .backends.base import Backend, InsertResult, PruneResult, QueueStats, RescueResult
 from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
 from .hooks import WorkerObserver, WorkerService
 from .payload import encode_payload, finite_number, validate_key
@@ -36,9 +36,12 @@ if TYPE_CHECKING:
     from .scheduling.schedule import Tick
     from .scheduling.scheduler import Scheduler
 
-__all__ = ["JobHistory", "Ledger", "RedriveResult"]
+__all__ = ["DEFAULT_KEEP_KEYS", "JobHistory", "Ledger", "RedriveResult"]
 
 _INT32 = 2**31 - 1
+
+DEFAULT_KEEP_KEYS = timedelta(days=365)
+"""How long the key of a pruned job keeps blocking duplicates, counted from when it finished."""
 
 
 @dataclass(frozen=True)
@@ -472,14 +475,28 @@ class Ledger:
     def job_by_key(self, key: str, queue: str | None = None) -> JobRow:
         """The job with this key (in ``queue``, or in the only queue that has it)."""
         if queue is not None:
-            return self.backend.job_get_by_key(queue, key)
+            try:
+                return self.backend.job_get_by_key(queue, key)
+            except NotFound as exc:
+                raise NotFound(f"{exc}{self._pruned_note(key, queue)}") from None
         found = self.backend.job_find_key(key)
         if not found:
-            raise NotFound(f"no job with key {key!r}")
+            raise NotFound(f"no job with key {key!r}{self._pruned_note(key, queue)}")
         if len(found) > 1:
             queues = ", ".join(sorted(j.queue for j in found))
             raise NotFound(f"key {key!r} exists in several queues ({queues}); name the queue")
         return found[0]
+
+    def _pruned_note(self, key: str, queue: str | None) -> str:
+        tombs = self.backend.tombstone_find(key, queue)
+        if not tombs:
+            return ""
+        t = tombs[0]
+        return (
+            f"; job {t.job_id} had this key in queue {t.queue!r}, finished {t.state.value} and "
+            f"was pruned at {t.pruned_at:%Y-%m-%d %H:%M:%S} UTC; the key stays taken until "
+            f"{t.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
 
     def find(self, ref: int | str, queue: str | None = None) -> JobRow:
         """A job by id (an int, or a string of digits with no job of that key) or by key."""
@@ -609,6 +626,59 @@ class Ledger:
                 f"cannot cancel job {row.id}: it is {row.state.value} (only pending jobs can be cancelled)"
             )
         return self.backend.job_cancel(row.id, actor, reason, now)
+
+    def prune(
+        self,
+        older_than: float | timedelta,
+        *,
+        include_dead: bool = False,
+        keep_keys: float | timedelta | None = DEFAULT_KEEP_KEYS,
+        queue: str | None = None,
+        batch: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        progress: Callable[[PruneResult], None] | None = None,
+    ) -> PruneResult:
+        """Delete finished jobs, with their attempts, events and effects, in batches.
+
+        Done and cancelled jobs that finished more than ``older_than`` (seconds or a timedelta)
+        ago go; dead jobs only with ``include_dead`` (they wait for an operator). Each pruned
+        key keeps blocking enqueue for ``keep_keys`` after its job finished (default 365 days;
+        ``None`` or 0 frees keys at once): enqueue of such a key creates nothing and reports the
+        pruned job (``InsertResult.pruned``). Tombstones past their horizon are deleted too.
+        Every batch is one short transaction over the next ``batch`` jobs by id: prune walks
+        the primary key from the oldest job and stops at the first jobs created after the
+        cut-off, so it needs no index of its own on the jobs table.
+        """
+        age = _seconds(older_than)
+        if age is None or age < 0:
+            raise ConfigError(f"older_than must be a duration >= 0, got {older_than!r}")
+        keep = _seconds(keep_keys) if keep_keys is not None else None
+        if keep is not None and keep < 0:
+            raise ConfigError(f"keep_keys must be a duration >= 0, got {keep_keys!r}")
+        if not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise ConfigError(f"batch must be a whole number from 1 to 10000, got {batch!r}")
+        if queue is not None:
+            validate_queue_name(queue)
+        states = [JobState.DONE, JobState.CANCELLED] + ([JobState.DEAD] if include_dead else [])
+        before = (now or datetime.now(UTC)) - timedelta(seconds=age)
+        total = PruneResult(by_state={s.value: 0 for s in states} if dry_run else {})
+        after: int | None = 0
+        while after is not None:
+            result, after = self.backend.job_prune(
+                before, states, keep or None, queue, batch, after, now, dry_run
+            )
+            total = total + result
+            if progress is not None and result.jobs:
+                progress(total)
+        if dry_run:
+            return total
+        while True:
+            expired = self.backend.tombstone_prune(now, batch)
+            total = total + PruneResult(expired_tombstones=expired)
+            if expired < batch:
+                break
+        return total
 
 
 def _priority(value: Any) -> int:

@@ -573,13 +573,17 @@ class Worker:
             return
         started = time.monotonic()
         held = self.backend.job_heartbeat([h.lease for h in holds], self._now())
+        renewed = []
         for hold in holds:
             until = held.get(hold.job.id)
             if until is not None:
                 hold.lease_until = until
                 hold.renewed_at = started
+                renewed.append((hold.job, until))
             elif not hold.lost and not hold.finished:
                 self._lease_lost(hold, "heartbeat")
+        if renewed and self._observers:
+            self._notify("on_heartbeat", renewed)
 
     def _renew_one(self, hold: LeaseHold) -> None:
         self._renew([hold])

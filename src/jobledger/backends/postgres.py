@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
@@ -15,7 +17,7 @@ import psycopg_pool
 from psycopg import sql as pgsql
 
 from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
-from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState
+from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState, Tombstone
 from .base import (
     FailResult,
     Failure,
@@ -24,10 +26,12 @@ from .base import (
     Lease,
     NewJob,
     OnConflict,
+    PruneResult,
     QueueStats,
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
+from .postgres_api import PostgresApiMixin
 from .postgres_outbox import PostgresOutbox
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
@@ -49,7 +53,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling, PostgresOutbox):
+class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -60,8 +64,9 @@ class PostgresBackend(PostgresScheduling, PostgresOutbox):
         self.channel = f"jobledger_{self.schema}"
         tables = {
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
-            for name in ("jobs", "attempts", "events", "effects", "migrations")
+            for name in ("jobs", "attempts", "events", "effects", "migrations", "tombstones")
             + ("leaders", "schedules", "ticks")
+            + ("queues", "api_keys", "rate_limits", "publish_requests")
             + ("routes", "outbox")
         }
         self._tables = tables
@@ -71,9 +76,14 @@ class PostgresBackend(PostgresScheduling, PostgresOutbox):
             .replace("{attempts}", tables["attempts"])
             .replace("{events}", tables["events"])
             .replace("{effects}", tables["effects"])
+            .replace("{tombstones}", tables["tombstones"])
             .replace("{leaders}", tables["leaders"])
             .replace("{schedules}", tables["schedules"])
             .replace("{ticks}", tables["ticks"])
+            .replace("{queues}", tables["queues"])
+            .replace("{api_keys}", tables["api_keys"])
+            .replace("{rate_limits}", tables["rate_limits"])
+            .replace("{publish_requests}", tables["publish_requests"])
             .replace("{routes}", tables["routes"])
             .replace("{outbox}", tables["outbox"])
             for name, text in queries("postgres").items()
@@ -282,11 +292,18 @@ class PostgresBackend(PostgresScheduling, PostgresOutbox):
             "channel": self.channel,
             "now": now,
         }
+        idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
         for _ in range(3):
             with self._tx(conn) as c:
                 rows = c.execute(self._sql["job_insert"], params).fetchall()  # type: ignore[arg-type]
                 created = {(r[1], r[2]): r[0] for r in rows}
-                missing = [(j.queue, j.key) for j in jobs if (j.queue, j.key) not in created]
+                pruned = self._tombstoned(c, idents, now)
+                undo = [created.pop(i) for i in list(created) if i in pruned]
+                if undo:
+                    # The insert waited on the key while a prune deleted its job, and went ahead
+                    # when the prune committed; the prune's tombstone, visible now, wins.
+                    c.execute(self._sql["job_insert_undo"], {"ids": undo})
+                missing = [i for i in idents if i not in created and i not in pruned]
                 existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
                 if missing:
                     found = c.execute(
@@ -294,10 +311,39 @@ class PostgresBackend(PostgresScheduling, PostgresOutbox):
                         {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
                     ).fetchall()
                     existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
-                if all(m in existing or m in created for m in missing):
-                    return resolve_inserts(jobs, created, existing, on_conflict)
-            # A conflicting row vanished between the insert and the read (pruned): try again.
+                if all(m in existing for m in missing):
+                    same = self._same_payload(c, jobs, pruned)
+                    return resolve_inserts(jobs, created, existing, on_conflict, same)
+            # A conflicting row vanished between the insert and the read (pruned without a
+            # tombstone): try again.
         raise BackendUnavailable(f"enqueue into {self.url.redacted} kept racing with pruning")
+
+    def _tombstoned(
+        self, c: psycopg.Connection[Any], idents: list[tuple[str, str]], now: datetime | None
+    ) -> dict[tuple[str, str], tuple[int, str, str]]:
+        rows = c.execute(
+            self._sql["tombstone_live"],
+            {"queue": [i[0] for i in idents], "key": [i[1] for i in idents], "now": now},
+        ).fetchall()
+        return {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
+
+    def _same_payload(
+        self,
+        c: psycopg.Connection[Any],
+        jobs: Sequence[NewJob],
+        pruned: dict[tuple[str, str], tuple[int, str, str]],
+    ) -> dict[tuple[str, str], tuple[int, str, Any]]:
+        """For keys held by tombstones: (job id, task, a test that a payload is the pruned one).
+
+        Payloads are compared by the digest of their ``jsonb`` text, as the prune computed it."""
+        if not pruned:
+            return {}
+        payloads = list({j.payload_json for j in jobs if (j.queue, j.key) in pruned})
+        digests = dict(c.execute(self._sql["payload_digest"], {"payloads": payloads}).fetchall())
+        return {
+            ident: (job_id, task, lambda job, d=digest: digests.get(job.payload_json) == d)
+            for ident, (job_id, task, digest) in pruned.items()
+        }
 
     def job_claim(
         self,
@@ -451,8 +497,10 @@ class PostgresBackend(PostgresScheduling, PostgresOutbox):
             oldest = c.execute(self._sql["queue_oldest_due"], params).fetchall()  # type: ignore[arg-type]
             expiries = c.execute(self._sql["queue_lease_expiries"], params).fetchall()  # type: ignore[arg-type]
         stats: dict[str, QueueStats] = {}
-        for queue, state, n in counts:
-            stats.setdefault(queue, QueueStats(queue)).counts[state] = n
+        for queue, state, n, attempts in counts:
+            entry = stats.setdefault(queue, QueueStats(queue))
+            entry.counts[state] = n
+            entry.attempts[state] = int(attempts or 0)
         result = []
         late = {q: (first, n) for q, first, n in oldest}
         expired = dict(expiries)
@@ -467,6 +515,7 @@ class PostgresBackend(PostgresScheduling, PostgresOutbox):
                     else max(0.0, (clock - first).total_seconds()),
                     late_pending=n_late,
                     lease_expiries_last_hour=expired.get(queue, 0),
+                    attempts=stats[queue].attempts,
                 )
             )
         return result
@@ -583,14 +632,137 @@ class PostgresBackend(PostgresScheduling, PostgresOutbox):
     def effect_list(self, queue: str, key: str) -> list[dict[str, Any]]:
         return [self._effect(r) for r in self._run("effect_list", {"queue": queue, "key": key})]
 
+    # -- pruning -----------------------------------------------------------------------------------
+
+    def job_prune(
+        self,
+        before: datetime,
+        states: Sequence[JobState],
+        keep_keys_seconds: float | None,
+        queue: str | None = None,
+        limit: int = 1000,
+        after_id: int = 0,
+        now: datetime | None = None,
+        dry_run: bool = False,
+    ) -> tuple[PruneResult, int | None]:
+        window = self._sql["job_prune_window"].replace("{limit}", str(max(1, int(limit))))
+        with self._tx() as c:
+            seen = c.execute(window, {"after": after_id}).fetchall()
+            if not seen:
+                return PruneResult(), None
+            last = seen[-1][0]
+            going_on = None if min(r[1] for r in seen) >= before else last
+            params = {
+                "after": after_id,
+                "last": last,
+                "states": [JobState(s).value for s in states],
+                "before": before,
+                "queue": queue,
+            }
+            if dry_run:
+                counts = dict(c.execute(self._sql["job_prune_count"], params).fetchall())
+                return PruneResult(jobs=sum(counts.values()), by_state=counts), going_on
+            rows = c.execute(self._sql["job_prune"], params).fetchall()
+            if not rows:
+                return PruneResult(), going_on
+            if keep_keys_seconds is not None:
+                c.execute(
+                    self._sql["tombstone_record"],
+                    {
+                        "queues": [r[1] for r in rows],
+                        "keys": [r[2] for r in rows],
+                        "ids": [r[0] for r in rows],
+                        "tasks": [r[3] for r in rows],
+                        "digests": [r[4] for r in rows],
+                        "states": [r[5] for r in rows],
+                        "finished": [r[6] for r in rows],
+                        "keep": float(keep_keys_seconds),
+                        "now": now,
+                    },
+                )
+            attempts, events, effects = c.execute(
+                self._sql["job_history_delete"],
+                {
+                    "ids": [r[0] for r in rows],
+                    "queues": [r[1] for r in rows],
+                    "keys": [r[2] for r in rows],
+                },
+            ).fetchone()  # type: ignore[misc]
+        by_state: dict[str, int] = {}
+        for r in rows:
+            by_state[r[5]] = by_state.get(r[5], 0) + 1
+        result = PruneResult(
+            jobs=len(rows),
+            attempts=attempts,
+            events=events,
+            effects=effects,
+            tombstones=len(rows) if keep_keys_seconds is not None else 0,
+            by_state=by_state,
+        )
+        return result, going_on
+
+    def tombstone_prune(self, now: datetime | None = None, limit: int = 1000) -> int:
+        return len(self._run("tombstone_prune", {"now": now}, limit=limit))
+
+    def tombstone_find(self, key: str, queue: str | None = None) -> list[Tombstone]:
+        return [
+            Tombstone(r[0], r[1], r[2], r[3], JobState(r[4]), _utc(r[5]), _utc(r[6]), _utc(r[7]))  # type: ignore[arg-type]
+            for r in self._run("tombstone_find", {"key": key, "queue": queue})
+        ]
+
+    def schema_drop(self) -> None:
+        with self._tx() as c:
+            if self.schema != "public":
+                c.execute(
+                    pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                        pgsql.Identifier(self.schema)
+                    )
+                )
+                return
+            names = c.execute(
+                "SELECT table_name FROM information_schema.tables"
+                " WHERE table_schema = 'public' AND table_name LIKE 'jobledger\\_%%'"
+            ).fetchall()
+            for (name,) in names:
+                c.execute(
+                    pgsql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(
+                        pgsql.Identifier("public", name)
+                    )
+                )
+
+    def job_purge(self, job_ids: Sequence[int]) -> int:
+        if not job_ids:
+            return 0
+        with self._tx() as c:
+            rows = c.execute(self._sql["job_purge"], {"ids": list(job_ids)}).fetchall()
+            if rows:
+                c.execute(
+                    self._sql["job_history_delete"],
+                    {
+                        "ids": [r[0] for r in rows],
+                        "queues": [r[1] for r in rows],
+                        "keys": [r[2] for r in rows],
+                    },
+                )
+        return len(rows)
+
 
 class _PgListener:
-    """LISTEN on the ledger's channel over a dedicated connection; reconnects when it breaks."""
+    """LISTEN on the ledger's channel over a dedicated connection; reconnects when it breaks.
+
+    While the database is down (or, during a failover, only a standby answers), reconnecting is
+    retried with exponential backoff — from 0.1 s up to 5 s, jittered — rather than as fast as
+    the connection attempts fail.
+    """
+
+    _MAX_BACKOFF = 5.0
 
     def __init__(self, backend: PostgresBackend, queues: set[str]):
         self._backend = backend
         self._queues = queues
         self._conn: psycopg.Connection[Any] | None = None
+        self._failures = 0
+        self._retry_at = 0.0
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(
@@ -599,20 +771,36 @@ class _PgListener:
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._backend.channel)))
         return conn
 
+    def _failed(self) -> None:
+        self.close()
+        self._failures += 1
+        delay = min(self._MAX_BACKOFF, 0.1 * 2 ** (self._failures - 1))
+        self._retry_at = time.monotonic() + delay * (0.5 + random.random() / 2)
+
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a notification about one of our queues.
 
-        Returns True on a wake-up (or after reconnecting, when one may have been missed)."""
-        try:
-            if self._conn is None or self._conn.closed:
+        Returns True on a wake-up, or after a connection broke or was made again (a
+        notification may have been missed in between)."""
+        if self._conn is None or self._conn.closed:
+            pause = self._retry_at - time.monotonic()
+            if pause > 0:
+                time.sleep(min(pause, timeout))
+                return False
+            try:
                 self._conn = self._connect()
-                return True
+            except psycopg.Error:
+                self._failed()
+                return False
+            self._failures = 0
+            return True
+        try:
             for note in self._conn.notifies(timeout=timeout):
                 if note.payload in self._queues:
                     return True
             return False
         except psycopg.Error:
-            self.close()
+            self._failed()
             return True
 
     def close(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ..history import ENV
+from ..history import install as install_history
 from ..ledger import Ledger
 from .base import cli, load_app, split_csv, url_option
 from .logs import setup_logging
@@ -76,6 +78,22 @@ def migrate(url: str) -> None:
     help="Seconds between scans for expired leases.",
 )
 @click.option(
+    "--name",
+    default=None,
+    help="This worker's name in attempt histories (default: host:pid:random).",
+)
+@click.option(
+    "--history",
+    "history_path",
+    envvar=ENV,
+    default=None,
+    show_envvar=True,
+    type=click.Path(dir_okay=True, file_okay=True),
+    help="Append this worker's history (claims with tokens, heartbeats, outcomes, lease losses, "
+    "rescues) as JSON lines to this file, or to a new file in this directory. "
+    "Checked by `jobledger history check`.",
+)
+@click.option(
     "--no-scheduler",
     is_flag=True,
     help="Do not run the app's schedules in this worker (by default a worker takes part in "
@@ -97,6 +115,8 @@ def worker(
     grace: float,
     poll_interval: float | None,
     rescue_interval: float | None,
+    name: str | None,
+    history_path: str | None,
     no_scheduler: bool,
     log_level: str,
 ) -> None:
@@ -109,6 +129,7 @@ def worker(
     """
     setup_logging(log_level)
     ledger = load_app(app, url)
+    recorder = install_history(ledger, history_path) if history_path else None
     if no_scheduler:
         ledger.schedules.run_in_workers = False
     stats = ledger.run_worker(
@@ -119,7 +140,10 @@ def worker(
         grace_seconds=grace,
         poll_interval=poll_interval,
         rescue_interval=rescue_interval,
+        name=name,
     )
+    if recorder is not None:
+        recorder.close()
     click.echo(
         f"worker done: claimed {stats.claimed}, completed {stats.completed}, retried {stats.retried}, "
         f"dead {stats.dead}, released {stats.released}, lease lost {stats.lease_lost}, rescued {stats.rescued}",

@@ -16,6 +16,10 @@ WITH new AS (
     SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
            max_attempts, lease_seconds, {now}, {now}, correlation_id
     FROM new
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {tombstones} AS t
+        WHERE t.queue = new.queue AND t.key = new.key AND t.expires_at > {now}
+    )
     ON CONFLICT (queue, key) DO NOTHING
     RETURNING id, queue, key
 ), woken AS (
@@ -231,7 +235,7 @@ FROM {attempts} WHERE job_id = %(job_id)s ORDER BY attempt
 SELECT job_id, at, kind, actor, note, detail FROM {events} WHERE job_id = %(job_id)s ORDER BY id
 
 -- name: queue_counts
-SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state
+SELECT queue, state, count(*), sum(attempts) FROM {jobs} GROUP BY queue, state
 
 -- name: queue_oldest_due
 SELECT q.queue,
@@ -352,6 +356,148 @@ WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s AND state = 'running
 SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
        started_at, finished_at, error
 FROM {ticks} WHERE {where} ORDER BY tick_time DESC, schedule LIMIT {limit}
+-- name: tombstone_live
+-- Tombstones still blocking these keys. Run after the insert, in a statement of its own: under
+-- READ COMMITTED it sees a prune that committed while the insert waited on the key.
+SELECT t.queue, t.key, t.job_id, t.task, t.payload_digest FROM {tombstones} AS t
+JOIN unnest(%(queue)s::text[], %(key)s::text[]) AS k(queue, key)
+  ON t.queue = k.queue AND t.key = k.key
+WHERE t.expires_at > {now}
+
+-- name: payload_digest
+SELECT p, md5(p::jsonb::text) FROM unnest(%(payloads)s::text[]) AS p
+
+-- name: job_insert_undo
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: job_prune_window
+-- The next {limit} jobs by id, oldest first: prune walks the primary key, so no index on the
+-- jobs table is needed for it.
+SELECT id, created_at FROM {jobs} WHERE id > %(after)s ORDER BY id LIMIT {limit}
+
+-- name: job_prune
+-- Of one window, delete the jobs in the given states that finished before the cut-off. A row
+-- another transaction changes meanwhile (a redrive) is re-checked after it commits.
+DELETE FROM {jobs}
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+RETURNING id, queue, key, task, md5(payload::text), state, finished_at
+
+-- name: job_prune_count
+SELECT state, count(*) FROM {jobs}
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY state
+
+-- name: job_history_delete
+WITH a AS (
+    DELETE FROM {attempts} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), e AS (
+    DELETE FROM {events} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), f AS (
+    DELETE FROM {effects}
+    WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM e), (SELECT count(*) FROM f)
+
+-- name: tombstone_record
+INSERT INTO {tombstones} AS t (queue, key, job_id, task, payload_digest, state, finished_at,
+                               pruned_at, expires_at)
+SELECT queue, key, job_id, task, digest, state, finished_at, {now},
+       finished_at + make_interval(secs => %(keep)s)
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(ids)s::bigint[], %(tasks)s::text[],
+            %(digests)s::text[], %(states)s::text[], %(finished)s::timestamptz[])
+     AS n(queue, key, job_id, task, digest, state, finished_at)
+ON CONFLICT (queue, key) DO UPDATE
+SET job_id = excluded.job_id, task = excluded.task, payload_digest = excluded.payload_digest,
+    state = excluded.state, finished_at = excluded.finished_at, pruned_at = excluded.pruned_at,
+    expires_at = excluded.expires_at
+
+-- name: tombstone_prune
+DELETE FROM {tombstones} WHERE (queue, key) IN (
+    SELECT queue, key FROM {tombstones}
+    WHERE expires_at <= {now} ORDER BY expires_at LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING 1
+
+-- name: tombstone_find
+SELECT queue, key, job_id, task, state, finished_at, pruned_at, expires_at FROM {tombstones}
+WHERE key = %(key)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY queue
+
+-- name: job_purge
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, queue, key
+
+-- The HTTP API (migration 004) -------------------------------------------------------------------
+
+-- name: queue_put
+INSERT INTO {queues} AS q (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
+                           retention_seconds, require_key, created_at, updated_at)
+VALUES (%(name)s, %(task)s, %(max_attempts)s, %(lease_seconds)s, %(backoff_base)s,
+        %(backoff_cap)s, %(retention_seconds)s, %(require_key)s, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, max_attempts = excluded.max_attempts,
+    lease_seconds = excluded.lease_seconds, backoff_base = excluded.backoff_base,
+    backoff_cap = excluded.backoff_cap, retention_seconds = excluded.retention_seconds,
+    require_key = excluded.require_key, updated_at = excluded.updated_at
+RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+          require_key, created_at, updated_at, (xmax = 0) AS inserted
+
+-- name: queue_select
+SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+       require_key, created_at, updated_at
+FROM {queues}
+
+-- name: apikey_insert
+INSERT INTO {api_keys} (id, digest, name, scopes, rate_per_second, burst, created_at)
+VALUES (%(id)s, %(digest)s, %(name)s, %(scopes)s, %(rate_per_second)s, %(burst)s, {now})
+
+-- name: apikey_select
+SELECT id, name, scopes, rate_per_second, burst, created_at, revoked_at FROM {api_keys}
+
+-- name: apikey_revoke
+UPDATE {api_keys} SET revoked_at = {now} WHERE id = %(id)s AND revoked_at IS NULL RETURNING id
+
+-- name: ratelimit_take
+-- GCRA: a request of `cost` is allowed when the bucket's theoretical arrival time, advanced by
+-- cost * interval, stays within burst * interval of now. Refused requests change nothing. The
+-- clock is the database's, so that every server process agrees on it.
+WITH clock AS (SELECT extract(epoch FROM {now})::float8 AS t)
+INSERT INTO {rate_limits} AS r (bucket, tat)
+SELECT %(bucket)s, clock.t + %(cost)s * %(interval)s FROM clock
+ON CONFLICT (bucket) DO UPDATE
+SET tat = GREATEST(r.tat, (SELECT t FROM clock)) + %(cost)s * %(interval)s
+WHERE GREATEST(r.tat, (SELECT t FROM clock)) + %(cost)s * %(interval)s
+      - (SELECT t FROM clock) <= %(burst)s * %(interval)s
+RETURNING r.tat
+
+-- name: ratelimit_get
+SELECT tat - extract(epoch FROM {now})::float8 FROM {rate_limits} WHERE bucket = %(bucket)s
+
+-- name: publish_try_locks
+-- Each key's "in flight" marker: a transaction-level advisory lock, taken without waiting. A key
+-- whose lock another open transaction holds is being published right now by another request.
+SELECT k, pg_try_advisory_xact_lock(hashtextextended(%(prefix)s || k, 0))
+FROM unnest(%(keys)s::text[]) AS k
+
+-- name: publish_existing
+SELECT j.id, j.queue, j.key, j.payload, p.fingerprint
+FROM {jobs} j
+LEFT JOIN {publish_requests} p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
+WHERE (j.queue, j.key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
+
+-- name: publish_record
+INSERT INTO {publish_requests} (queue, key, job_id, fingerprint, api_key_id, created_at)
+SELECT *, {now} FROM unnest(%(queue)s::text[], %(key)s::text[], %(job_id)s::bigint[],
+                            %(fingerprint)s::text[], %(api_key_id)s::text[])
+ON CONFLICT (queue, key) DO UPDATE SET
+    job_id = excluded.job_id, fingerprint = excluded.fingerprint,
+    api_key_id = excluded.api_key_id, created_at = excluded.created_at
+
+-- name: publish_job_state
+SELECT id, state, run_at FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
 
 -- Outbox (006). {routes} and {outbox} are the schema-qualified tables. Triggers write the
 -- records (see 006_outbox.sql); these queries route queues, hand due records to a relay, mark
