@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..context import LeaseHold
-from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError
+from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, JobledgerError
 from ..faults import fault_point
 from ..ledger import Ledger
 from ..types import JobRow, JobState
@@ -129,6 +129,7 @@ class BrokerConsumer(Worker):
         self._room: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._waiting: set[Delivery] = set()
+        self._broker_error: JobledgerError | None = None
 
     def __repr__(self) -> str:
         return f"BrokerConsumer({self.url.redacted!r}, queues={self.queues!r})"
@@ -154,6 +155,8 @@ class BrokerConsumer(Worker):
                 self._shutdown()
             finally:
                 self._close_broker()
+        if self._broker_error is not None:
+            raise self._broker_error
         return self.stats
 
     def _fetch_loop(self) -> None:
@@ -191,6 +194,9 @@ class BrokerConsumer(Worker):
     def _broker_thread_main(self, ready: threading.Event) -> None:
         try:
             asyncio.run(self._broker_main(ready))
+        except JobledgerError as exc:  # e.g. the broker's client library is not installed
+            self._broker_error = exc
+            self.stop()
         except Exception:  # a bug: stop the consumer rather than run without a broker
             log.exception("the broker loop of consumer %s failed; stopping", self.name)
             self.stop()
