@@ -237,8 +237,10 @@ class MinuteStats:
     done: int = 0
     retried: int = 0
     dead: int = 0
+    run_count: int = 0
+    """Outcomes whose run time was measured (Python workers'; a pull consumer's is unknown)."""
     run_sum: float = 0.0
-    """Seconds the handlers ran, summed over ``done + retried + dead`` attempts."""
+    """Seconds the handlers ran, summed over ``run_count`` attempts."""
     run_max: float = 0.0
 
 

@@ -52,6 +52,7 @@ class PostgresObservability:
                 "done": [r.done for r in ordered],
                 "retried": [r.retried for r in ordered],
                 "dead": [r.dead for r in ordered],
+                "run_count": [r.run_count for r in ordered],
                 "run_sum": [r.run_sum for r in ordered],
                 "run_max": [r.run_max for r in ordered],
             },

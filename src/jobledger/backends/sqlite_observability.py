@@ -61,6 +61,7 @@ class SqliteObservability:
                         "done": r.done,
                         "retried": r.retried,
                         "dead": r.dead,
+                        "run_count": r.run_count,
                         "run_sum": r.run_sum,
                         "run_max": r.run_max,
                     }

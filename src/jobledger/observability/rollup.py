@@ -56,6 +56,7 @@ class _Sums:
         "done",
         "retried",
         "dead",
+        "run_count",
         "run_sum",
         "run_max",
     )
@@ -106,8 +107,11 @@ class MinuteStatsRecorder(WorkerObserver):
         field = {"done": "done", "retry": "retried", "dead": "dead"}.get(outcome)
         if field is None:
             return
-        run = max(0.0, duration or 0.0)
-        self._add(self._minute(), queue, task, {field: 1, "run_sum": run, "run_max": run})
+        values: dict[str, Any] = {field: 1}
+        if duration is not None:
+            run = max(0.0, duration)
+            values.update(run_count=1, run_sum=run, run_max=run)
+        self._add(self._minute(), queue, task, values)
 
     def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
         self.claimed(jobs)

@@ -522,10 +522,11 @@ SELECT queue, state, count(*) FROM {jobs} WHERE state IN ('done', 'cancelled') G
 -- name: minute_stats_add
 -- Rows arrive sorted by (minute, queue, task), so two writers lock them in the same order.
 INSERT INTO {minute_stats} AS s
-    (minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_sum, run_max)
+    (minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+     run_max)
 SELECT * FROM unnest(%(minute)s::timestamptz[], %(queue)s::text[], %(task)s::text[],
                      %(claimed)s::bigint[], %(wait_sum)s::float8[], %(wait_max)s::float8[],
-                     %(done)s::bigint[], %(retried)s::bigint[], %(dead)s::bigint[],
+                     %(done)s::bigint[], %(retried)s::bigint[], %(dead)s::bigint[], %(run_count)s::bigint[],
                      %(run_sum)s::float8[], %(run_max)s::float8[])
 ON CONFLICT (minute, queue, task) DO UPDATE SET
     claimed = s.claimed + excluded.claimed,
@@ -534,11 +535,13 @@ ON CONFLICT (minute, queue, task) DO UPDATE SET
     done = s.done + excluded.done,
     retried = s.retried + excluded.retried,
     dead = s.dead + excluded.dead,
+    run_count = s.run_count + excluded.run_count,
     run_sum = s.run_sum + excluded.run_sum,
     run_max = greatest(s.run_max, excluded.run_max)
 
 -- name: minute_stats_list
-SELECT minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_sum, run_max
+SELECT minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+       run_max
 FROM {minute_stats} WHERE minute >= %(since)s ORDER BY minute, queue, task
 
 -- name: minute_stats_prune

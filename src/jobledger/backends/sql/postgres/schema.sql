@@ -209,6 +209,7 @@ CREATE TABLE jobledger_minute_stats (
     done        bigint           NOT NULL DEFAULT 0,
     retried     bigint           NOT NULL DEFAULT 0,
     dead        bigint           NOT NULL DEFAULT 0,
+    run_count   bigint           NOT NULL DEFAULT 0,
     run_sum     double precision NOT NULL DEFAULT 0,
     run_max     double precision NOT NULL DEFAULT 0,
     PRIMARY KEY (minute, queue, task)

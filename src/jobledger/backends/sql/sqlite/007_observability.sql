@@ -15,6 +15,7 @@ CREATE TABLE jobledger_minute_stats (
     done     INTEGER NOT NULL DEFAULT 0,
     retried  INTEGER NOT NULL DEFAULT 0,
     dead     INTEGER NOT NULL DEFAULT 0,
+    run_count INTEGER NOT NULL DEFAULT 0,
     run_sum  REAL    NOT NULL DEFAULT 0,
     run_max  REAL    NOT NULL DEFAULT 0,
     PRIMARY KEY (minute, queue, task)

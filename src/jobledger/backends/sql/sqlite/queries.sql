@@ -383,9 +383,10 @@ GROUP BY queue, state
 
 -- name: minute_stats_add
 INSERT INTO jobledger_minute_stats
-    (minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_sum, run_max)
+    (minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+     run_max)
 VALUES (:minute, :queue, :task, :claimed, :wait_sum, :wait_max, :done, :retried, :dead,
-        :run_sum, :run_max)
+        :run_count, :run_sum, :run_max)
 ON CONFLICT (minute, queue, task) DO UPDATE SET
     claimed = claimed + excluded.claimed,
     wait_sum = wait_sum + excluded.wait_sum,
@@ -393,11 +394,13 @@ ON CONFLICT (minute, queue, task) DO UPDATE SET
     done = done + excluded.done,
     retried = retried + excluded.retried,
     dead = dead + excluded.dead,
+    run_count = run_count + excluded.run_count,
     run_sum = run_sum + excluded.run_sum,
     run_max = max(run_max, excluded.run_max)
 
 -- name: minute_stats_list
-SELECT minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_sum, run_max
+SELECT minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+       run_max
 FROM jobledger_minute_stats WHERE minute >= :since ORDER BY minute, queue, task
 
 -- name: minute_stats_prune
