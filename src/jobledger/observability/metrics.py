@@ -170,9 +170,11 @@ class Metrics:
         self._ledger_collectors.append(collector)
         return collector
 
-    def render(self) -> tuple[bytes, str]:
-        """The text exposition of the registry and its content type."""
-        return exposition.generate_latest(self.registry), exposition.CONTENT_TYPE_LATEST
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The registry in the format the ``Accept`` header prefers (Prometheus text 0.0.4, or
+        OpenMetrics when asked for), and its content type."""
+        encoder, content_type = exposition.choose_encoder(accept or "")
+        return encoder(self.registry), content_type
 
 
 class _MetricsObserver(WorkerObserver):

@@ -31,7 +31,8 @@ async def metrics(request: Request) -> Response:
             return problem_response(
                 Problem("forbidden", f"API key {key.id} lacks the scope read (or admin)")
             )
-    body, content_type = await run_in_threadpool(observe(state).metrics.render)
+    accept = request.headers.get("accept")
+    body, content_type = await run_in_threadpool(observe(state).metrics.render, accept)
     return Response(body, headers={"Content-Type": content_type})
 
 
