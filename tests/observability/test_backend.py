@@ -118,3 +118,20 @@ def test_postgres_queue_depths_never_scan_the_jobs_table(pg):
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_sqlite_queue_depths_read_only_the_partial_indexes(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path}/ledger.db")
+    ledger.migrate()
+    backend = ledger.backend
+    plan = [
+        row[3]
+        for row in backend._read("EXPLAIN QUERY PLAN " + backend._sql["queue_depths"], {"now": 0})
+    ]
+    scans = [step for step in plan if step.startswith("SCAN")]
+    assert scans == [
+        "SCAN jobledger_jobs USING INDEX jobledger_jobs_due",
+        "SCAN jobledger_jobs USING INDEX jobledger_jobs_leased",
+        "SCAN jobledger_jobs USING INDEX jobledger_jobs_dead",
+    ], plan
+    ledger.close()

@@ -113,7 +113,7 @@ def throughput_chart(rows: Sequence[MinuteStats], now: datetime, queue: str | No
     plot_h = chart.plot_bottom - TOP
     slot = (chart.width - chart.left) / MINUTES
     for i, (minute, parts) in enumerate(zip(minutes, counts, strict=True)):
-        base = chart.plot_bottom
+        base = float(chart.plot_bottom)
         for kind, n in zip(("done", "retried", "dead"), parts, strict=True):
             if not n:
                 continue

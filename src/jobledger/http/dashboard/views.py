@@ -322,7 +322,7 @@ async def dead_resolve(request: Request) -> Response:
     for job_id in ids:
         try:
             await run_in_threadpool(
-                lambda j=job_id: state.ledger.resolve(j, actor=viewer.actor, note=note)
+                functools.partial(state.ledger.resolve, job_id, actor=viewer.actor, note=note)
             )
             resolved += 1
         except (InvalidTransition, NotFound):
