@@ -26,8 +26,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[object]:
+    """One browser per test module: Playwright's sync API keeps an event loop running while it
+    is open, which would break later tests that call ``asyncio.run``."""
     if not Path(CHROMIUM).exists():
         reason = f"{CHROMIUM} is missing (apt-get install chromium; .ci/run installs it)"
         if os.environ.get("CI"):
