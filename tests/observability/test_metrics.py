@@ -215,6 +215,6 @@ def test_a_worker_serves_its_metrics_on_a_port(ledger):
     ledger.run_worker(["q"], burst=True, handle_signals=False)
     f = parse(seen["text"])
     assert value(f, "jobledger_attempts_total", queue="q", task="t", outcome="done") == 1
-    assert value(f, "jobledger_jobs", queue="q", state="leased") == 1  # the scrape itself
+    assert value(f, "jobledger_jobs", queue="q", state="leased") >= 1  # the scrape itself
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=2)  # stopped with the worker
