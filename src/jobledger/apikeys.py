@@ -7,8 +7,10 @@ digest is enough here because the key is random and long: there is no dictionary
 2^256 guesses to make, so a slow password hash would only cost every request time without making
 a stolen digest any less useless. Keys are looked up by digest, so a key never has to be kept.
 
-Scopes: ``publish:QUEUE``, ``consume:QUEUE`` (``QUEUE`` may be ``*`` for every queue) and
-``admin`` (everything, including declaring queues and the operator routes).
+Scopes: ``publish:QUEUE``, ``consume:QUEUE`` (``QUEUE`` may be ``*`` for every queue), ``read``
+(look at everything, change nothing: the dashboard read-only, ``/metrics``, reading queues) and
+``admin`` (everything, including declaring queues, the operator routes and the dashboard's
+actions).
 """
 
 from __future__ import annotations
@@ -35,21 +37,23 @@ __all__ = [
 ]
 
 KEY_PREFIX = "jlk_"
-SCOPE_KINDS = ("publish", "consume", "admin")
+SCOPE_KINDS = ("publish", "consume", "read", "admin")
 MAX_KEY_NAME = 200
 
 
 def parse_scope(text: str) -> str:
-    """Check one scope (``publish:QUEUE``, ``consume:QUEUE``, ``admin``); return it normalised."""
+    """Check one scope (``publish:QUEUE``, ``consume:QUEUE``, ``read``, ``admin``); return it
+    normalised."""
     if not isinstance(text, str):
         raise ConfigError(f"a scope must be a string, got {text!r}")
     text = text.strip()
-    if text == "admin":
+    if text in ("admin", "read"):
         return text
     kind, sep, queue = text.partition(":")
     if kind not in ("publish", "consume") or not sep:
         raise ConfigError(
-            f"scope {text!r} is invalid: use publish:QUEUE, consume:QUEUE (QUEUE may be *) or admin"
+            f"scope {text!r} is invalid: use publish:QUEUE, consume:QUEUE (QUEUE may be *), "
+            "read or admin"
         )
     if queue != "*":
         validate_queue_name(queue)
@@ -63,7 +67,7 @@ def parse_scopes(scopes: Any) -> tuple[str, ...]:
     parsed = tuple(dict.fromkeys(parse_scope(s) for s in scopes))
     if not parsed:
         raise ConfigError(
-            "an API key needs at least one scope (publish:QUEUE, consume:QUEUE, admin)"
+            "an API key needs at least one scope (publish:QUEUE, consume:QUEUE, read, admin)"
         )
     return parsed
 
@@ -97,17 +101,24 @@ class ApiKey:
     def is_admin(self) -> bool:
         return "admin" in self.scopes
 
+    @property
+    def can_read(self) -> bool:
+        """True when the key may look at everything: ``read`` or ``admin``."""
+        return self.is_admin or "read" in self.scopes
+
     def allows(self, kind: str, queue: str | None = None) -> bool:
-        """True when the key may do ``kind`` (publish, consume, admin) on ``queue``."""
+        """True when the key may do ``kind`` (publish, consume, read, admin) on ``queue``."""
         if self.is_admin:
             return True
+        if kind == "read":
+            return self.can_read
         if kind == "admin" or queue is None:
             return False
         return f"{kind}:{queue}" in self.scopes or f"{kind}:*" in self.scopes
 
     def sees_queue(self, queue: str) -> bool:
         """True when the key has any scope on ``queue`` (it may read the queue's settings)."""
-        return self.allows("publish", queue) or self.allows("consume", queue)
+        return self.can_read or self.allows("publish", queue) or self.allows("consume", queue)
 
     @property
     def actor(self) -> str:

@@ -17,6 +17,7 @@ from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
 from .backends.base import Backend, InsertResult, PruneResult, QueueStats, RescueResult
 from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
 from .hooks import WorkerObserver, WorkerService
+from .observability.rollup import install_rollups
 from .payload import encode_payload, finite_number, validate_key
 from .policy import DEFAULT_BACKOFF, Backoff
 from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
@@ -435,6 +436,7 @@ class Ledger:
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
         """Build a ``Worker`` (see its options) without starting it."""
+        install_rollups(self)  # the dashboard's per-minute charts
         return Worker(self, queues, **options)
 
     def run_worker(
@@ -450,6 +452,7 @@ class Ledger:
         """Run a worker in this thread until SIGTERM/SIGINT, or with ``burst=True`` until nothing
         is due. The first signal stops claiming and lets running jobs finish (``grace_seconds``,
         default 30); a second one stops waiting."""
+        install_rollups(self)  # the dashboard's per-minute charts
         worker = Worker(
             self, queues, concurrency=concurrency, batch_size=batch_size, burst=burst, **options
         )

@@ -32,10 +32,12 @@ __all__ = [
     "JobFilter",
     "Lease",
     "Listener",
+    "MinuteStats",
     "NewJob",
     "PruneResult",
     "PublishItem",
     "PublishOutcome",
+    "QueueDepth",
     "QueueStats",
     "RescueResult",
 ]
@@ -204,6 +206,43 @@ class PublishOutcome:
     job_id: int | None = None
     state: JobState | None = None
     run_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """The live jobs of one queue, read without touching finished ones (``queue_depths``)."""
+
+    queue: str
+    pending: int = 0
+    due: int = 0
+    """Pending jobs whose run time has passed: a worker could take them now."""
+    leased: int = 0
+    expired_leases: int = 0
+    """Leased jobs whose lease has run out: the holder is gone or stalled; a rescuer will act."""
+    dead: int = 0
+    oldest_due_pending_seconds: float | None = None
+    """Age of the oldest due pending job (now minus its run time); None when none is due."""
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteStats:
+    """What the workers and consumers of one queue and task did in one minute (rolled up)."""
+
+    minute: datetime
+    queue: str
+    task: str
+    claimed: int = 0
+    wait_sum: float = 0.0
+    """Seconds from due (run time) to claim, summed over ``claimed`` claims."""
+    wait_max: float = 0.0
+    done: int = 0
+    retried: int = 0
+    dead: int = 0
+    run_count: int = 0
+    """Outcomes whose run time was measured (Python workers'; a pull consumer's is unknown)."""
+    run_sum: float = 0.0
+    """Seconds the handlers ran, summed over ``run_count`` attempts."""
+    run_max: float = 0.0
 
 
 class Listener(Protocol):
@@ -510,6 +549,7 @@ class Backend(Protocol):
         after: datetime | None = None,
     ) -> list[TickRow]:
         """Ticks, most recent first: of one schedule or all, in one state, after a time."""
+
     # -- pruning -------------------------------------------------------------------------------
 
     def job_prune(
@@ -673,6 +713,44 @@ class Backend(Protocol):
         transaction is claiming right now is skipped, not waited for. Returns one ``KeyClaim``
         per item, in order: the claimed job, or the job as it is (or None when there is none).
         A pair named twice is claimed once."""
+    # -- observability: queue depths, per-minute rollups, dashboard sessions (007) --------------
+
+    def queue_depths(self, now: datetime | None = None) -> list[QueueDepth]:
+        """Pending (and due), leased (and expired) and dead jobs per queue, with the age of the
+        oldest due pending job; read through the partial indexes, never the whole table."""
+        ...
+
+    def queue_finished_counts(self) -> dict[str, dict[str, int]]:
+        """Done and cancelled jobs per queue (``{queue: {state: n}}``). This reads the table:
+        cache it."""
+        ...
+
+    def minute_stats_add(self, rows: Sequence[MinuteStats]) -> None:
+        """Add these counts to the stored rollups (one transaction)."""
+        ...
+
+    def minute_stats_list(self, since: datetime) -> list[MinuteStats]:
+        """Rollups of minutes at or after ``since``, oldest first."""
+        ...
+
+    def minute_stats_prune(self, before: datetime) -> int:
+        """Delete rollups of minutes before ``before``; return how many rows."""
+        ...
+
+    def session_insert(
+        self, digest: str, api_key_id: str, ttl_seconds: float, now: datetime | None = None
+    ) -> datetime:
+        """Store a dashboard session by the digest of its token; return when it expires."""
+        ...
+
+    def session_get(self, digest: str, now: datetime | None = None) -> ApiKey | None:
+        """The API key of an unexpired session (revoked or not: the caller checks), or None."""
+        ...
+
+    def session_delete(self, digest: str) -> None: ...
+
+    def session_prune(self, now: datetime | None = None) -> int:
+        """Delete expired sessions; return how many."""
         ...
 
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from ..errors import KeyConflict
 from ..types import JobRow, JobState
-from .base import InsertResult, JobFilter, NewJob, PublishItem, PublishStatus
+from .base import InsertResult, JobFilter, NewJob, PublishItem, PublishStatus, QueueDepth
 
 JOB_COLUMNS = (
     "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "
@@ -169,3 +169,25 @@ def publish_compare(
     if isinstance(stored_payload, str):
         stored_payload = json.loads(stored_payload)
     return "replayed" if stored_payload == json.loads(item.job.payload_json) else "conflict"
+
+
+def queue_depths_from_rows(rows: Iterable[Sequence[Any]]) -> list[QueueDepth]:
+    """``(queue, state, n, m, oldest_due_run_at, clock)`` rows → one ``QueueDepth`` per queue."""
+    fields: dict[str, dict[str, Any]] = {}
+    for queue, state, n, m, first, clock in rows:
+        entry = fields.setdefault(queue, {"queue": queue})
+        if state == "pending":
+            entry["pending"] = int(n)
+            entry["due"] = int(m or 0)
+            if first is not None:
+                entry["oldest_due_pending_seconds"] = max(0.0, _seconds(clock) - _seconds(first))
+        elif state == "leased":
+            entry["leased"] = int(n)
+            entry["expired_leases"] = int(m or 0)
+        else:
+            entry["dead"] = int(n)
+    return [QueueDepth(**fields[q]) for q in sorted(fields)]
+
+
+def _seconds(value: datetime | float) -> float:
+    return value if isinstance(value, float | int) else value.timestamp()

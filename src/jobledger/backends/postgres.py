@@ -32,6 +32,7 @@ from .base import (
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .postgres_api import PostgresApiMixin
+from .postgres_observability import PostgresObservability
 from .postgres_outbox import PostgresOutbox
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
@@ -53,7 +54,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox):
+class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, PostgresObservability):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -68,6 +69,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox):
             + ("leaders", "schedules", "ticks")
             + ("queues", "api_keys", "rate_limits", "publish_requests")
             + ("routes", "outbox")
+            + ("minute_stats", "sessions")
         }
         self._tables = tables
         self._sql = {
@@ -86,6 +88,8 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox):
             .replace("{publish_requests}", tables["publish_requests"])
             .replace("{routes}", tables["routes"])
             .replace("{outbox}", tables["outbox"])
+            .replace("{minute_stats}", tables["minute_stats"])
+            .replace("{sessions}", tables["sessions"])
             for name, text in queries("postgres").items()
         }
         self._probe()

@@ -34,6 +34,7 @@ from .base import (
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .sqlfiles import migrations, queries, schema_problem
 from .sqlite_api import SqliteApiMixin
+from .sqlite_observability import SqliteObservability
 from .sqlite_outbox import SqliteOutbox
 from .sqlite_scheduling import SqliteScheduling
 from .url import DatabaseURL
@@ -58,7 +59,7 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox):
+class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObservability):
     """jobledger in one SQLite file. Safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"
@@ -744,7 +745,13 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox):
             if not seen:
                 return PruneResult(), None
             last = seen[-1][0]
-            params = {"after": after_id, "last": last, "before": cutoff, "queue": queue, "now": clock}
+            params = {
+                "after": after_id,
+                "last": last,
+                "before": cutoff,
+                "queue": queue,
+                "now": clock,
+            }
             rows = c.execute(pick, params).fetchall()
             attempts = events = effects = 0
             if rows and not dry_run:

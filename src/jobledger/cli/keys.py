@@ -33,7 +33,8 @@ def keys() -> None:
     """API keys for the HTTP API: create (shown once), list, revoke.
 
     A key carries scopes: publish:QUEUE and consume:QUEUE (QUEUE may be * for every queue),
-    or admin (everything: declaring queues, redrive, resolve). Only a SHA-256 digest of each
+    read (look at everything, change nothing: the dashboard read-only, /metrics), or admin
+    (everything: declaring queues, redrive, resolve, the dashboard's actions). Only a SHA-256 digest of each
     key is stored, so a lost key cannot be shown again: revoke it and create another.
     """
 
@@ -46,7 +47,7 @@ def keys() -> None:
     "scopes",
     multiple=True,
     required=True,
-    help="publish:QUEUE, consume:QUEUE or admin; repeat for several.",
+    help="publish:QUEUE, consume:QUEUE, read or admin; repeat for several.",
 )
 @click.option(
     "--rate",

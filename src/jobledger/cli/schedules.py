@@ -16,7 +16,7 @@ from rich.table import Table
 from ..errors import ConfigError
 from ..scheduling.schedule import ScheduleStatus, leader_dict, tick_dict
 from .base import cli, json_option, load_app, open_ledger, url_option
-from .logs import setup_logging
+from .logs import log_format_option, setup_logging
 
 
 def _default_actor() -> str:
@@ -251,6 +251,7 @@ def resume(
     default="info",
     show_default=True,
 )
+@log_format_option
 def scheduler(
     app: str,
     url: str | None,
@@ -258,6 +259,7 @@ def scheduler(
     lease_seconds: float | None,
     poll_interval: float | None,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run the schedules of APP (MODULE:LEDGER) without running jobs.
 
@@ -267,7 +269,7 @@ def scheduler(
     when the scheduling authority should live apart from the workers. SIGTERM or Ctrl-C stops
     after the current batch and releases the lease so another scheduler takes over at once.
     """
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     ledger = load_app(app, url)
     if not len(ledger.schedules):
         raise ConfigError(f"{app} declares no schedules (use @ledger.schedule)")

@@ -7,7 +7,7 @@ import socket
 import click
 
 from .base import cli, open_ledger, url_option
-from .logs import setup_logging
+from .logs import announce, log_format_option, setup_logging
 
 
 @cli.command()
@@ -46,6 +46,13 @@ from .logs import setup_logging
     show_default=True,
     help="Least severe log messages shown.",
 )
+@log_format_option
+@click.option(
+    "--public-metrics",
+    is_flag=True,
+    help="Serve /metrics without an API key (default: a key with the read or admin scope, "
+    "which Prometheus sends as a bearer token).",
+)
 @click.option(
     "--access-log/--no-access-log",
     default=True,
@@ -60,6 +67,8 @@ def serve(
     default_burst: float | None,
     rescue_interval: float,
     log_level: str,
+    log_format: str,
+    public_metrics: bool,
     access_log: bool,
 ) -> None:
     """Serve the HTTP API: publish with Idempotency-Key, pull consumers, queues, dead letters.
@@ -68,15 +77,20 @@ def serve(
     'jobledger queues create' or PUT /v1/queues/{name}. The OpenAPI document is at
     /openapi.json and a health check at /healthz. Run several servers against one PostgreSQL
     database to scale out: idempotency, in-flight detection and rate limits hold across them.
-    SIGTERM or Ctrl-C stops the server gracefully. See docs/http-api.md.
+    The dashboard is at / (log in with a read or admin key) and Prometheus metrics at
+    /metrics. SIGTERM or Ctrl-C stops the server gracefully. See docs/http-api.md and
+    docs/observability.md.
     """
     import uvicorn
 
     from ..http import ServerSettings, create_app
 
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     settings = ServerSettings(
-        default_rate=default_rate, default_burst=default_burst, rescue_interval=rescue_interval
+        default_rate=default_rate,
+        default_burst=default_burst,
+        rescue_interval=rescue_interval,
+        public_metrics=public_metrics,
     )
     ledger = open_ledger(url, write=True)
     try:
@@ -91,7 +105,7 @@ def serve(
             lifespan="on",
             server_header=False,
         )
-        _announcing_server()(config, ledger.url.redacted).run()
+        _announcing_server()(config, ledger.url.redacted, log_format).run()
 
     finally:
         ledger.close()
@@ -103,14 +117,21 @@ def _announcing_server() -> type:
     import uvicorn
 
     class Server(uvicorn.Server):
-        def __init__(self, config: uvicorn.Config, database: str):
+        def __init__(self, config: uvicorn.Config, database: str, log_format: str = "console"):
             super().__init__(config)
             self.database = database
+            self.log_format = log_format
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if self.started and self.servers and self.servers[0].sockets:
                 host, port = self.servers[0].sockets[0].getsockname()[:2]
-                click.echo(f"jobledger serving {self.database} on http://{host}:{port}", err=True)
+                announce(
+                    f"jobledger serving {self.database} on http://{host}:{port}",
+                    self.log_format,
+                    "jobledger.http",
+                    host=host,
+                    port=port,
+                )
 
     return Server

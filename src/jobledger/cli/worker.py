@@ -8,7 +8,7 @@ from ..history import ENV
 from ..history import install as install_history
 from ..ledger import Ledger
 from .base import cli, load_app, split_csv, url_option
-from .logs import setup_logging
+from .logs import announce, log_format_option, setup_logging
 
 
 @cli.command()
@@ -100,11 +100,25 @@ def migrate(url: str) -> None:
     "scheduling: it ticks them while it holds the leader lease).",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics (this worker's, and the ledger's gauges) on this port at "
+    "/metrics while the worker runs; 0 picks a free port (the log says which).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port listens on (0.0.0.0 for every interface).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
     show_default=True,
 )
+@log_format_option
 def worker(
     app: str,
     url: str | None,
@@ -118,7 +132,10 @@ def worker(
     name: str | None,
     history_path: str | None,
     no_scheduler: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run jobs of the tasks registered on APP (MODULE:LEDGER, e.g. myapp.jobs:ledger).
 
@@ -127,8 +144,12 @@ def worker(
     lease token, and rescues expired leases of crashed workers. SIGTERM or Ctrl-C stops
     claiming and lets running jobs finish within --grace seconds; a second signal stops at once.
     """
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
     ledger = load_app(app, url)
+    if metrics_port is not None:
+        from ..observability.metrics import install_metrics
+
+        install_metrics(ledger, metrics_port, metrics_host)
     recorder = install_history(ledger, history_path) if history_path else None
     if no_scheduler:
         ledger.schedules.run_in_workers = False
@@ -144,8 +165,16 @@ def worker(
     )
     if recorder is not None:
         recorder.close()
-    click.echo(
+    announce(
         f"worker done: claimed {stats.claimed}, completed {stats.completed}, retried {stats.retried}, "
         f"dead {stats.dead}, released {stats.released}, lease lost {stats.lease_lost}, rescued {stats.rescued}",
-        err=True,
+        log_format,
+        "jobledger.worker",
+        claimed=stats.claimed,
+        completed=stats.completed,
+        retried=stats.retried,
+        dead=stats.dead,
+        released=stats.released,
+        lease_lost=stats.lease_lost,
+        rescued=stats.rescued,
     )

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from ..ledger import Ledger
 from .api import RouteGroup, build_routes
+from .observe import observe
 from .openapi import openapi_document
 from .problems import Problem, problem_response
 from .routes import DEFAULT_GROUPS
@@ -77,7 +78,9 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await run_in_threadpool(lambda: ledger.backend)  # open (and check) the database now
         state.wakeups = Wakeups(ledger.backend, asyncio.get_running_loop())
-        services: list[Service] = [Rescuer(ledger.backend, state.settings.rescue_interval)]
+        services: list[Service] = [
+            Rescuer(ledger.backend, state.settings.rescue_interval, observe(state).rescued)
+        ]
         for group in groups:
             for factory in group.services:
                 service = factory(state)

@@ -7,13 +7,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import BackendUnavailable, ConfigError
 from .wakeups import Wakeups
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from ..backends.base import Backend, RescueResult
     from ..ledger import Ledger
 
 __all__ = ["InFlight", "Rescuer", "ServerSettings", "ServerState", "Service"]
@@ -35,6 +35,13 @@ class ServerSettings:
       PostgreSQL (LISTEN/NOTIFY wakes it sooner), 0.25 s on SQLite.
     - ``publish_limit`` / ``batch_limit`` / ``body_limit``: request body limits in bytes for
       publish, publish-batch and every other route.
+    - ``snapshot_seconds``: how long ``/metrics`` and the dashboard reuse one read of the
+      ledger's state (queue depths, schedules, leaders); ``finished_seconds``: the longest
+      done and cancelled counts are reused (see docs/observability.md).
+    - ``public_metrics``: serve ``/metrics`` without an API key (default: a key with ``read``
+      or ``admin``).
+    - ``dashboard_refresh_seconds``: how often the dashboard's live parts reload themselves.
+    - ``session_seconds``: how long a dashboard login lasts.
     """
 
     default_rate: float | None = None
@@ -45,6 +52,11 @@ class ServerSettings:
     publish_limit: int = 256 * KIB
     batch_limit: int = 4096 * KIB
     body_limit: int = 64 * KIB
+    snapshot_seconds: float = 5.0
+    finished_seconds: float = 300.0
+    public_metrics: bool = False
+    dashboard_refresh_seconds: float = 5.0
+    session_seconds: float = 12 * 3600.0
 
     def __post_init__(self) -> None:
         if self.default_rate is not None and not self.default_rate > 0:
@@ -60,6 +72,17 @@ class ServerSettings:
             raise ConfigError(f"rescue_interval must be > 0, got {self.rescue_interval!r}")
         if self.poll_interval is not None and not self.poll_interval > 0:
             raise ConfigError(f"poll_interval must be > 0, got {self.poll_interval!r}")
+        if not 0 <= self.snapshot_seconds <= 3600:
+            raise ConfigError(f"snapshot_seconds must be 0..3600, got {self.snapshot_seconds!r}")
+        if not 0 <= self.finished_seconds <= 86400:
+            raise ConfigError(f"finished_seconds must be 0..86400, got {self.finished_seconds!r}")
+        if not 0.2 <= self.dashboard_refresh_seconds <= 3600:
+            raise ConfigError(
+                "dashboard_refresh_seconds must be 0.2..3600, got "
+                f"{self.dashboard_refresh_seconds!r}"
+            )
+        if not 60 <= self.session_seconds <= 30 * 86400:
+            raise ConfigError(f"session_seconds must be 60..2592000, got {self.session_seconds!r}")
 
     def rate_for(self, rate: float | None, burst: float | None) -> tuple[float, float] | None:
         """The (rate, burst) a key publishes under, or None for no limit."""
@@ -113,9 +136,15 @@ class Rescuer:
     pull consumer that received messages and died does not hold them forever. Idempotent: any
     number of servers and workers may run it at once."""
 
-    def __init__(self, backend: Backend, interval: float):
+    def __init__(
+        self,
+        backend: Backend,
+        interval: float,
+        on_rescue: Callable[[list[RescueResult]], None] | None = None,
+    ):
         self._backend = backend
         self._interval = interval
+        self._on_rescue = on_rescue
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="jobledger-rescuer", daemon=True)
 
@@ -130,7 +159,10 @@ class Rescuer:
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                for r in self._backend.job_rescue():
+                rescued = self._backend.job_rescue()
+                if rescued and self._on_rescue is not None:
+                    self._on_rescue(rescued)
+                for r in rescued:
                     log.warning(
                         "lease expired: job %d (%s/%s) attempt %d -> %s",
                         r.job_id,
@@ -157,6 +189,8 @@ class ServerState:
         self.in_flight = InFlight()
         self.wakeups: Wakeups | None = None
         self.services: list[Service] = []
+        self.observability: Any = None
+        """The server's metrics, ledger snapshots and rollups (``jobledger.http.observe``)."""
 
     @property
     def backend(self) -> Backend:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from . import consume, health, messages, publish, queues
+from . import consume, dashboard, health, messages, metrics, publish, queues
 
 DEFAULT_GROUPS = (
     health.group,
@@ -11,6 +11,8 @@ DEFAULT_GROUPS = (
     publish.group,
     consume.group,
     messages.group,
+    metrics.group,
+    dashboard.group,
 )
 
 __all__ = ["DEFAULT_GROUPS"]

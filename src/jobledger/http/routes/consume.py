@@ -32,6 +32,7 @@ from ..models import (
     received_json,
     text,
 )
+from ..observe import observe
 from ..problems import Problem
 from ..schema import Array, Boolean, Integer, Number, Object, String
 from ..wakeups import Wakeups
@@ -169,6 +170,8 @@ async def receive(call: Call) -> Response:
         # Nobody will read these: give them back now rather than when their leases expire.
         await call.run(backend.job_release, [Lease(j.id, j.lease_token, j.attempt) for j in jobs])
         return json_response({"messages": []})
+    if jobs:
+        observe(state).received(jobs, lease)
     return json_response({"messages": [received_json(j) for j in jobs]})
 
 
@@ -194,6 +197,7 @@ async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
     if earlier is None:
         raise _stale(job.id, "no such lease")
     # A genuine late write: note it in the message's history, as the Python worker does.
+    observe(call.state).stale(job.queue, action)
     await call.run(
         backend.event_record,
         job.id,
@@ -229,7 +233,9 @@ async def ack(call: Call) -> Response:
     job, lease = await held(call, call.body["receipt"], "ack")
     stale = await call.run(call.state.backend.job_complete, [lease])
     if stale:
+        observe(call.state).stale(job.queue, "ack")
         raise _stale(job.id, "its lease expired a moment ago")
+    observe(call.state).finished(job, "done")
     return json_response({"message_id": str(job.id), "state": JobState.DONE.value})
 
 
@@ -272,7 +278,9 @@ async def nack(call: Call) -> Response:
     )
     [result] = await call.run(call.state.backend.job_fail, [failure])
     if result.state is None:
+        observe(call.state).stale(job.queue, "nack")
         raise _stale(job.id, "its lease expired a moment ago")
+    observe(call.state).finished(job, "dead" if result.state is JobState.DEAD else "retry")
     return json_response(
         {
             "message_id": str(job.id),
@@ -308,5 +316,6 @@ async def extend(call: Call) -> Response:
     )
     until = renewed.get(job.id)
     if until is None:
+        observe(call.state).stale(job.queue, "extend")
         raise _stale(job.id, "its lease expired a moment ago")
     return json_response({"message_id": str(job.id), "lease_until": iso(until)})

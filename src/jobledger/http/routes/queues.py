@@ -122,7 +122,8 @@ async def put_queue(call: Call) -> Response:
     replies={200: Reply("Queues with their counts by state.", QUEUE_LIST)},
 )
 async def list_queues(call: Call) -> Response:
-    """Admin keys see every queue; other keys the queues they may publish to or consume."""
+    """Admin and read keys see every queue; other keys the queues they may publish to or
+    consume."""
     key = call.caller
     infos = [i for i in await call.run(call.state.backend.queue_list) if key.sees_queue(i.name)]
     return json_response({"queues": await describe(call, infos)})
@@ -132,7 +133,7 @@ async def list_queues(call: Call) -> Response:
     "GET",
     "/v1/queues/{name}",
     summary="One queue: settings, counts by state, oldest due pending age",
-    scope="publish:QUEUE, consume:QUEUE or admin",
+    scope="publish:QUEUE, consume:QUEUE, read or admin",
     path_params={"name": QUEUE_NAME},
     replies={200: Reply("The queue.", QUEUE)},
     errors=(403, 404),

@@ -617,3 +617,68 @@ WITH picked AS (
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
 )
 SELECT * FROM claimed
+-- Observability (007). {minute_stats} and {sessions} are the schema-qualified tables.
+
+-- name: queue_depths
+-- Live jobs per queue, each arm read through its partial index, never the whole table: pending
+-- (how many are due, and the oldest due run time), leased (how many leases have expired), dead.
+SELECT queue, 'pending', count(*), count(*) FILTER (WHERE run_at <= {now}),
+       min(run_at) FILTER (WHERE run_at <= {now}), {now}
+FROM {jobs} WHERE state = 'pending' GROUP BY queue
+UNION ALL
+SELECT queue, 'leased', count(*), count(*) FILTER (WHERE lease_until <= {now}), NULL, {now}
+FROM {jobs} WHERE state = 'leased' GROUP BY queue
+UNION ALL
+SELECT queue, 'dead', count(*), 0, NULL, {now}
+FROM {jobs} WHERE state = 'dead' GROUP BY queue
+
+-- name: queue_finished_counts
+-- Finished jobs have no index of their own (it would cost every completion a write), so this
+-- one reads the table; callers cache it for minutes.
+SELECT queue, state, count(*) FROM {jobs} WHERE state IN ('done', 'cancelled') GROUP BY queue, state
+
+-- name: minute_stats_add
+-- Rows arrive sorted by (minute, queue, task), so two writers lock them in the same order.
+INSERT INTO {minute_stats} AS s
+    (minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+     run_max)
+SELECT * FROM unnest(%(minute)s::timestamptz[], %(queue)s::text[], %(task)s::text[],
+                     %(claimed)s::bigint[], %(wait_sum)s::float8[], %(wait_max)s::float8[],
+                     %(done)s::bigint[], %(retried)s::bigint[], %(dead)s::bigint[], %(run_count)s::bigint[],
+                     %(run_sum)s::float8[], %(run_max)s::float8[])
+ON CONFLICT (minute, queue, task) DO UPDATE SET
+    claimed = s.claimed + excluded.claimed,
+    wait_sum = s.wait_sum + excluded.wait_sum,
+    wait_max = greatest(s.wait_max, excluded.wait_max),
+    done = s.done + excluded.done,
+    retried = s.retried + excluded.retried,
+    dead = s.dead + excluded.dead,
+    run_count = s.run_count + excluded.run_count,
+    run_sum = s.run_sum + excluded.run_sum,
+    run_max = greatest(s.run_max, excluded.run_max)
+
+-- name: minute_stats_list
+SELECT minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+       run_max
+FROM {minute_stats} WHERE minute >= %(since)s ORDER BY minute, queue, task
+
+-- name: minute_stats_prune
+WITH gone AS (DELETE FROM {minute_stats} WHERE minute < %(before)s RETURNING 1)
+SELECT count(*) FROM gone
+
+-- name: session_insert
+INSERT INTO {sessions} (digest, api_key_id, created_at, expires_at)
+VALUES (%(digest)s, %(api_key_id)s, {now}, {now} + make_interval(secs => %(ttl)s))
+RETURNING expires_at
+
+-- name: session_get
+SELECT k.id, k.name, k.scopes, k.rate_per_second, k.burst, k.created_at, k.revoked_at
+FROM {sessions} s JOIN {api_keys} k ON k.id = s.api_key_id
+WHERE s.digest = %(digest)s AND s.expires_at > {now}
+
+-- name: session_delete
+DELETE FROM {sessions} WHERE digest = %(digest)s
+
+-- name: session_prune
+WITH gone AS (DELETE FROM {sessions} WHERE expires_at <= {now} RETURNING 1)
+SELECT count(*) FROM gone

@@ -448,3 +448,65 @@ SET state = 'leased',
 WHERE queue = :queue AND key = :key AND state = 'pending' AND run_at <= :now
 RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
           run_at, priority, correlation_id, attempt_limit
+-- Observability (007).
+
+-- name: queue_depths
+-- Live jobs per queue, each arm read through its partial index, never the whole table: pending
+-- (how many are due, and the oldest due run time), leased (how many leases have expired), dead.
+-- INDEXED BY: left alone, SQLite reads the leased arm through the (queue, key) index, which
+-- holds every job, to save a sort.
+SELECT queue, 'pending', count(*), sum(run_at <= :now),
+       min(CASE WHEN run_at <= :now THEN run_at END)
+FROM jobledger_jobs INDEXED BY jobledger_jobs_due WHERE state = 'pending' GROUP BY queue
+UNION ALL
+SELECT queue, 'leased', count(*), sum(lease_until <= :now), NULL
+FROM jobledger_jobs INDEXED BY jobledger_jobs_leased WHERE state = 'leased' GROUP BY queue
+UNION ALL
+SELECT queue, 'dead', count(*), 0, NULL
+FROM jobledger_jobs INDEXED BY jobledger_jobs_dead WHERE state = 'dead' GROUP BY queue
+
+-- name: queue_finished_counts
+-- Finished jobs have no index of their own (it would cost every completion a write), so this
+-- one reads the table; callers cache it for minutes.
+SELECT queue, state, count(*) FROM jobledger_jobs WHERE state IN ('done', 'cancelled')
+GROUP BY queue, state
+
+-- name: minute_stats_add
+INSERT INTO jobledger_minute_stats
+    (minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+     run_max)
+VALUES (:minute, :queue, :task, :claimed, :wait_sum, :wait_max, :done, :retried, :dead,
+        :run_count, :run_sum, :run_max)
+ON CONFLICT (minute, queue, task) DO UPDATE SET
+    claimed = claimed + excluded.claimed,
+    wait_sum = wait_sum + excluded.wait_sum,
+    wait_max = max(wait_max, excluded.wait_max),
+    done = done + excluded.done,
+    retried = retried + excluded.retried,
+    dead = dead + excluded.dead,
+    run_count = run_count + excluded.run_count,
+    run_sum = run_sum + excluded.run_sum,
+    run_max = max(run_max, excluded.run_max)
+
+-- name: minute_stats_list
+SELECT minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, run_count, run_sum,
+       run_max
+FROM jobledger_minute_stats WHERE minute >= :since ORDER BY minute, queue, task
+
+-- name: minute_stats_prune
+DELETE FROM jobledger_minute_stats WHERE minute < :before
+
+-- name: session_insert
+INSERT INTO jobledger_sessions (digest, api_key_id, created_at, expires_at)
+VALUES (:digest, :api_key_id, :now, :now + :ttl)
+
+-- name: session_get
+SELECT k.id, k.name, k.scopes, k.rate_per_second, k.burst, k.created_at, k.revoked_at
+FROM jobledger_sessions s JOIN jobledger_api_keys k ON k.id = s.api_key_id
+WHERE s.digest = :digest AND s.expires_at > :now
+
+-- name: session_delete
+DELETE FROM jobledger_sessions WHERE digest = :digest
+
+-- name: session_prune
+DELETE FROM jobledger_sessions WHERE expires_at <= :now

@@ -1,0 +1,233 @@
+"""Per-minute rollups of what workers and consumers did, for the dashboard's charts.
+
+A ``MinuteStatsRecorder`` is a worker observer that adds up, in memory, per minute, queue and
+task: claims and their wait (seconds from a job's run time to its claim), and outcomes (done,
+retried, dead) with their run time. A flusher thread writes what accumulated every few seconds
+in one upsert per row (``Backend.minute_stats_add``), so neither the claim nor the completion
+path gains a statement, and the dashboard reads an hour of throughput from at most 60 rows per
+queue and task. Every worker and server writes its own share; the rows add up.
+
+Workers built by ``ledger.worker()`` and ``ledger.run_worker()`` get one (``install_rollups``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import MinuteStats
+from ..errors import JobledgerError
+from ..hooks import WorkerObserver
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..ledger import Ledger
+    from ..types import ClaimedJob
+    from ..worker import Worker
+
+__all__ = ["MinuteStatsFlusher", "MinuteStatsRecorder", "install_rollups", "rollups_of"]
+
+log = logging.getLogger("jobledger.observability")
+
+#: How long rollups are kept; older rows are deleted by the writers.
+KEEP = timedelta(days=2)
+#: Counts not written after this long (the database was down) are dropped, not kept forever.
+MAX_BACKLOG_MINUTES = 120
+
+
+def claim_wait(job: ClaimedJob) -> float:
+    """Seconds from when ``job`` was due to its claim, both by the database's clock (the claim
+    set ``lease_until`` to its time plus the lease)."""
+    claimed_at = job.lease_until - timedelta(seconds=job.lease_seconds)
+    return max(0.0, (claimed_at - job.run_at).total_seconds())
+
+
+class _Sums:
+    """One minute, queue and task, being added up (mutable, unlike ``MinuteStats``)."""
+
+    __slots__ = FIELDS = (
+        "claimed",
+        "wait_sum",
+        "wait_max",
+        "done",
+        "retried",
+        "dead",
+        "run_count",
+        "run_sum",
+        "run_max",
+    )
+
+    def __init__(self) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, 0)
+
+    def add(self, values: dict[str, Any]) -> None:
+        for name, value in values.items():
+            if name.endswith("_max"):
+                setattr(self, name, max(getattr(self, name), value))
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
+
+class MinuteStatsRecorder(WorkerObserver):
+    """Adds up claims and outcomes per minute, queue and task until a flusher writes them."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._rows: dict[tuple[int, str, str], _Sums] = {}
+        self._last_prune = 0.0
+
+    def _add(self, minute: int, queue: str, task: str, values: dict[str, Any]) -> None:
+        ident = (minute, queue, task)
+        with self._lock:
+            sums = self._rows.get(ident)
+            if sums is None:
+                sums = self._rows[ident] = _Sums()
+            sums.add(values)
+
+    def _minute(self) -> int:
+        return int(self._clock() // 60) * 60
+
+    # -- what workers and consumers tell it ----------------------------------------------------
+
+    def claimed(self, jobs: Sequence[ClaimedJob]) -> None:
+        minute = self._minute()
+        for job in jobs:
+            wait = claim_wait(job)
+            self._add(
+                minute, job.queue, job.task, {"claimed": 1, "wait_sum": wait, "wait_max": wait}
+            )
+
+    def finished(self, queue: str, task: str, outcome: str, duration: float | None) -> None:
+        field = {"done": "done", "retry": "retried", "dead": "dead"}.get(outcome)
+        if field is None:
+            return
+        values: dict[str, Any] = {field: 1}
+        if duration is not None:
+            run = max(0.0, duration)
+            values.update(run_count=1, run_sum=run, run_max=run)
+        self._add(self._minute(), queue, task, values)
+
+    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+        self.claimed(jobs)
+
+    def on_outcome(
+        self,
+        worker: Worker,
+        job: ClaimedJob,
+        outcome: str,
+        duration: float,
+        error_class: str | None,
+    ) -> None:
+        self.finished(job.queue, job.task, outcome, duration)
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def take(self) -> list[MinuteStats]:
+        """What accumulated since the last take, as rows; the recorder starts again from zero."""
+        with self._lock:
+            taken, self._rows = self._rows, {}
+        return [
+            MinuteStats(
+                datetime.fromtimestamp(minute, UTC),
+                queue,
+                task,
+                **{name: getattr(sums, name) for name in _Sums.FIELDS},
+            )
+            for (minute, queue, task), sums in taken.items()
+        ]
+
+    def put_back(self, rows: Sequence[MinuteStats]) -> None:
+        """Rows a flush could not write: merged back, those older than the backlog dropped."""
+        horizon = self._clock() - MAX_BACKLOG_MINUTES * 60
+        for row in rows:
+            minute = int(row.minute.timestamp())
+            if minute >= horizon:
+                values = {name: getattr(row, name) for name in _Sums.FIELDS}
+                self._add(minute, row.queue, row.task, values)
+
+    def flush(self, backend: Backend) -> int:
+        """Write what accumulated; keep it for the next flush if the database is unavailable.
+        Once an hour, delete rollups older than two days. Returns the rows written, or -1 when
+        the write failed."""
+        rows = self.take()
+        if rows:
+            try:
+                backend.minute_stats_add(rows)
+            except JobledgerError as exc:
+                self.put_back(rows)
+                log.warning("could not write %d per-minute stats rows: %s", len(rows), exc)
+                return -1
+        now = self._clock()
+        if now - self._last_prune > 3600:
+            self._last_prune = now
+            try:
+                backend.minute_stats_prune(datetime.fromtimestamp(now, UTC) - KEEP)
+            except JobledgerError as exc:
+                log.warning("could not prune per-minute stats: %s", exc)
+        return len(rows)
+
+
+class MinuteStatsFlusher:
+    """Flushes a recorder every ``interval`` seconds on a thread of its own, and once more when
+    stopped (a worker's or a server's service)."""
+
+    def __init__(self, recorder: MinuteStatsRecorder, backend: Backend, interval: float = 5.0):
+        self._recorder = recorder
+        self._backend = backend
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="jobledger-rollups", daemon=True)
+        self._healthy = True
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(1.0)
+        if self._healthy and not self._thread.is_alive():
+            # A last flush, unless the database was failing: never hold up a shutdown for it.
+            self._flush()
+
+    def _flush(self) -> None:
+        try:
+            self._healthy = self._recorder.flush(self._backend) >= 0
+        except Exception:  # a bug: never take the worker down with it
+            self._healthy = False
+            log.exception("writing per-minute stats failed")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._flush()
+
+
+def install_rollups(ledger: Ledger, interval: float = 5.0) -> MinuteStatsRecorder:
+    """Give ``ledger``'s workers a recorder (an observer) and a flusher (a worker service).
+    Idempotent: a ledger has at most one recorder."""
+    existing = rollups_of(ledger)
+    if existing is not None:
+        return existing
+    recorder = MinuteStatsRecorder()
+    ledger.observers.append(recorder)
+
+    def flusher(worker: Worker) -> MinuteStatsFlusher:
+        return MinuteStatsFlusher(recorder, worker.backend, interval)
+
+    flusher.recorder = recorder  # type: ignore[attr-defined]
+    ledger.worker_services.append(flusher)
+    return recorder
+
+
+def rollups_of(ledger: Ledger) -> MinuteStatsRecorder | None:
+    """The recorder installed on ``ledger``, if any."""
+    for observer in ledger.observers:
+        if isinstance(observer, MinuteStatsRecorder):
+            return observer
+    return None

@@ -1,0 +1,201 @@
+"""The dashboard over HTTP: logins and sessions, scopes, CSRF, escaping, every page, and the
+operator's actions (the browser tests drive the same pages in Chromium)."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+from jobledger import Permanent
+from jobledger.backends.base import Failure, Lease
+from jobledger.http import ServerSettings
+
+from ..support.http import api_server
+
+XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
+
+
+def _csrf(html: str) -> str:
+    return re.search(r'name="csrf" value="([^"]+)"', html)[1]
+
+
+def login(api, key: str) -> httpx.Client:
+    client = httpx.Client(base_url=api.url, timeout=30)
+    form = client.get("/ui/login")
+    response = client.post("/ui/login", data={"csrf": _csrf(form.text), "key": key, "next": "/"})
+    assert response.status_code == 303, response.text
+    return client
+
+
+@pytest.fixture
+def dash(ledger):
+    @ledger.task(queue="mail")
+    def send(ctx, n: int, note: str = "") -> None:
+        if n % 2:
+            raise Permanent(f"refused {n} {XSS}")
+
+    ledger.enqueue_many(
+        send, [{"payload": {"n": n, "note": XSS}, "key": f"k{n}-{XSS}"} for n in range(6)]
+    )
+    ledger.run_worker(["mail"], burst=True, handle_signals=False)
+    ledger.task(lambda ctx, n: None, name="other", queue="other")
+    ledger.enqueue("other", {"n": 1}, key="waiting")
+    with api_server(ledger, ServerSettings(snapshot_seconds=0)) as api:
+        yield api
+
+
+def test_pages_need_a_login_and_a_read_or_admin_key(dash):
+    anonymous = httpx.Client(base_url=dash.url)
+    for path in ("/", "/ui/dead", "/ui/jobs/1", "/ui/schedules", "/ui/search?key=x"):
+        response = anonymous.get(path)
+        assert response.status_code == 303
+        assert response.headers["location"].startswith("/ui/login?next=")
+    form = anonymous.get("/ui/login")
+    assert form.status_code == 200
+    for key, status in [("jlk_nope_nope", 401), (dash.key("publish:mail"), 403)]:
+        response = anonymous.post(
+            "/ui/login", data={"csrf": _csrf(form.text), "key": key, "next": "/"}
+        )
+        assert response.status_code == status
+        assert "jobledger_session" not in response.headers.get("set-cookie", "")
+    # The login form itself needs its token (login CSRF).
+    assert anonymous.post("/ui/login", data={"key": dash.admin_key}).status_code == 403
+
+
+def test_a_session_cookie_is_httponly_strict_and_ends_with_its_key(dash, ledger):
+    client = httpx.Client(base_url=dash.url)
+    form = client.get("/ui/login")
+    key = dash.key("read")
+    response = client.post(
+        "/ui/login", data={"csrf": _csrf(form.text), "key": key, "next": "//evil.example/x"}
+    )
+    assert response.status_code == 303 and response.headers["location"] == "/"
+    cookie = next(
+        c for c in response.headers.get_list("set-cookie") if c.startswith("jobledger_session=")
+    )
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert key not in cookie  # the cookie is a session token, never the API key
+    assert client.get("/").status_code == 200
+    key_id = key.split("_")[1]
+    ledger.backend.apikey_revoke(key_id)
+    assert client.get("/").status_code == 303  # revoking the key ends its sessions
+
+
+def test_logout_ends_the_session(dash):
+    client = login(dash, dash.key("read"))
+    page = client.get("/")
+    token = client.cookies["jobledger_session"]
+    assert client.post("/ui/logout", data={"csrf": _csrf(page.text)}).status_code == 303
+    stolen = httpx.Client(base_url=dash.url, cookies={"jobledger_session": token})
+    assert stolen.get("/").status_code == 303
+
+
+def test_every_page_renders_and_escapes_what_it_shows(dash, ledger):
+    client = login(dash, dash.key("read"))
+    dead = ledger.jobs()[1]
+    pages = [
+        "/",
+        "/ui/queues/mail",
+        "/ui/queues/mail?state=dead",
+        "/ui/queues/mail?state=done",
+        f"/ui/jobs/{dead.id}",
+        "/ui/dead",
+        "/ui/dead?queue=mail&error=refused",
+        "/ui/schedules",
+        "/ui/subscriptions",
+        "/ui/search?key=waiting",
+        f"/ui/search?key={dead.id}",
+    ]
+    for path in pages:
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert "<script>window" not in response.text, path
+        assert "<img src=x onerror" not in response.text, path
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self'" in csp and "frame-ancestors 'none'" in csp
+        assert response.headers["x-content-type-options"] == "nosniff"
+    job_page = client.get(f"/ui/jobs/{dead.id}").text
+    assert "&lt;script&gt;window.__xss=1&lt;/script&gt;" in job_page  # shown, as text
+    assert "Permanent" in job_page and "Traceback" in job_page
+    waiting = client.get("/ui/search?key=waiting").text
+    assert "/ui/jobs/" in waiting
+    assert client.get("/ui/jobs/999999").status_code == 404
+    assert client.get("/ui/jobs/not-a-number").status_code == 404
+    assert client.get("/ui/static/dashboard.js").status_code == 200
+
+
+def test_a_job_page_says_why_a_job_is_stuck(dash, ledger):
+    client = login(dash, dash.key("read"))
+    job = ledger.job_by_key("waiting", "other")
+    text = client.get(f"/ui/jobs/{job.id}").text
+    assert "not claimed yet" in text and "no worker is taking queue" in text
+
+
+def test_posts_without_the_csrf_token_change_nothing(dash, ledger):
+    client = login(dash, dash.admin_key)
+    dead = [j for j in ledger.jobs() if j.state.value == "dead"]
+    token = _csrf(client.get("/ui/dead").text)
+    target = dead[0].id
+    attempts = [
+        {"reason": "r", "id": str(target)},
+        {"reason": "r", "id": str(target), "csrf": "0" * 64},
+    ]
+    for form in attempts:
+        response = client.post("/ui/dead/redrive", data=form)
+        assert response.status_code == 403 and "CSRF" in response.text
+    cross_site = client.post(
+        "/ui/dead/redrive",
+        data={"reason": "r", "id": str(target), "csrf": token},
+        headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+    )
+    assert cross_site.status_code == 403
+    for path in (f"/ui/jobs/{target}/redrive", f"/ui/jobs/{target}/resolve"):
+        assert client.post(path, data={"reason": "r", "note": "n"}).status_code == 403
+    assert ledger.job(target).state.value == "dead"
+    assert ledger.history(target).events == []
+
+
+def test_a_read_key_cannot_act(dash, ledger):
+    client = login(dash, dash.key("read"))
+    dead = next(j for j in ledger.jobs() if j.state.value == "dead")
+    page = client.get(f"/ui/jobs/{dead.id}").text
+    assert "/redrive" not in page  # no action forms for a read-only key
+    response = client.post(
+        f"/ui/jobs/{dead.id}/redrive", data={"csrf": _csrf(page), "reason": "try"}
+    )
+    assert response.status_code == 403 and "Read-only" in response.text
+    assert ledger.job(dead.id).state.value == "dead"
+
+
+def test_redrive_all_dead_letters_of_one_queue_and_resolve_one(dash, ledger):
+    ledger.task(lambda ctx: None, name="never", queue="elsewhere")
+    other = ledger.enqueue("never", {}, key="x")
+    ledger.backend.job_claim(["elsewhere"], "w", 1)
+    lease = Lease(other.id, ledger.job(other.id).lease_token, 1)
+    failure = Failure(lease, retry=False, run_at=None, error_class="Permanent", message="no")
+    ledger.backend.job_fail([failure])
+    client = login(dash, dash.admin_key)
+    page = client.get("/ui/dead?queue=mail")
+    dead = sorted(j.id for j in ledger.jobs() if j.state.value == "dead" and j.queue == "mail")
+    assert len(dead) == 3
+    response = client.post(
+        "/ui/dead/resolve",
+        data={"csrf": _csrf(page.text), "id": str(dead[0]), "note": "sent by hand"},
+    )
+    assert response.status_code == 303
+    assert ledger.job(dead[0]).state.value == "done"
+    response = client.post(
+        "/ui/dead/redrive",
+        data={"csrf": _csrf(page.text), "scope": "all", "queue": "mail", "reason": "fixed"},
+    )
+    assert response.status_code == 303
+    assert "redriven=2" in response.headers["location"]
+    assert [ledger.job(i).state.value for i in dead[1:]] == ["pending", "pending"]
+    assert ledger.job(other.id).state.value == "dead"  # another queue's dead letter stays
+    [event] = ledger.history(dead[1]).events
+    assert event.kind == "redrive" and event.note == "fixed"
+    assert event.actor.endswith(f"via apikey:{dash.admin_key.split('_')[1]}")
+    shown = client.get(response.headers["location"]).text
+    assert "Redriven: 2 back to pending" in shown

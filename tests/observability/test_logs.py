@@ -1,0 +1,204 @@
+"""Structured logs: one JSON line per attempt outcome carrying the correlation id given at
+enqueue through every attempt; readable lines on a terminal; ``--log-format`` on the commands
+that run for long (tested in a real worker process, with its metrics port)."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import signal
+
+import httpx
+import pytest
+
+from jobledger import Backoff, Ledger
+from jobledger.cli import main
+from jobledger.observability.logs import ConsoleFormatter, JsonFormatter, configure_logging
+
+from ..support.http import ServeProcess
+from ..support.metrics import parse, value
+from ..support.processes import wait_exit, wait_until, worker_process
+
+OUTCOME_FIELDS = {
+    "job_id",
+    "key",
+    "queue",
+    "task",
+    "attempt",
+    "outcome",
+    "duration",
+    "error_class",
+    "correlation_id",
+}
+
+
+def _record(msg: str = "hello %s", args=("world",), **extra) -> logging.LogRecord:
+    record = logging.LogRecord("jobledger.worker", logging.WARNING, __file__, 1, msg, args, None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_json_lines_carry_the_extra_fields():
+    line = JsonFormatter().format(_record(job_id=42, key='a"b\n', correlation_id="c-1", odd={1, 2}))
+    entry = json.loads(line)
+    assert "\n" not in line
+    assert entry["message"] == "hello world" and entry["level"] == "warning"
+    assert entry["logger"] == "jobledger.worker" and entry["ts"].endswith("+00:00")
+    assert entry["job_id"] == 42 and entry["key"] == 'a"b\n' and entry["correlation_id"] == "c-1"
+    assert sorted(entry["odd"]) == [1, 2]
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = _record(exc_info=True)
+        record.exc_info = __import__("sys").exc_info()
+    assert "ValueError: boom" in json.loads(JsonFormatter().format(record))["exc"]
+
+
+def test_json_access_lines_name_method_path_and_status():
+    record = logging.LogRecord(
+        "uvicorn.access",
+        logging.INFO,
+        __file__,
+        1,
+        '%s - "%s %s HTTP/%s" %d',
+        ("127.0.0.1:5000", "GET", "/healthz", "1.1", 200),
+        None,
+    )
+    entry = json.loads(JsonFormatter().format(record))
+    assert (entry["method"], entry["path"], entry["status"]) == ("GET", "/healthz", 200)
+
+
+def test_console_lines_end_with_the_correlation_id():
+    line = ConsoleFormatter().format(_record(correlation_id="weekly-digest:2026-08-10T04:00Z"))
+    assert line.endswith("hello world  [correlation_id=weekly-digest:2026-08-10T04:00Z]")
+    assert "{" not in line
+
+
+def test_one_json_line_per_attempt_outcome_with_the_enqueued_correlation_id(ledger):
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    configure_logging("info", "json", stream)
+    try:
+
+        @ledger.task(queue="q", max_attempts=3, backoff=Backoff(base=0.001, cap=0.001))
+        def flaky(ctx, n: int) -> None:
+            if ctx.attempt < 3:
+                raise ConnectionError("provider hiccup")  # transient: retried
+
+        ledger.enqueue(flaky, {"n": 1}, key="k1", correlation_id="order-4187")
+        ledger.run_worker(["q"], burst=True, handle_signals=False)
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    outcomes = [e for e in lines if "outcome" in e and e.get("logger") == "jobledger.worker"]
+    assert [(e["attempt"], e["outcome"]) for e in outcomes] == [
+        (1, "retry"),
+        (2, "retry"),
+        (3, "done"),
+    ]
+    for entry in outcomes:
+        assert set(entry) >= OUTCOME_FIELDS
+        assert entry["correlation_id"] == "order-4187" and entry["key"] == "k1"
+        assert entry["queue"] == "q" and entry["task"] == "flaky"
+        assert isinstance(entry["duration"], float)
+    assert [e["error_class"] for e in outcomes] == ["ConnectionError", "ConnectionError", None]
+
+
+def test_a_worker_process_logs_json_and_serves_metrics(db_url):
+    ledger = Ledger(db_url)
+    ledger.migrate()
+    ledger.enqueue("flaky", {"n": 1}, key="f1", correlation_id="corr-f1", queue="observed")
+    ledger.enqueue("refused", {"n": 2}, key="r2", queue="observed")
+    proc = worker_process(
+        "tests.apps.observed_app:ledger",
+        db_url,
+        "--log-format",
+        "json",
+        "--metrics-port",
+        "0",
+        "--poll-interval",
+        "0.05",
+    )
+    try:
+        wait_until(
+            lambda: ledger.job_by_key("f1", "observed").state.value == "done",
+            timeout=30,
+            what="the flaky job to be done",
+        )
+        # The port is in the log: read it from the JSON lines so far without ending the process.
+        proc.send_signal(signal.SIGTERM)
+        code, out, err = wait_exit(proc, timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        ledger.close()
+    assert code == 0, err
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line is JSON
+    outcomes = [e for e in lines if e.get("outcome") in ("done", "retry", "dead")]
+    assert {(e["key"], e["attempt"], e["outcome"]) for e in outcomes} == {
+        ("f1", 1, "retry"),
+        ("f1", 2, "done"),
+        ("r2", 1, "dead"),
+    }
+    assert {e["correlation_id"] for e in outcomes if e["key"] == "f1"} == {"corr-f1"}
+    assert all(set(e) >= OUTCOME_FIELDS for e in outcomes)
+    assert any(e.get("metrics_port") for e in lines)
+    assert lines[-1]["message"].startswith("worker done:") and lines[-1]["completed"] == 1
+
+
+def test_the_metrics_port_of_a_running_worker_process(tmp_path):
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    ledger = Ledger(url)
+    ledger.migrate()
+    ledger.enqueue("refused", {"n": 1}, key="r1", queue="observed")
+    proc = worker_process("tests.apps.observed_app:ledger", url, "--metrics-port", "0")
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+
+        def port() -> int | None:
+            line = proc.stderr.readline()
+            lines.append(line)
+            match = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", line)
+            return int(match[1]) if match else None
+
+        metrics_port = wait_until(port, timeout=30, what="the worker to say its metrics port")
+
+        def dead_counted():
+            text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics").text
+            families = parse(text)
+            dead = value(families, "jobledger_attempts_total", outcome="dead")
+            # The gauge comes from a snapshot cached for 5 s: it may trail the counter.
+            depth = value(families, "jobledger_dead_letters", queue="observed")
+            return families if (dead, depth) == (1, 1) else None
+
+        wait_until(dead_counted, timeout=30, what="the dead job in the worker's metrics")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        wait_exit(proc, timeout=30)
+        ledger.close()
+
+
+def test_serve_logs_json(tmp_path):
+    url = f"sqlite:///{tmp_path}/ledger.db"
+    Ledger(url).migrate()
+    server = ServeProcess(url, "--log-format", "json")
+    try:
+        httpx.get(server.url + "/healthz").raise_for_status()
+        wait_until(lambda: "/healthz" in server.output, timeout=10, what="the access line")
+    finally:
+        server.stop()
+    entries = [json.loads(line) for line in server.output.splitlines() if line.strip()]
+    assert any(e.get("path") == "/healthz" and e.get("status") == 200 for e in entries)
+    assert any("jobledger serving" in e["message"] for e in entries)
+
+
+def test_an_unknown_log_format_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["worker", "x:y", "--log-format", "xml"])
+    assert exit_info.value.code == 2
+    assert "'xml' is not one of 'console', 'json'" in capsys.readouterr().err

@@ -1,0 +1,220 @@
+"""Prometheus metrics: what a worker counts, the ledger's gauges, /metrics on the server (its
+access rule, both exposition formats, the naming conventions) and how rarely it reads the
+database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+
+from jobledger import Permanent, Retry
+from jobledger.http import ServerSettings
+from jobledger.http.observe import observe
+from jobledger.observability.metrics import metrics_for, status_class
+from jobledger.observability.snapshot import SnapshotCache
+
+from ..support.http import api_server
+from ..support.metrics import convention_problems, parse, parse_openmetrics, value
+from ..support.processes import wait_until
+
+
+def _run_story(ledger) -> None:
+    """Five jobs done at once, one done on its second attempt, one dead, one rescued."""
+
+    @ledger.task(queue="mail", max_attempts=3, lease_seconds=30)
+    def send(ctx, n: int) -> None:
+        if n == 5 and ctx.attempt == 1:
+            raise Retry(after=0)
+        if n == 6:
+            raise Permanent("no such customer")
+
+    ledger.enqueue_many(send, [{"payload": {"n": n}, "key": f"k{n}"} for n in range(7)])
+    # A worker that claimed k-ghost and vanished: its lease expires, a rescuer returns it.
+    ledger.enqueue(send, {"n": 7}, key="ghost")
+    ghost = ledger.backend.job_claim(["mail"], "ghost-worker", 1)
+    assert [j.key for j in ghost] == ["k0"]
+    later = datetime.now(UTC) + timedelta(minutes=5)  # every lease has expired by then
+    ledger.run_worker(["mail"], burst=True, handle_signals=False, clock=lambda: later)
+
+
+def test_a_worker_counts_outcomes_waits_runs_attempts_and_rescues(ledger):
+    metrics = metrics_for(ledger)
+    metrics.add_ledger(SnapshotCache(ledger, live_seconds=0, finished_seconds=0))
+    _run_story(ledger)
+    text = metrics.render()[0].decode()
+    f = parse(text)
+    labels = {"queue": "mail", "task": "send"}
+    assert value(f, "jobledger_attempts_total", outcome="done", **labels) == 7
+    assert value(f, "jobledger_attempts_total", outcome="retry", **labels) == 1
+    assert value(f, "jobledger_attempts_total", outcome="dead", **labels) == 1
+    # Nine claims by the worker (k0 again after its rescue, k5 twice), none by the ghost.
+    assert value(f, "jobledger_job_wait_seconds_count", **labels) == 9
+    assert value(f, "jobledger_job_run_seconds_count", **labels) == 9
+    assert value(f, "jobledger_attempts_per_completed_job_count", **labels) == 7
+    # k0 took 2 attempts (the ghost's and the worker's), k5 took 2, the other five 1 each.
+    assert value(f, "jobledger_attempts_per_completed_job_sum", **labels) == 9
+    assert value(f, "jobledger_attempts_per_completed_job_bucket", le="1.0", **labels) == 5
+    assert value(f, "jobledger_lease_expiries_total", queue="mail", to_state="pending") == 1
+    # The ledger's gauges.
+    assert value(f, "jobledger_jobs", queue="mail", state="done") == 7
+    assert value(f, "jobledger_jobs", queue="mail", state="dead") == 1
+    assert value(f, "jobledger_jobs", queue="mail", state="pending") == 0
+    assert value(f, "jobledger_dead_letters", queue="mail") == 1
+    assert value(f, "jobledger_database_up") == 1
+    assert convention_problems(f) == []
+
+
+def test_server_metrics_need_a_read_key_and_follow_the_conventions(ledger):
+    with api_server(ledger, ServerSettings(snapshot_seconds=0, rescue_interval=0.2)) as api:
+        api.queue("q")
+        consumer = api.client(api.key("publish:q", "consume:q"))
+        for n in range(3):
+            consumer.post(
+                "/v1/queue/publish",
+                json={"queue": "q", "payload": {"n": n}},
+                headers={"Idempotency-Key": f"m{n}"},
+            ).raise_for_status()
+        received = consumer.post("/v1/queue/receive", json={"queue": "q", "max_messages": 3})
+        [a, b, c] = received.json()["messages"]
+        assert consumer.post("/v1/queue/ack", json={"receipt": a["receipt"]}).status_code == 200
+        late = consumer.post("/v1/queue/ack", json={"receipt": a["receipt"]})
+        assert late.status_code == 409  # a stale receipt: counted as a stale-token write
+        consumer.post("/v1/queue/nack", json={"receipt": b["receipt"], "retry_after_seconds": 60})
+        consumer.post("/v1/queue/nack", json={"receipt": c["receipt"], "permanent": True})
+
+        assert api.client(None).get("/metrics").status_code == 401
+        assert consumer.get("/metrics").status_code == 403
+        reader = api.client(api.key("read"))
+        response = reader.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        f = parse(response.text)
+        labels = {"queue": "q", "task": "q"}
+        assert value(f, "jobledger_attempts_total", outcome="done", **labels) == 1
+        assert value(f, "jobledger_attempts_total", outcome="retry", **labels) == 1
+        assert value(f, "jobledger_attempts_total", outcome="dead", **labels) == 1
+        assert value(f, "jobledger_job_wait_seconds_count", **labels) == 3
+        assert value(f, "jobledger_stale_token_writes_total", queue="q", action="ack") == 1
+        assert value(f, "jobledger_jobs", queue="q", state="pending") == 1
+        assert value(f, "jobledger_jobs", queue="q", state="done") == 1
+        assert value(f, "jobledger_dead_letters", queue="q") == 1
+        assert value(f, "process_cpu_seconds_total") > 0
+        assert convention_problems(f) == []
+
+        strict = reader.get("/metrics", headers={"Accept": "application/openmetrics-text"})
+        assert strict.headers["content-type"].startswith("application/openmetrics-text")
+        families = parse_openmetrics(strict.text)
+        assert "jobledger_attempts" in families and "jobledger_jobs" in families
+
+
+def test_public_metrics_need_no_key(ledger):
+    with api_server(ledger, ServerSettings(public_metrics=True)) as api:
+        response = api.client(None).get("/metrics")
+        assert response.status_code == 200
+        assert "jobledger_database_up 1.0" in response.text
+
+
+def test_scraping_often_reads_the_database_once_per_snapshot(ledger, monkeypatch):
+    backend = ledger.backend
+    calls = {"queue_depths": 0, "queue_finished_counts": 0}
+    for name in calls:
+        original = getattr(backend, name)
+
+        def counted(*args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(backend, name, counted)
+    with api_server(ledger, ServerSettings(snapshot_seconds=3600)) as api:
+        reader = api.client(api.key("read"))
+        for _ in range(20):
+            assert reader.get("/metrics").status_code == 200
+            assert reader.get("/").status_code in (200, 303)
+        assert calls == {"queue_depths": 1, "queue_finished_counts": 1}
+        assert observe(api.server.state).snapshots.reads == 1
+
+
+def test_finished_jobs_are_counted_as_often_as_it_is_cheap(ledger, monkeypatch):
+    clock = [1000.0]
+    cache = SnapshotCache(ledger, live_seconds=1, finished_seconds=300, monotonic=lambda: clock[0])
+    original = ledger.backend.queue_finished_counts
+    counts = []
+
+    def slow_count():
+        counts.append(clock[0])
+        clock[0] += 2.0  # this count "took" 2 s: repeat it after 200 s at the earliest
+        return original()
+
+    monkeypatch.setattr(ledger.backend, "queue_finished_counts", slow_count)
+    cache.get()
+    for step in (10, 100, 150):
+        clock[0] = 1002.0 + step
+        cache.get()
+    assert counts == [1000.0]
+    clock[0] = 1002.0 + 201
+    cache.get()
+    assert counts == [1000.0, 1203.0]
+
+
+def test_a_failing_database_reads_as_down_and_keeps_the_last_figures(ledger, monkeypatch):
+    from jobledger.errors import BackendUnavailable
+
+    metrics = metrics_for(ledger)
+    cache = SnapshotCache(ledger, live_seconds=0)
+    metrics.add_ledger(cache)
+    ledger.enqueue(ledger.task(lambda ctx: None, name="t", queue="q"), {}, key="one")
+    assert (
+        value(parse(metrics.render()[0].decode()), "jobledger_jobs", queue="q", state="pending")
+        == 1
+    )
+
+    def down(*args, **kwargs):
+        raise BackendUnavailable("PostgreSQL at … is unavailable: connection refused")
+
+    monkeypatch.setattr(ledger.backend, "queue_depths", down)
+    f = parse(metrics.render()[0].decode())
+    assert value(f, "jobledger_database_up") == 0
+    assert value(f, "jobledger_jobs", queue="q", state="pending") == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "error", "expected"),
+    [
+        (200, None, "2xx"),
+        (410, None, "4xx"),
+        (503, None, "5xx"),
+        (None, "timeout", "timeout"),
+        (None, None, "network"),
+        (None, "refused", "refused"),
+        (700, None, "other"),
+    ],
+)
+def test_push_deliveries_are_counted_by_status_class(status, error, expected):
+    assert status_class(status, error) == expected
+
+
+def test_a_worker_serves_its_metrics_on_a_port(ledger):
+    from jobledger.observability.metrics import install_metrics
+
+    server = install_metrics(ledger, port=0)
+    ledger.task(lambda ctx, n: None, name="t", queue="q")
+    ledger.enqueue("t", {"n": 1}, key="a")
+    seen = {}
+
+    def scrape(ctx, n):  # runs inside the worker, while its metrics server is up
+        def done_counted():
+            seen["text"] = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=5).text
+            return 'outcome="done",queue="q",task="t"' in seen["text"]
+
+        wait_until(done_counted, timeout=10, what="the first job's outcome in the metrics")
+
+    ledger.task(scrape, name="scrape", queue="q")
+    ledger.enqueue("scrape", {"n": 2}, key="b")
+    ledger.run_worker(["q"], burst=True, handle_signals=False)
+    f = parse(seen["text"])
+    assert value(f, "jobledger_attempts_total", queue="q", task="t", outcome="done") == 1
+    assert value(f, "jobledger_jobs", queue="q", state="leased") >= 1  # the scrape itself
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=2)  # stopped with the worker
