@@ -32,6 +32,7 @@ from .base import (
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .postgres_api import PostgresApiMixin
+from .postgres_push import PostgresPushMixin
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
@@ -52,7 +53,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling, PostgresApiMixin):
+class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresPushMixin):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -66,6 +67,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin):
             for name in ("jobs", "attempts", "events", "effects", "migrations", "tombstones")
             + ("leaders", "schedules", "ticks")
             + ("queues", "api_keys", "rate_limits", "publish_requests")
+            + ("subscriptions",)
         }
         self._tables = tables
         self._sql = {
@@ -82,6 +84,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin):
             .replace("{api_keys}", tables["api_keys"])
             .replace("{rate_limits}", tables["rate_limits"])
             .replace("{publish_requests}", tables["publish_requests"])
+            .replace("{subscriptions}", tables["subscriptions"])
             for name, text in queries("postgres").items()
         }
         self._probe()

@@ -34,6 +34,7 @@ from .base import (
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .sqlfiles import migrations, queries, schema_problem
 from .sqlite_api import SqliteApiMixin
+from .sqlite_push import SqlitePushMixin
 from .sqlite_scheduling import SqliteScheduling
 from .url import DatabaseURL
 
@@ -57,7 +58,7 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-class SqliteBackend(SqliteScheduling, SqliteApiMixin):
+class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqlitePushMixin):
     """jobledger in one SQLite file. Safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"
