@@ -8,6 +8,7 @@ import click
 
 from .base import cli, open_ledger, url_option
 from .logs import setup_logging
+from .subscriptions import _networks, push_options
 
 
 @cli.command()
@@ -47,6 +48,13 @@ from .logs import setup_logging
     help="Least severe log messages shown.",
 )
 @click.option(
+    "--push/--no-push",
+    default=True,
+    show_default=True,
+    help="Run the push delivery loop (subscriptions) in the server too.",
+)
+@push_options
+@click.option(
     "--access-log/--no-access-log",
     default=True,
     show_default=True,
@@ -60,6 +68,9 @@ def serve(
     default_burst: float | None,
     rescue_interval: float,
     log_level: str,
+    push: bool,
+    push_ca_file: str | None,
+    push_allow: tuple[str, ...],
     access_log: bool,
 ) -> None:
     """Serve the HTTP API: publish with Idempotency-Key, pull consumers, queues, dead letters.
@@ -68,6 +79,7 @@ def serve(
     'jobledger queues create' or PUT /v1/queues/{name}. The OpenAPI document is at
     /openapi.json and a health check at /healthz. Run several servers against one PostgreSQL
     database to scale out: idempotency, in-flight detection and rate limits hold across them.
+    Unless --no-push, the server also delivers push subscriptions (see 'jobledger push').
     SIGTERM or Ctrl-C stops the server gracefully. See docs/http-api.md.
     """
     import uvicorn
@@ -75,8 +87,16 @@ def serve(
     from ..http import ServerSettings, create_app
 
     setup_logging(log_level)
+    from ..push import PushSettings
+
+    push_settings = (
+        PushSettings(allow_networks=_networks(push_allow), ca_file=push_ca_file) if push else None
+    )
     settings = ServerSettings(
-        default_rate=default_rate, default_burst=default_burst, rescue_interval=rescue_interval
+        default_rate=default_rate,
+        default_burst=default_burst,
+        rescue_interval=rescue_interval,
+        push=push_settings,
     )
     ledger = open_ledger(url, write=True)
     try:

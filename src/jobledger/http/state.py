@@ -15,6 +15,7 @@ from .wakeups import Wakeups
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..ledger import Ledger
+    from ..push import PushSettings
 
 __all__ = ["InFlight", "Rescuer", "ServerSettings", "ServerState", "Service"]
 
@@ -35,6 +36,8 @@ class ServerSettings:
       PostgreSQL (LISTEN/NOTIFY wakes it sooner), 0.25 s on SQLite.
     - ``publish_limit`` / ``batch_limit`` / ``body_limit``: request body limits in bytes for
       publish, publish-batch and every other route.
+    - ``push``: run the push delivery loop with the server, with these settings (None: do not;
+      ``jobledger serve`` runs it unless ``--no-push``).
     """
 
     default_rate: float | None = None
@@ -45,6 +48,7 @@ class ServerSettings:
     publish_limit: int = 256 * KIB
     batch_limit: int = 4096 * KIB
     body_limit: int = 64 * KIB
+    push: PushSettings | None = None
 
     def __post_init__(self) -> None:
         if self.default_rate is not None and not self.default_rate > 0:

@@ -11,7 +11,7 @@ post to the target's URL — delivers it like any other job, with the tick's key
     ))
 
     $ jobledger subscriptions create --queue cron.nightly-report \\
-          --url https://reports.example.com/hooks/nightly      # prints the secret, once
+          --endpoint https://reports.example.com/hooks/nightly      # prints the secret, once
 
 Before each tick the scheduler asks the target to ``prepare``: it checks that the queue has a
 subscription to the URL — creating it when ``secret`` was given — and otherwise fails the tick,
@@ -130,7 +130,7 @@ class HttpTarget:
             raise NotFound(
                 f"schedule {tick.schedule!r} posts through queue {queue!r}, which has no "
                 f"subscription: create it with `jobledger subscriptions create --queue {queue} "
-                f"--url {self.url}` (it prints the secret to give the endpoint), or pass "
+                f"--endpoint {self.url}` (it prints the secret to give the endpoint), or pass "
                 "secret=... to HttpTarget"
             )
         if sub.url != self.url:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from . import consume, health, messages, publish, queues
+from . import consume, health, messages, publish, queues, subscriptions
 
 DEFAULT_GROUPS = (
     health.group,
@@ -11,6 +11,7 @@ DEFAULT_GROUPS = (
     publish.group,
     consume.group,
     messages.group,
+    subscriptions.group,
 )
 
 __all__ = ["DEFAULT_GROUPS"]
