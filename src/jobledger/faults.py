@@ -20,6 +20,10 @@ Points jobledger itself calls:
 - ``scheduler.before_finish`` — every job of the tick is enqueued, the tick is not marked done;
 - ``publish.in_transaction`` — an HTTP publish holds its keys (PostgreSQL: their in-flight
   locks) inside its transaction and has not inserted the jobs yet.
+- ``push.before_outcome`` — a push delivery got its answer (or failed); its outcome is not
+  written yet;
+- ``receiver.after_accept`` — ``WebhookReceiver`` committed a delivery's acceptance and has
+  not answered yet.
 
 Handlers may call ``fault_point("my.point")`` for points of their own.
 """

@@ -330,3 +330,47 @@ def test_observers_counters_and_structured_logs(ledger, endpoint, push, caplog):
     assert [r.headers.get("jobledger-correlation-id") for r in ep.requests] == ["corr-7"] * 2
     body = json.loads(ep.requests[0].body)
     assert set(body) == {"type", "timestamp", "data"}
+
+
+SENDER = """
+import sys
+from jobledger import Ledger
+from jobledger.push import PushService, PushSettings
+settings = PushSettings(allow_networks=("127.0.0.1",), poll_interval=0.05, lease_margin=0.5)
+PushService(Ledger(sys.argv[1]), settings).run()
+"""
+
+
+@pytest.mark.slow
+def test_a_sender_killed_mid_delivery_delivers_again_with_the_same_id(ledger, endpoint, push):
+    import os
+    import subprocess
+    import sys
+
+    from ..support.processes import ROOT
+
+    ep = endpoint()
+    sub = subscribe(ledger, ep.url, timeout_seconds=1)
+    job_id = publish(ledger, "4187:2026-W33")
+    env = dict(os.environ, JOBLEDGER_FAULTS="push.before_outcome=kill")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SENDER, ledger.url.raw],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.wait(30) == -9, proc.stdout.read()  # killed after the answer, before the outcome
+    assert ep.count() == 1 and job_state(ledger, job_id) is JobState.LEASED
+    push(lease_margin=0.5)  # its rescuer returns the job once the lease expired
+    wait_state(ledger, job_id, JobState.DONE)
+    attempts = ledger.history(job_id).attempts
+    assert [a.outcome.value for a in attempts] == ["lease_expired", "done"]
+    first, second = ep.requests
+    assert first.headers["webhook-id"] == second.headers["webhook-id"] == "4187:2026-W33"
+    assert second.headers["jobledger-attempt"] == "2"
+    for request in (first, second):
+        standardwebhooks.Webhook(sub.secret).verify(request.body, request.headers)
+    assert json.loads(first.body) == json.loads(second.body)  # the same event, signed anew

@@ -76,7 +76,10 @@ class PushSettings:
     - ``rescue_interval``: how often expired leases are rescued; None when something else
       does it (``jobledger serve`` runs its own rescuer);
     - ``body_kept``: characters of a failed answer's body kept in the job's error;
-    - ``grace``: seconds a stop waits for requests in flight before abandoning them.
+    - ``grace``: seconds a stop waits for requests in flight before abandoning them;
+    - ``lease_margin``: a delivery's lease lasts its subscription's timeout plus this much, so
+      that it never expires under a request in flight; after a crash, the job is delivered
+      again once it has expired (and the rescuer ran).
     """
 
     allow_networks: tuple[str, ...] = ()
@@ -86,12 +89,13 @@ class PushSettings:
     rescue_interval: float | None = 5.0
     body_kept: int = 2000
     grace: float = 20.0
+    lease_margin: float = 30.0
     policy: AddressPolicy = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "allow_networks", tuple(self.allow_networks))
         object.__setattr__(self, "policy", AddressPolicy.parse(self.allow_networks))
-        for name in ("refresh_interval", "grace"):
+        for name in ("refresh_interval", "grace", "lease_margin"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"push {name} must be > 0 seconds, got {value!r}")
@@ -470,42 +474,50 @@ class _Lane:
             await asyncio.wait_for(self.wake.wait(), timeout)
 
     async def run(self) -> None:
-        service = self.service
         while not self._stopped:
-            self.wake.clear()
-            sub = self.sub
-            now = time.monotonic()
-            if sub.state is not SubscriptionState.ACTIVE:
-                await self._sleep(None)
-                continue
-            if self.throttled_until > now:
-                await self._sleep(self.throttled_until - now)
-                continue
-            free = sub.concurrency - len(self.inflight)
-            if free <= 0:
-                await self._sleep(None)
-                continue
-            if sub.rate_per_second is not None:
-                if self.paced_until > now:
-                    await self._sleep(self.paced_until - now)
-                    continue
-                free = 1
             try:
-                jobs = await self._claim(sub, free)
-            except BackendUnavailable as exc:
-                log.warning("push %s: claim failed: %s", sub.id, exc)
-                await self._sleep(service.poll_interval)
-                continue
-            if not jobs:
-                await self._sleep(self._idle)
-                self._idle = min(self._idle * 2, service.poll_interval)
-                continue
-            self._idle = 0.05
-            created = await self._created_at(jobs)
-            for job in jobs:
-                task = asyncio.create_task(self._deliver(sub, job, created.get(job.id)))
-                self.inflight.add(task)
-                task.add_done_callback(self._done)
+                await self._step()
+            except Exception:  # a bug: keep the lane alive, say so loudly
+                log.exception("push %s: the delivery lane failed; going on", self.sub.id)
+                await self._sleep(self.service.poll_interval)
+
+    async def _step(self) -> None:
+        """One turn: claim what there is room for and start delivering it, or wait."""
+        service = self.service
+        self.wake.clear()
+        sub = self.sub
+        now = time.monotonic()
+        if sub.state is not SubscriptionState.ACTIVE:
+            await self._sleep(None)
+            return
+        if self.throttled_until > now:
+            await self._sleep(self.throttled_until - now)
+            return
+        free = sub.concurrency - len(self.inflight)
+        if free <= 0:
+            await self._sleep(None)
+            return
+        if sub.rate_per_second is not None:
+            if self.paced_until > now:
+                await self._sleep(self.paced_until - now)
+                return
+            free = 1
+        try:
+            jobs = await self._claim(sub, free)
+        except BackendUnavailable as exc:
+            log.warning("push %s: claim failed: %s", sub.id, exc)
+            await self._sleep(service.poll_interval)
+            return
+        if not jobs:
+            await self._sleep(self._idle)
+            self._idle = min(self._idle * 2, service.poll_interval)
+            return
+        self._idle = 0.05
+        created = await self._created_at(jobs)
+        for job in jobs:
+            task = asyncio.create_task(self._deliver(sub, job, created.get(job.id)))
+            self.inflight.add(task)
+            task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self.inflight.discard(task)
@@ -518,7 +530,7 @@ class _Lane:
     async def _claim(self, sub: Subscription, limit: int) -> list[ClaimedJob]:
         service = self.service
         backend = service.backend
-        lease = sub.timeout_seconds + 30.0
+        lease = sub.timeout_seconds + service.settings.lease_margin
         jobs = await service.db(backend.job_claim, [sub.queue], self.worker, limit, None, lease)
         if not jobs or sub.rate_per_second is None:
             return jobs

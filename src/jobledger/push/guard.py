@@ -20,7 +20,7 @@ import asyncio
 import contextvars
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,7 +131,7 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         port: int,
         timeout: float | None = None,
         local_address: str | None = None,
-        socket_options: Sequence[Any] | None = None,
+        socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
             addresses = await self._resolve(host, port)
@@ -161,7 +161,7 @@ class GuardedNetworkBackend(httpcore.AsyncNetworkBackend):
         raise error
 
     async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Sequence[Any] | None = None
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
     ) -> httpcore.AsyncNetworkStream:
         raise TargetRefused("deliveries never go to a Unix socket")
 
