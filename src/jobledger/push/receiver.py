@@ -18,8 +18,8 @@ Because the acceptance is the job and the job's key is the ``webhook-id``, a rec
 the commit and before its answer recognises the redelivery as a duplicate and acknowledges it,
 and the application's task runs once (its effects are the ledger's usual ones: see
 docs/concepts.md). Answers: 202 accepted, 200 duplicate, 400 malformed, 401 not verified
-(bad signature, stale timestamp), 405 not POST, 413 too large, 422 the id was accepted with
-another body, 503 the database is unavailable (the sender retries).
+(bad signature, stale timestamp), 405 not POST, 413 too large, 503 the database is unavailable
+(the sender retries). A ``webhook-id`` is accepted once, whatever body comes with it later.
 """
 
 from __future__ import annotations
@@ -156,9 +156,9 @@ class WebhookReceiver:
         try:
             job_id, created = await self._call(self._accept, msg_id, payload, correlation)
         except KeyConflict:
-            raise _Refused(
-                422, "id-reused", f"webhook-id {msg_id!r} was accepted with another body"
-            ) from None
+            # Accepted a moment ago by a concurrent request: the id decides, as for any replay.
+            existing = await self._call(self._existing, msg_id)
+            return 200, {"status": "duplicate", "job_id": existing}
         except PayloadError as exc:
             raise _Refused(413, "too-large", str(exc)) from None
         fault_point("receiver.after_accept")
