@@ -179,3 +179,20 @@ def test_jobledger_push_delivers_and_stops_on_sigterm(ledger, endpoint):
     assert "jobledger push delivering" in out and f"push {sub.id} job {job_id}" in out
     assert "stopped" in out
     standardwebhooks.Webhook(sub.secret).verify(ep.requests[0].body, ep.requests[0].headers)
+
+
+@pytest.mark.slow
+def test_jobledger_serve_runs_the_delivery_loop(ledger, endpoint):
+    from ..support.http import ServeProcess
+    from .conftest import subscribe
+
+    ep = endpoint()
+    sub = subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    server = ServeProcess(ledger.url.raw, "--push-allow-network", "127.0.0.1")
+    try:
+        wait_until(lambda: ledger.job(job_id).state is JobState.DONE, what="the delivery")
+    finally:
+        server.stop()
+    standardwebhooks.Webhook(sub.secret).verify(ep.requests[0].body, ep.requests[0].headers)
+    assert f"push {sub.id} job {job_id}" in server.output

@@ -116,6 +116,8 @@ def test_the_receiver_verifies_before_parsing_and_dedupes(app_ledger, served):
         not_json = client.post(url, content=b"[1]", headers=signed(b"[1]", "m6"))
         too_big = client.post(url, content=b"x" * (1024 * 1024 + 1), headers=signed(b"x", "m7"))
         wrong_method = client.get(url)
+        other = json.dumps({"type": "invoice.paid", "data": {"invoice": 8}}).encode()
+        same_id = client.post(url, content=other, headers=signed(other, "msg_2KWPBgLlAfxdpx2AI54p"))
     assert (first.status_code, first.json()["status"]) == (202, "accepted")
     assert (again.status_code, again.json()["status"]) == (200, "duplicate")
     assert again.json()["job_id"] == first.json()["job_id"]
@@ -129,6 +131,7 @@ def test_the_receiver_verifies_before_parsing_and_dedupes(app_ledger, served):
     assert (not_json.status_code, not_json.json()["reason"]) == (400, "malformed")
     assert (too_big.status_code, too_big.json()["reason"]) == (413, "too-large")
     assert wrong_method.status_code == 405
+    assert (same_id.status_code, same_id.json()["status"]) == (200, "duplicate")  # the id decides
     [job] = app_ledger.jobs()
     assert job.key == "msg_2KWPBgLlAfxdpx2AI54p" and job.queue == "inbox"
     assert job.payload == {
