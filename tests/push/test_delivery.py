@@ -67,8 +67,9 @@ def test_deliveries_verify_with_the_standardwebhooks_package(ledger, endpoint, p
     assert by_key[keys[0]][0].headers["webhook-id"] == keys[0]
     assert by_key[keys[2]][0].headers["webhook-id"] == "report%2Ev2%20%C3%9C%25"
     assert [a.outcome.value for a in ledger.history(ids[0]).attempts] == ["done"]
-    healthy = ledger.backend.subscription_get(sub.id)
-    assert healthy.delivered == 3 and healthy.health == "healthy"
+    # The health is written right after each outcome.
+    wait_until(lambda: ledger.backend.subscription_get(sub.id).delivered == 3, what="the health")
+    assert ledger.backend.subscription_get(sub.id).health == "healthy"
 
 
 def test_retries_honour_retry_after_then_backoff_until_2xx(ledger, endpoint, push):
@@ -114,6 +115,7 @@ def test_gone_disables_the_subscription_and_gives_the_job_back(ledger, endpoint,
     assert attempt.outcome.value == "released"  # not charged to the budget
     assert ledger.job(first).budget_left == 10
     second = publish(ledger, "k2")
+    wait_until(lambda: service.counters.disabled, what="the observers to hear of it")
     assert [c.subscription_id for c in service.counters.disabled] == [sub.id]
     assert ep.count() == 1
     ledger.backend.subscription_set_state(sub.id, SubscriptionState.ACTIVE, "ops", "fixed")
@@ -191,6 +193,10 @@ def test_private_addresses_are_refused_unless_allow_listed(ledger, endpoint, pus
         assert job.last_error_class == "TargetRefused", job.last_error
         assert "127.0.0.1 is a loopback address" in job.last_error or "::1" in job.last_error
     # The name was resolved and its address judged: DNS cannot smuggle a private target in.
+    wait_until(
+        lambda: all(s.last_error for s in ledger.backend.subscription_list()),
+        what="the refusals on the subscriptions' health",
+    )
     health = {s.id: s for s in ledger.backend.subscription_list()}
     assert "loopback" in health[by_name.id].last_error
     assert health[by_ip.id].consecutive_failures >= 1 and health[secure.id].last_status is None

@@ -313,3 +313,18 @@ def test_subscription_settings_are_checked(ledger):
     with pytest.raises(ConfigError, match="queue name"):
         create_subscription(ledger.backend, "bad queue", url)
     assert ledger.backend.subscription_list() == []
+
+
+def test_the_push_api_is_explicit_and_documented():
+    import inspect
+
+    import jobledger.push as push
+    import jobledger.subscriptions as subscriptions
+    import jobledger.webhooks as webhooks
+
+    for module in (push, subscriptions, webhooks):
+        assert module.__all__ == sorted(module.__all__), module.__name__
+        for name in module.__all__:
+            value = getattr(module, name)
+            if inspect.isclass(value) or inspect.isfunction(value):
+                assert inspect.getdoc(value), f"{module.__name__}.{name} has no docstring"

@@ -247,11 +247,11 @@ def push(
     """
     from ..push import PushService, PushSettings
 
-    setup_logging(log_level)
     settings = PushSettings(
         allow_networks=_networks(push_allow), ca_file=push_ca_file, poll_interval=poll_interval
     )
     ledger = open_ledger(url, write=True)
+    setup_logging(log_level)
     service = PushService(ledger, settings)
 
     def on_signal(signum: int, frame: object) -> None:
