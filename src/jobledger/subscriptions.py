@@ -17,7 +17,7 @@ import enum
 import ipaddress
 import math
 import secrets as _random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -87,7 +87,7 @@ class Subscription:
     id: str
     queue: str
     url: str
-    secret: str
+    secret: str = field(repr=False)
     timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS
     concurrency: int = DEFAULT_CONCURRENCY
     rate_per_second: float | None = None
@@ -96,7 +96,7 @@ class Subscription:
     state_reason: str | None = None
     state_actor: str | None = None
     state_changed_at: datetime | None = None
-    previous_secret: str | None = None
+    previous_secret: str | None = field(default=None, repr=False)
     previous_until: datetime | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None

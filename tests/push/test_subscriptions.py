@@ -30,6 +30,7 @@ def test_a_subscription_as_stored(ledger):
     assert sub.secret.startswith("whsec_") and sub.burst == 5.0 and sub.created_at == T0
     assert sub.health == "new" and sub.state is SubscriptionState.ACTIVE
     assert sub.secret not in str(sub.public()) and "secret" not in sub.public()
+    assert sub.secret not in repr(sub)  # never in a log line or a traceback
     with pytest.raises(SubscriptionExists, match=sub.id):
         create_subscription(backend, "hooks", "https://other.example/")
     backend.subscription_record(sub.id, False, 503, "HTTP 503: busy", T0 + timedelta(seconds=1))
