@@ -50,6 +50,9 @@ def sqlite_catalog(path) -> dict:
             "without_rowid": "WITHOUT ROWID"
             in conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0],
         }
+    catalog["triggers"] = conn.execute(
+        "SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+    ).fetchall()
     conn.close()
     return catalog
 
@@ -70,10 +73,23 @@ def postgres_catalog(url: str, schema: str) -> dict:
             " WHERE connamespace = %s::regnamespace ORDER BY conname",
             (schema,),
         ).fetchall()
+        triggers = conn.execute(
+            "SELECT tgname, replace(pg_get_triggerdef(t.oid), %s, '') FROM pg_trigger t"
+            " JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = %s::regnamespace"
+            " AND NOT t.tgisinternal ORDER BY tgname",
+            (f"{schema}.", schema),
+        ).fetchall()
+        functions = conn.execute(
+            "SELECT proname, prosrc, replace(array_to_string(proconfig, ','), %s, '') FROM pg_proc"
+            " WHERE pronamespace = %s::regnamespace ORDER BY proname",
+            (schema, schema),
+        ).fetchall()
     return {
         "columns": columns,
         "indexes": indexes,
         "constraints": [(t.split(".")[-1], n, d) for t, n, d in constraints],
+        "triggers": triggers,
+        "functions": functions,
     }
 
 

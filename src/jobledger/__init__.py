@@ -18,9 +18,13 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
 
 from .backends import JobFilter
 from .backends.base import InsertResult, PruneResult
+from .brokers.consumer import BrokerConsumer
+from .brokers.outbox import Outbox
+from .brokers.relay import Relay
 from .context import JobContext
 from .errors import (
     BackendUnavailable,
+    BrokerUnavailable,
     ConfigError,
     HandlerOutcome,
     InvalidTransition,
@@ -68,6 +72,8 @@ __all__ = [
     "AttemptOutcome",
     "BackendUnavailable",
     "Backoff",
+    "BrokerConsumer",
+    "BrokerUnavailable",
     "CatchUp",
     "ClaimedJob",
     "ConfigError",
@@ -89,10 +95,12 @@ __all__ = [
     "LeaseLost",
     "Ledger",
     "NotFound",
+    "Outbox",
     "PayloadError",
     "Permanent",
     "PruneResult",
     "RedriveResult",
+    "Relay",
     "Retry",
     "Schedule",
     "ScheduleBook",

@@ -10,8 +10,9 @@ What jobledger raises to its callers::
     ├── InvalidTransition      the operation does not apply to the job's state (redrive a done job)
     ├── LeaseLost              a write named a stale lease token and changed nothing
     ├── LeadershipLost         a scheduler's leader lease expired or was taken; it wrote nothing
-    └── BackendUnavailable     the database is missing, locked, gone or refuses us
-        └── SchemaMismatch     the database has no jobledger schema, or a newer one than this code
+    ├── BackendUnavailable     the database is missing, locked, gone or refuses us
+    │   └── SchemaMismatch     the database has no jobledger schema, or a newer one than this code
+    └── BrokerUnavailable      a message broker (RabbitMQ, NATS, Redis) cannot be reached or used
 
 What a handler raises to say how its attempt ended (anything else is a transient failure)::
 
@@ -28,6 +29,7 @@ from datetime import datetime
 
 __all__ = [
     "BackendUnavailable",
+    "BrokerUnavailable",
     "ConfigError",
     "HandlerOutcome",
     "InvalidTransition",
@@ -122,6 +124,14 @@ class BackendUnavailable(JobledgerError):
 class SchemaMismatch(BackendUnavailable):
     """The database has no jobledger tables (run ``jobledger migrate``), or was migrated by a newer
     version of jobledger than this one."""
+
+
+class BrokerUnavailable(JobledgerError):
+    """A message broker could not be used: unreachable, refusing credentials, or refusing a
+    publication. The relay and consumers retry with backoff; the ledger is not affected.
+
+    The message names the broker URL with any password hidden.
+    """
 
 
 class HandlerOutcome(Exception):  # noqa: N818 - these are outcomes, not errors

@@ -71,6 +71,8 @@ class FakeProvider:
         self._sent_bodies: set[str] = set()
         self.sent_without_key = 0
         self.requests = 0
+        self.incomplete = 0
+        """Requests whose sender went away before the whole body arrived: never acted on."""
         self.rate_limited = 0
         self.refused = 0
         self.timeouts = 0
@@ -106,10 +108,21 @@ class FakeProvider:
                     self._reply(404, {"error": "not found"})
                     return
                 length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                if len(raw) < length:
+                    # The sender died mid-request (a SIGKILLed worker): nothing was sent. A real
+                    # provider never acts on a request it did not receive whole.
+                    with provider._lock:
+                        provider.incomplete += 1
+                    self.close_connection = True
+                    return
                 try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
+                    body = json.loads(raw or b"{}")
                 except ValueError:
                     self._reply(400, {"error": "malformed JSON"})
+                    return
+                if not isinstance(body, dict):
+                    self._reply(400, {"error": "the body must be a JSON object"})
                     return
                 status, reply, headers, delay = provider._handle(
                     self.headers.get("Idempotency-Key"), body
@@ -205,6 +218,7 @@ class FakeProvider:
         with self._lock:
             return {
                 "requests": self.requests,
+                "incomplete": self.incomplete,
                 "accepted": len(self.accepted) + self.sent_without_key,
                 "duplicates": self.duplicates,
                 "duplicate_sends": self.duplicate_sends,

@@ -19,7 +19,9 @@ Points jobledger itself calls:
 - ``scheduler.after_batch`` — a batch of a tick's jobs is committed, the tick is not finished;
 - ``scheduler.before_finish`` — every job of the tick is enqueued, the tick is not marked done;
 - ``publish.in_transaction`` — an HTTP publish holds its keys (PostgreSQL: their in-flight
-  locks) inside its transaction and has not inserted the jobs yet.
+  locks) inside its transaction and has not inserted the jobs yet;
+- ``relay.after_publish`` — the broker confirmed a batch, the relay has not marked it published;
+- ``consumer.before_ack`` — a broker consumer wrote a job's outcome, the message is not acked;
 - ``push.before_outcome`` — a push delivery got its answer (or failed); its outcome is not
   written yet;
 - ``receiver.after_accept`` — ``WebhookReceiver`` committed a delivery's acceptance and has

@@ -23,7 +23,14 @@ _client = httpx.Client(timeout=5)
 def _send(ctx, n: int) -> None:
     response = _client.post(
         f"{PROVIDER}/send",
-        json={"to": f"recipient-{n}", "n": n},
+        # job_queue/job_key/effect let the history checker tie each delivery to its job.
+        json={
+            "to": f"recipient-{n}",
+            "n": n,
+            "job_queue": ctx.queue,
+            "job_key": ctx.key,
+            "effect": "email",
+        },
         headers={"Idempotency-Key": ctx.idempotency_key("email")},
     )
     check_response(response)

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from ..support.chaos import ChaosConfig, ChaosRun, run_chaos
+from ..support.history import history_dir
 from .conftest import FIGURES
 
 
@@ -29,20 +30,28 @@ def check(run: ChaosRun, tmp_path) -> None:
     assert len(kinds) == lines
     assert kinds.count("job") == f.jobs and kinds.count("attempt") == f.attempts
     assert kinds.count("effect") == f.effects
+    # The one history checker agrees: nothing lost, no effect twice, no stale completion.
+    assert run.history is not None and run.history.ok, run.history and run.history.summary()
+    summary = run.history.summary().splitlines()
+    FIGURES.append(f"{summary[0]}; {summary[-1].strip()}")
 
 
 @pytest.mark.slow
-def test_chaos_sqlite(tmp_path):
-    run = run_chaos(f"sqlite:///{tmp_path}/chaos.db", tmp_path, ChaosConfig())
+def test_chaos_sqlite(tmp_path, request):
+    history = history_dir(request, tmp_path)
+    run = run_chaos(f"sqlite:///{tmp_path}/chaos.db", tmp_path, ChaosConfig(), history=history)
     check(run, tmp_path)
 
 
 @pytest.mark.slow
-def test_chaos_postgres_with_a_server_restart(tmp_path, private_pg):
+def test_chaos_postgres_with_a_server_restart(tmp_path, private_pg, request):
+    history = history_dir(request, tmp_path)
     dbname = f"chaos_{tmp_path.name[-8:].replace('-', '_').lower()}"
     with psycopg.connect(private_pg.url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{dbname}"')
     url = private_pg.url.rsplit("/", 1)[0] + f"/{dbname}"
-    run = run_chaos(url, tmp_path, ChaosConfig(), server=private_pg, say=FIGURES.append)
+    run = run_chaos(
+        url, tmp_path, ChaosConfig(), server=private_pg, say=FIGURES.append, history=history
+    )
     check(run, tmp_path)
     assert run.figures.db_restarts == 1

@@ -262,3 +262,55 @@ def test_the_prune_window_reads_the_primary_key(ledger, tasks):
             conn.execute("SET LOCAL enable_seqscan = off")
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, {"after": 0}))
             assert "jobledger_jobs_pkey" in plan, plan
+
+
+def test_prune_keeps_jobs_within_their_queues_retention(ledger, tasks):
+    """A declared queue promises its retention (the Idempotency-Key replay window of the HTTP
+    API): prune never takes its jobs earlier, whatever --older-than says."""
+    from jobledger.queues import QueueSettings
+
+    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
+    kept = finish(ledger, 1)
+    other = finish(ledger, 2, now=T0)
+    result = ledger.prune(timedelta(days=30), now=at(31 * DAY))
+    assert result.jobs == 0 and {kept, other} <= {j.id for j in ledger.jobs()}
+    result = ledger.prune(timedelta(days=30), now=at(61 * DAY))
+    assert result.jobs == 2
+
+
+def test_prune_deletes_the_publish_record_with_its_job(ledger, tasks):
+    from jobledger.backends.base import NewJob, PublishItem
+    from jobledger.queues import QueueSettings
+
+    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    job = NewJob("q", "pub-1", "work", encode_payload({"n": 1}), 0, T0, 3, 30.0)
+    [outcome] = ledger.backend.job_publish([PublishItem(job, "fingerprint-1")], now=T0)
+    [claimed] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    ledger.backend.job_complete([lease_of(claimed)], now=T0)
+    assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
+    with ledger.backend.transaction() as conn:
+        table = "jobledger_publish_requests"
+        if ledger.url.dialect == "postgres":
+            table = f"{ledger.url.schema}.{table}"
+        assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+    assert outcome.status == "created"
+
+
+def test_publishing_a_pruned_key_replays_or_conflicts(ledger, tasks):
+    """The HTTP publish path honours tombstones like enqueue: no second job for a pruned key."""
+    from jobledger.backends.base import NewJob, PublishItem
+    from jobledger.queues import QueueSettings
+
+    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    job_id = finish(ledger, 1)  # key k1, task "work", payload {"n": 1}
+    assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
+
+    def publish(payload):
+        job = NewJob("q", "k1", "work", encode_payload(payload), 0, None, 3, 30.0)
+        [outcome] = ledger.backend.job_publish([PublishItem(job, "fp")], now=at(3 * DAY))
+        return outcome
+
+    again = publish({"n": 1})
+    assert (again.status, again.job_id, again.state) == ("replayed", job_id, JobState.DONE)
+    assert publish({"n": 2}).status == "conflict"
+    assert ledger.jobs() == []

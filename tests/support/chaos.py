@@ -22,6 +22,7 @@ from typing import Any
 
 from jobledger import BackendUnavailable, JobFilter, JobState, Ledger
 from jobledger.fakeprovider import FakeProvider, ProviderScript
+from jobledger.history import HistoryRecorder, HistoryReport, check_paths
 from jobledger.processes import WorkerProcesses
 
 from .pgcluster import PrivatePostgres
@@ -111,6 +112,8 @@ class ChaosRun:
     events: list[dict[str, Any]] = field(default_factory=list)
     provider_messages: list[dict[str, Any]] = field(default_factory=list)
     log_tail: str = ""
+    history: HistoryReport | None = None
+    """The history checker's verdict on the run's recorded history (see ``jobledger.history``)."""
 
     def export_jsonl(self, path: Path) -> int:
         """Write the run as JSON lines: a ``run`` line, then one line per job, attempt, event,
@@ -141,9 +144,13 @@ def run_chaos(
     *,
     server: PrivatePostgres | None = None,
     say: Callable[[str], None] = lambda _: None,
+    history: Path | None = None,
 ) -> ChaosRun:
     """Run the chaos test against ``url`` (a fresh database); ``server`` is the private
-    PostgreSQL to crash and restart, when the database is one."""
+    PostgreSQL to crash and restart, when the database is one.
+
+    ``history`` (a directory): every worker, the provider and this harness record the run's
+    history there, and the history checker judges it at the end (``run.history``)."""
     config = config or ChaosConfig()
     rng = random.Random(config.seed)
     figures = ChaosFigures(backend="postgres" if url.startswith("postgres") else "sqlite")
@@ -159,15 +166,20 @@ def run_chaos(
     ledger.task(
         lambda ctx, n: None, name="deliver", queue=QUEUE, lease_seconds=config.lease_seconds
     )
-    ids = [
-        r.id
-        for r in ledger.enqueue_many(
-            "deliver", [{"payload": {"n": n}, "key": f"message-{n}"} for n in recipients]
-        )
-    ]
-    figures.jobs = len(ids)
+    harness = HistoryRecorder(history, host="harness") if history else None
+    provider_history = HistoryRecorder(history, host="provider") if history else None
+    keys = [f"message-{n}" for n in recipients]
+    results = ledger.enqueue_many(
+        "deliver",
+        [{"payload": {"n": n}, "key": key} for n, key in zip(recipients, keys, strict=True)],
+    )
+    if harness is not None:
+        for key, result in zip(keys, results, strict=True):
+            harness.enqueued(QUEUE, key, result.enqueued())
+    figures.jobs = len(results)
     started = time.monotonic()
-    with FakeProvider(script) as provider:
+    worker_env = {"JOBLEDGER_HISTORY": str(history)} if history else {}
+    with FakeProvider(script, history=provider_history) as provider:
         pool = WorkerProcesses(
             APP,
             url,
@@ -176,6 +188,7 @@ def run_chaos(
                 "PYTHONPATH": str(ROOT),
                 "CHAOS_PROVIDER_URL": provider.url,
                 "CHAOS_LEASE_SECONDS": str(config.lease_seconds),
+                **worker_env,
             },
             args=(
                 "--concurrency",
@@ -195,11 +208,19 @@ def run_chaos(
         try:
             for _ in range(config.workers):
                 pool.start(faults=config.fault_kills)
-            _shake(ledger, pool, config, figures, rng, server, say)
+            _shake(ledger, pool, config, figures, rng, server, say, harness)
         finally:
             pool.stop()
         figures.seconds = time.monotonic() - started
         run = _collect(ledger, provider, config, figures, refused)
+    if harness is not None and history is not None:
+        harness.snapshot(ledger.backend, [QUEUE])
+        harness.close()
+        assert provider_history is not None
+        provider_history.close()
+        run.history = check_paths([history], f"chaos [{figures.backend}]")
+        if not run.history.ok:
+            run.problems.append(run.history.summary(examples=10))
         if run.problems:
             run.log_tail = "\n".join(pool.log_tail(p, 10) for p in pool.procs[-3:])
     ledger.close()
@@ -224,6 +245,7 @@ def _shake(
     rng: random.Random,
     server: PrivatePostgres | None,
     say: Callable[[str], None],
+    harness: HistoryRecorder | None = None,
 ) -> None:
     deadline = time.monotonic() + config.timeout
     next_kill = time.monotonic() + rng.uniform(*config.kill_interval)
@@ -260,10 +282,16 @@ def _shake(
                 by_monkey.add(victim.pid)
                 pool.kill(victim)
                 figures.kills += 1
+                if harness is not None:
+                    harness.fault("sigkill", pid=victim.pid)
             next_kill = now + rng.uniform(*config.kill_interval)
         if restarts_due and progress >= restarts_due[0]:
             restarts_due.pop(0)
+            if harness is not None:
+                harness.fault("database_restart", phase="start")
             down = server.restart(config.db_down_seconds)  # type: ignore[union-attr]
+            if harness is not None:
+                harness.fault("database_restart", phase="end")
             figures.db_restarts += 1
             say(f"database crashed and restarted at {progress:.0%} (down {down:.1f} s)")
         count = _finished(ledger)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxRecord, Route
 from ..scheduling.records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
 from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState, Tombstone
 from .url import DatabaseURL
@@ -424,7 +425,9 @@ class Backend(Protocol):
         """Every leader lease, valid or expired, with the clock the read used as ``now``."""
         ...
 
-    def leader_fence(self, lease: LeaderLease, now: datetime | None = None, conn: Any = None) -> None:
+    def leader_fence(
+        self, lease: LeaderLease, now: datetime | None = None, conn: Any = None
+    ) -> None:
         """Raise ``LeadershipLost`` unless ``lease`` is still held. With ``conn`` (a transaction
         of this backend), hold the lease row until that transaction ends, so that no takeover
         commits before the writes fenced by it."""
@@ -602,6 +605,75 @@ class Backend(Protocol):
         and keys whose publish is in flight in another transaction (PostgreSQL) apart."""
         ...
 
+    # -- broker delivery: routes, the outbox, claims by key (jobledger.brokers) ---------------
+
+    def route_add(
+        self, queue: str, actor: str, note: str | None = None, now: datetime | None = None
+    ) -> tuple[Route, int]:
+        """Route a queue to a broker: from now on every job of it that becomes pending gets an
+        outbox record (database triggers write them). Jobs already pending get one now. Returns
+        the route and how many records that backfill wrote (0 when it was routed already)."""
+        ...
+
+    def route_remove(self, queue: str) -> int:
+        """Stop routing a queue (``NotFound`` if it is not routed); its unpublished records are
+        discarded. Returns how many. Polling workers then see its jobs as before."""
+        ...
+
+    def route_list(self) -> list[Route]: ...
+
+    def outbox_due(
+        self, limit: int, now: datetime | None = None, queues: Sequence[str] | None = None
+    ) -> list[OutboxRecord]:
+        """Unpublished records whose time has come, in ``(available_at, id)`` order."""
+        ...
+
+    def outbox_mark(
+        self, ids: Sequence[int], lease: LeaderLease, now: datetime | None = None
+    ) -> int:
+        """Mark records published, fenced by the relay's leader lease (``LeadershipLost`` and
+        nothing marked when it is no longer held). Returns how many were marked."""
+        ...
+
+    def outbox_list(
+        self,
+        job_id: int | None = None,
+        queue: str | None = None,
+        unpublished: bool = False,
+        limit: int = 100,
+    ) -> list[OutboxRecord]:
+        """Records, newest first: of one job, of one queue, only the unpublished ones."""
+        ...
+
+    def outbox_stats(self, now: datetime | None = None) -> list[OutboxQueueStats]: ...
+
+    def outbox_prune(self, published_before: datetime, limit: int = 10000) -> int:
+        """Delete up to ``limit`` records published before a time; return how many."""
+        ...
+
+    def outbox_republish(
+        self,
+        queue: str,
+        due_before: datetime,
+        now: datetime | None = None,
+        limit: int = 10000,
+    ) -> int:
+        """Write a new record for each pending job of a routed queue, due before ``due_before``,
+        that has no unpublished record (its message was lost by the broker). Returns how many."""
+        ...
+
+    def job_claim_keys(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        worker: str,
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[KeyClaim]:
+        """Lease the jobs named by ``(queue, key)`` that are pending and due, in one
+        transaction, exactly as ``job_claim`` would (new token, attempt opened); a job another
+        transaction is claiming right now is skipped, not waited for. Returns one ``KeyClaim``
+        per item, in order: the claimed job, or the job as it is (or None when there is none).
+        A pair named twice is claimed once."""
     # -- push subscriptions (jobledger.subscriptions, the delivery loop) -----------------------
 
     def subscription_insert(self, sub: Subscription, now: datetime | None = None) -> Subscription:

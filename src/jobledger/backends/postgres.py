@@ -32,6 +32,7 @@ from .base import (
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .postgres_api import PostgresApiMixin
+from .postgres_outbox import PostgresOutbox
 from .postgres_push import PostgresPushMixin
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
@@ -53,7 +54,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresPushMixin):
+class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, PostgresPushMixin):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -67,6 +68,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresPushMixin):
             for name in ("jobs", "attempts", "events", "effects", "migrations", "tombstones")
             + ("leaders", "schedules", "ticks")
             + ("queues", "api_keys", "rate_limits", "publish_requests")
+            + ("routes", "outbox")
             + ("subscriptions",)
         }
         self._tables = tables
@@ -84,6 +86,8 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresPushMixin):
             .replace("{api_keys}", tables["api_keys"])
             .replace("{rate_limits}", tables["rate_limits"])
             .replace("{publish_requests}", tables["publish_requests"])
+            .replace("{routes}", tables["routes"])
+            .replace("{outbox}", tables["outbox"])
             .replace("{subscriptions}", tables["subscriptions"])
             for name, text in queries("postgres").items()
         }
@@ -657,6 +661,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresPushMixin):
                 "states": [JobState(s).value for s in states],
                 "before": before,
                 "queue": queue,
+                "now": now,
             }
             if dry_run:
                 counts = dict(c.execute(self._sql["job_prune_count"], params).fetchall())

@@ -200,7 +200,17 @@ class PostgresApiMixin:
                     },
                 ).fetchall()
                 created = {(r[1], r[2]): r[0] for r in inserted}
-            missing = [(j.queue, j.key) for j in jobs if (j.queue, j.key) not in created]
+            # Keys whose jobs were pruned are held by tombstones, as for any enqueue.
+            pruned = self._tombstoned(c, list(dict.fromkeys((j.queue, j.key) for j in jobs)), now)
+            undo = [created.pop(i) for i in list(created) if i in pruned]
+            if undo:
+                c.execute(sql["job_insert_undo"].encode(), {"ids": undo})
+            same_pruned = self._same_payload(c, jobs, pruned)
+            missing = [
+                (j.queue, j.key)
+                for j in jobs
+                if (j.queue, j.key) not in created and (j.queue, j.key) not in pruned
+            ]
             existing: dict[tuple[str, str], tuple[int, Any, str | None]] = {}
             if missing:
                 found = c.execute(
@@ -226,6 +236,10 @@ class PostgresApiMixin:
                 elif ident in first:
                     same = first[ident].fingerprint == item.fingerprint
                     statuses.append(("replayed" if same else "conflict", created[ident]))
+                elif ident in same_pruned:
+                    job_id, task, is_same = same_pruned[ident]
+                    same = task == item.job.task and is_same(item.job)
+                    statuses.append(("replayed" if same else "conflict", job_id))
                 else:
                     job_id, payload, fingerprint = existing[ident]
                     statuses.append((_compare(item, payload, fingerprint), job_id))
@@ -246,6 +260,10 @@ class PostgresApiMixin:
                 c.execute(sql["publish_job_state"].encode(), {"ids": ids}).fetchall() if ids else []
             )
         state = {r[0]: (JobState(r[1]), _utc(r[2])) for r in rows}
+        for ident, (job_id, _task, _digest) in pruned.items():
+            for tomb in self.tombstone_find(ident[1], ident[0]):
+                if tomb.job_id == job_id:
+                    state[job_id] = (tomb.state, tomb.finished_at or tomb.pruned_at)
         return [
             PublishOutcome(status, job_id, *state[job_id])
             if job_id is not None

@@ -34,6 +34,7 @@ from .base import (
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .sqlfiles import migrations, queries, schema_problem
 from .sqlite_api import SqliteApiMixin
+from .sqlite_outbox import SqliteOutbox
 from .sqlite_push import SqlitePushMixin
 from .sqlite_scheduling import SqliteScheduling
 from .url import DatabaseURL
@@ -58,7 +59,7 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqlitePushMixin):
+class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqlitePushMixin):
     """jobledger in one SQLite file. Safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"
@@ -721,6 +722,7 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqlitePushMixin):
         attempts = c.executemany(self._sql["attempt_delete"], ids).rowcount
         events = c.executemany(self._sql["event_delete"], ids).rowcount
         effects = c.executemany(self._sql["effect_delete"], [(r[1], r[2]) for r in rows]).rowcount
+        c.executemany(self._sql["publish_request_delete"], ids)
         return attempts, events, effects
 
     def job_prune(
@@ -743,7 +745,13 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqlitePushMixin):
             if not seen:
                 return PruneResult(), None
             last = seen[-1][0]
-            params = {"after": after_id, "last": last, "before": cutoff, "queue": queue}
+            params = {
+                "after": after_id,
+                "last": last,
+                "before": cutoff,
+                "queue": queue,
+                "now": clock,
+            }
             rows = c.execute(pick, params).fetchall()
             attempts = events = effects = 0
             if rows and not dry_run:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..apikeys import ApiKey
 from ..errors import NotFound
 from ..faults import fault_point
+from ..payload import payload_digest
 from ..queues import QueueInfo, QueueSettings
 from ..types import JobState
 from .base import PublishItem, PublishOutcome
@@ -187,13 +188,33 @@ class SqliteApiMixin:
                     job_id, status = row[0], "created"
                     self._publish_record(c, item, job_id, clock)
                 else:
-                    job_id, payload, fingerprint = c.execute(
+                    found = c.execute(
                         self._sql["publish_existing"], {"queue": job.queue, "key": job.key}
                     ).fetchone()
+                    if found is None:
+                        # No job, nothing inserted: a tombstone of a pruned job holds the key.
+                        outcomes.append(self._publish_pruned(c, item, clock))
+                        continue
+                    job_id, payload, fingerprint = found
                     status = _compare(item, payload, fingerprint)
                 state, run_at = c.execute(self._sql["publish_job_state"], {"id": job_id}).fetchone()
                 outcomes.append(PublishOutcome(status, job_id, JobState(state), _dt(run_at)))  # type: ignore[arg-type]
         return outcomes
+
+    def _publish_pruned(
+        self, c: sqlite3.Connection, item: PublishItem, clock: float
+    ) -> PublishOutcome:
+        """A publish of a key whose job was pruned: a replay of the same payload names the
+        pruned job (in its final state); another payload is a conflict."""
+        job = item.job
+        job_id, task, digest = c.execute(
+            self._sql["tombstone_live"], {"queue": job.queue, "key": job.key, "now": clock}
+        ).fetchone()
+        [tomb] = [t for t in self.tombstone_find(job.key, job.queue) if t.job_id == job_id]
+        same = task == job.task and payload_digest(job.payload_json) == digest
+        # The pruned job's run time is gone; its finish time stands in for it.
+        run_at = tomb.finished_at or tomb.pruned_at
+        return PublishOutcome("replayed" if same else "conflict", job_id, tomb.state, run_at)
 
     def _publish_record(
         self, c: sqlite3.Connection, item: PublishItem, job_id: int, clock: float

@@ -93,8 +93,16 @@ def _print_report(r: DemoReport) -> None:
     retries = ", ".join(f"{n} × {cls}" for cls, n in r.retries.items()) or "none"
     rows = [
         ("customers", r.customers, f"{r.active_customers} active (every tenth one has left)"),
-        ("jobs scheduled", r.scheduled, "one per active customer, key customer:week"),
-        ("scheduled again", r.scheduled_again, "the same keys: nothing new"),
+        (
+            "jobs scheduled",
+            r.scheduled,
+            "weekly-digest (Mon 06:00 Europe/Berlin): one per active customer, key customer:week",
+        ),
+        (
+            "scheduled again",
+            r.scheduled_again,
+            "a second scheduler over the same tick: nothing new",
+        ),
         ("jobs", r.jobs, ""),
         ("  done", r.done, ""),
         ("  dead", r.dead, "; ".join(f"{d['key']}: {d['error']}" for d in r.dead_jobs)),

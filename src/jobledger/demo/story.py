@@ -4,8 +4,9 @@
 2. A fake e-mail provider on 127.0.0.1 that honours ``Idempotency-Key``, answers some customers
    429 with ``Retry-After`` a few times, accepts one customer's message and then lets the request
    time out, and permanently refuses one customer.
-3. One digest job per active customer for one week (key ``customer:week``), scheduled twice:
-   the second time creates nothing.
+3. The weekly digest schedule (Mondays 06:00 Europe/Berlin, fanned out to one job per active
+   customer, key ``customer:week``) fires for this week's Monday; a second scheduler pass over
+   the same tick — a restarted or second scheduler — creates nothing.
 4. Worker processes drain the queue; one of them is killed with SIGKILL while it holds leases,
    and restarted. Its jobs come back when their leases expire.
 5. The report: every active customer got exactly one message, except the refused one, whose job
@@ -22,10 +23,11 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from zoneinfo import ZoneInfo
 
 from ..backends import DatabaseURL, JobFilter
 from ..errors import ConfigError, JobledgerError
@@ -92,6 +94,15 @@ def iso_week(day: datetime | None = None) -> str:
     return f"{year}-W{week:02d}"
 
 
+def _this_weeks_tick(now: datetime | None = None) -> datetime:
+    """This week's Monday 06:00 in Berlin (the weekly digest's tick), in UTC."""
+    local = (now or datetime.now(UTC)).astimezone(ZoneInfo("Europe/Berlin"))
+    monday = (local - timedelta(days=local.weekday())).replace(
+        hour=6, minute=0, second=0, microsecond=0
+    )
+    return monday.astimezone(UTC)
+
+
 def _fresh_database(url: str | None, workdir: Path) -> tuple[str, Callable[[Ledger], None]]:
     """The database URL the demo uses, and how to throw it away afterwards."""
     if url is None:
@@ -131,7 +142,6 @@ def run_demo(
     started_at = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="jobledger-demo-"))
     db_url, throw_away = _fresh_database(url, workdir)
-    week = iso_week()
     everyone = list(range(4101, 4101 + customers))
     active = [c for i, c in enumerate(everyone) if i % 10 != 9]  # every tenth one has left
     rate_limited = active[3 : 3 + max(2, customers // 40)]
@@ -152,12 +162,24 @@ def run_demo(
         ledger.migrate()
         task = register(ledger, provider.url)
 
-        def schedule() -> int:
-            jobs = [{"payload": {"customer_id": c, "week": week}} for c in active]
-            return sum(r.created for r in ledger.enqueue_many(task, jobs))
-
-        scheduled = schedule()
-        scheduled_again = schedule()
+        ledger.schedule(
+            "0 6 * * MON",
+            tz="Europe/Berlin",
+            name="weekly-digest",
+            for_each=lambda tick: active,
+            payload=lambda tick, customer: {"customer_id": customer, "week": tick.week},
+        )(task)
+        tick_time = _this_weeks_tick()
+        week = iso_week(tick_time)
+        # The schedule is declared just before this week's tick, then the tick fires (one job
+        # per active customer). A second scheduler — another process or region, or this one
+        # restarted — going over the same tick creates nothing: the tick is recorded once and
+        # every key already names its job.
+        ledger.scheduler().run_once(now=tick_time - timedelta(minutes=1))
+        scheduled = ledger.scheduler().run_once(now=tick_time).jobs_created
+        scheduled_again = (
+            ledger.scheduler().run_once(now=tick_time + timedelta(minutes=1)).jobs_created
+        )
         total = len(active)
 
         pool = WorkerProcesses(
@@ -208,10 +230,13 @@ def run_demo(
                     f"({snap.finished} of {total} jobs); worker logs are in {workdir}"
                 )
             if not killed and snap.finished >= total * 0.4:
-                victim, holding = _holder(ledger, pool)
+                victim, _ = _holder(ledger, pool)
                 if victim is not None:
                     pool.kill(victim)
                     killed = f"pid {victim.pid}"
+                    # Count its leases after the kill: between the look and the kill it may have
+                    # finished some. Now dead, it holds these until they expire.
+                    holding = _held_by(ledger, victim.pid)
                     pool.start()  # restart it
             time.sleep(0.1)
         pool.stop()
@@ -246,6 +271,11 @@ def run_demo(
                 shutil.rmtree(workdir, ignore_errors=True)
         else:
             ledger.close()
+
+
+def _held_by(ledger: Ledger, pid: int) -> int:
+    leased = ledger.jobs(JobFilter(queue=QUEUE, states=(JobState.LEASED,)))
+    return sum(1 for j in leased if j.leased_by and j.leased_by.split(":")[-2] == str(pid))
 
 
 def _holder(ledger: Ledger, pool: WorkerProcesses) -> tuple[subprocess.Popen[bytes] | None, int]:

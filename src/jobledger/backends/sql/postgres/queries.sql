@@ -377,16 +377,25 @@ SELECT id, created_at FROM {jobs} WHERE id > %(after)s ORDER BY id LIMIT {limit}
 
 -- name: job_prune
 -- Of one window, delete the jobs in the given states that finished before the cut-off. A row
--- another transaction changes meanwhile (a redrive) is re-checked after it commits.
-DELETE FROM {jobs}
+-- another transaction changes meanwhile (a redrive) is re-checked after it commits. A job of a
+-- declared queue is kept for the queue's retention at least, whatever the cut-off.
+DELETE FROM {jobs} AS j
 WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
   AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND NOT EXISTS (
+      SELECT 1 FROM {queues} q
+      WHERE q.name = j.queue AND j.finished_at >= {now} - make_interval(secs => q.retention_seconds)
+  )
 RETURNING id, queue, key, task, md5(payload::text), state, finished_at
 
 -- name: job_prune_count
-SELECT state, count(*) FROM {jobs}
+SELECT state, count(*) FROM {jobs} AS j
 WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
   AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND NOT EXISTS (
+      SELECT 1 FROM {queues} q
+      WHERE q.name = j.queue AND j.finished_at >= {now} - make_interval(secs => q.retention_seconds)
+  )
 GROUP BY state
 
 -- name: job_history_delete
@@ -398,6 +407,8 @@ WITH a AS (
     DELETE FROM {effects}
     WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
     RETURNING 1
+), p AS (
+    DELETE FROM {publish_requests} WHERE job_id = ANY(%(ids)s::bigint[])
 )
 SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM e), (SELECT count(*) FROM f)
 
@@ -498,6 +509,114 @@ ON CONFLICT (queue, key) DO UPDATE SET
 
 -- name: publish_job_state
 SELECT id, state, run_at FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- Outbox (006). {routes} and {outbox} are the schema-qualified tables. Triggers write the
+-- records (see 006_outbox.sql); these queries route queues, hand due records to a relay, mark
+-- them published, and claim a job by its key for a consumer.
+
+-- name: route_lock
+-- Routing a queue must not race with jobs becoming pending in it: wait for the transactions
+-- writing jobs now, and hold new ones back until the route (and its backfill) commit.
+LOCK TABLE {jobs} IN SHARE MODE
+
+-- name: route_add
+INSERT INTO {routes} (queue, routed_at, routed_by, note)
+VALUES (%(queue)s, {now}, %(actor)s, %(note)s)
+ON CONFLICT (queue) DO NOTHING
+RETURNING queue
+
+-- name: route_backfill
+-- Pending jobs of a queue just routed: they were enqueued before the route existed.
+INSERT INTO {outbox} (job_id, queue, key, reason, available_at, created_at)
+SELECT id, queue, key, 'route', run_at, {now} FROM {jobs}
+WHERE queue = %(queue)s AND state = 'pending'
+ORDER BY run_at, id
+
+-- name: route_remove
+DELETE FROM {routes} WHERE queue = %(queue)s RETURNING queue
+
+-- name: route_discard
+DELETE FROM {outbox}
+WHERE queue = %(queue)s AND published_at IS NULL AND superseded_at IS NULL
+
+-- name: route_list
+SELECT queue, routed_at, routed_by, note FROM {routes} ORDER BY queue
+
+-- name: outbox_due
+-- {limit} is a literal. %(queues)s is NULL for every queue.
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
+FROM {outbox}
+WHERE published_at IS NULL AND superseded_at IS NULL AND available_at <= {now}
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+ORDER BY available_at, id
+LIMIT {limit}
+
+-- name: outbox_mark
+UPDATE {outbox} SET published_at = {now}
+WHERE id = ANY(%(ids)s::bigint[]) AND published_at IS NULL
+RETURNING id
+
+-- name: outbox_list
+-- {where} is built from fixed clauses; {limit} is a literal.
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
+FROM {outbox} WHERE {where} ORDER BY id DESC LIMIT {limit}
+
+-- name: outbox_stats
+SELECT queue,
+       count(*) FILTER (WHERE published_at IS NULL AND superseded_at IS NULL),
+       count(*) FILTER (WHERE published_at IS NULL AND superseded_at IS NULL
+                          AND available_at <= {now}),
+       min(available_at) FILTER (WHERE published_at IS NULL AND superseded_at IS NULL
+                                   AND available_at <= {now}),
+       max(published_at),
+       {now}
+FROM {outbox} GROUP BY queue
+
+-- name: outbox_prune
+DELETE FROM {outbox}
+WHERE id IN (SELECT id FROM {outbox}
+             WHERE COALESCE(published_at, superseded_at) < %(before)s LIMIT {limit})
+
+-- name: outbox_republish
+-- Pending jobs of a routed queue, due for longer than the caller's threshold, that have no
+-- record waiting to be published: the broker lost their message (or it was purged). One new
+-- record each.
+INSERT INTO {outbox} (job_id, queue, key, reason, available_at, created_at)
+SELECT j.id, j.queue, j.key, 'republish', {now}, {now} FROM {jobs} AS j
+WHERE j.state = 'pending' AND j.queue = %(queue)s AND j.run_at <= %(due_before)s
+  AND j.queue IN (SELECT queue FROM {routes})
+  AND NOT EXISTS (SELECT 1 FROM {outbox} AS o
+                  WHERE o.job_id = j.id AND o.published_at IS NULL AND o.superseded_at IS NULL)
+ORDER BY j.run_at, j.id
+LIMIT {limit}
+
+-- name: job_claim_keys
+-- The wanted jobs that are pending and due, locked in id order and skipping rows another
+-- transaction holds (no waiting, no deadlock between consumers claiming overlapping keys).
+WITH picked AS (
+    SELECT j.id FROM {jobs} AS j
+    JOIN unnest(%(queues)s::text[], %(keys)s::text[]) AS w(queue, key)
+      ON j.queue = w.queue AND j.key = w.key
+    WHERE j.state = 'pending' AND j.run_at <= {now}
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE {jobs} AS j
+    SET state = 'leased',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
+        leased_by = %(worker)s,
+        updated_at = {now}
+    FROM (SELECT DISTINCT id FROM picked) AS p
+    WHERE j.id = p.id AND j.state = 'pending'
+    RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
+              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit
+), opened AS (
+    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
+    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
+)
+SELECT * FROM claimed
 
 -- Push subscriptions (migration 005) -------------------------------------------------------------
 

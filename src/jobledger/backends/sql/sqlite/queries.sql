@@ -262,10 +262,15 @@ SELECT id, created_at FROM jobledger_jobs WHERE id > :after ORDER BY id LIMIT {l
 
 -- name: job_prune_pick
 -- Of one window, the jobs prune takes: in the given states ({states} is a literal list of state
--- names), finished before the cut-off.
-SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs
+-- names), finished before the cut-off and
+-- older than the retention of their queue, if it is a declared queue.
+SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs AS j
 WHERE id > :after AND id <= :last AND state IN ({states}) AND finished_at < :before
   AND (:queue IS NULL OR queue = :queue)
+  AND NOT EXISTS (
+      SELECT 1 FROM jobledger_queues q
+      WHERE q.name = j.queue AND j.finished_at >= :now - q.retention_seconds
+  )
 ORDER BY id
 
 -- name: job_delete
@@ -279,6 +284,9 @@ DELETE FROM jobledger_events WHERE job_id = ?
 
 -- name: effect_delete
 DELETE FROM jobledger_effects WHERE queue = ? AND key = ?
+
+-- name: publish_request_delete
+DELETE FROM jobledger_publish_requests WHERE job_id = ?
 
 -- name: tombstone_record
 INSERT INTO jobledger_tombstones (queue, key, job_id, task, payload_digest, state, finished_at,
@@ -359,6 +367,87 @@ ON CONFLICT (queue, key) DO UPDATE SET
 
 -- name: publish_job_state
 SELECT state, run_at FROM jobledger_jobs WHERE id = :id
+
+-- Outbox (006). Triggers write the records (see 006_outbox.sql); these queries route queues,
+-- hand due records to a relay, mark them published, and claim a job by its key for a consumer.
+
+-- name: route_add
+INSERT INTO jobledger_routes (queue, routed_at, routed_by, note)
+VALUES (:queue, :now, :actor, :note)
+ON CONFLICT (queue) DO NOTHING
+
+-- name: route_backfill
+-- Pending jobs of a queue just routed: they were enqueued before the route existed.
+INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
+SELECT id, queue, key, 'route', run_at, :now FROM jobledger_jobs
+WHERE queue = :queue AND state = 'pending'
+ORDER BY run_at, id
+
+-- name: route_remove
+DELETE FROM jobledger_routes WHERE queue = :queue
+
+-- name: route_discard
+DELETE FROM jobledger_outbox
+WHERE queue = :queue AND published_at IS NULL AND superseded_at IS NULL
+
+-- name: route_list
+SELECT queue, routed_at, routed_by, note FROM jobledger_routes ORDER BY queue
+
+-- name: outbox_due
+-- {queues} is "1 = 1" or "queue IN (:q0, …)"; {limit} is a literal.
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
+FROM jobledger_outbox
+WHERE published_at IS NULL AND superseded_at IS NULL AND available_at <= :now AND {queues}
+ORDER BY available_at, id
+LIMIT {limit}
+
+-- name: outbox_mark
+UPDATE jobledger_outbox SET published_at = :now WHERE id = :id AND published_at IS NULL
+
+-- name: outbox_list
+-- {where} is built from fixed clauses; {limit} is a literal.
+SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
+FROM jobledger_outbox WHERE {where} ORDER BY id DESC LIMIT {limit}
+
+-- name: outbox_stats
+SELECT queue,
+       sum(published_at IS NULL AND superseded_at IS NULL),
+       sum(published_at IS NULL AND superseded_at IS NULL AND available_at <= :now),
+       min(CASE WHEN published_at IS NULL AND superseded_at IS NULL AND available_at <= :now
+                THEN available_at END),
+       max(published_at)
+FROM jobledger_outbox GROUP BY queue
+
+-- name: outbox_prune
+DELETE FROM jobledger_outbox
+WHERE id IN (SELECT id FROM jobledger_outbox
+             WHERE COALESCE(published_at, superseded_at) < :before LIMIT {limit})
+
+-- name: outbox_republish
+-- Pending jobs of a routed queue, due for longer than the caller's threshold, that have no
+-- record waiting to be published: the broker lost their message (or it was purged). One new
+-- record each.
+INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
+SELECT j.id, j.queue, j.key, 'republish', :now, :now FROM jobledger_jobs AS j
+WHERE j.state = 'pending' AND j.queue = :queue AND j.run_at <= :due_before
+  AND j.queue IN (SELECT queue FROM jobledger_routes)
+  AND NOT EXISTS (SELECT 1 FROM jobledger_outbox AS o
+                  WHERE o.job_id = j.id AND o.published_at IS NULL AND o.superseded_at IS NULL)
+ORDER BY j.run_at, j.id
+LIMIT {limit}
+
+-- name: job_claim_keys
+-- One job; the backend runs it for each wanted key inside one BEGIN IMMEDIATE transaction.
+UPDATE jobledger_jobs
+SET state = 'leased',
+    attempts = attempts + 1,
+    lease_token = lower(hex(randomblob(16))),
+    lease_until = :now + COALESCE(:lease_seconds, lease_seconds),
+    leased_by = :worker,
+    updated_at = :now
+WHERE queue = :queue AND key = :key AND state = 'pending' AND run_at <= :now
+RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
+          run_at, priority, correlation_id, attempt_limit
 
 -- Push subscriptions (migration 005) -------------------------------------------------------------
 

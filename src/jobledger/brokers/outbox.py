@@ -1,0 +1,150 @@
+"""``Outbox``: route queues to a broker and see what the relay still owes it.
+
+Routing is stored in the ledger (``jobledger_routes``), not in a process's configuration, so
+that every writer — an application's transactional enqueue, a polling worker's retry, an
+operator's redrive — writes the outbox record in its own transaction, through the database's
+triggers, whichever process it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ..backends.base import Backend
+from ..errors import ConfigError
+from ..ledger import Ledger
+from ..task import validate_queue_name
+from .records import OutboxQueueStats, OutboxRecord, Route
+
+__all__ = ["Outbox", "RouteResult", "record_dict", "route_dict", "stats_dict"]
+
+
+@dataclass(frozen=True)
+class RouteResult:
+    """What routing a queue did."""
+
+    route: Route
+    backfilled: int
+    """Jobs already pending in the queue that got an outbox record now (0 when the queue was
+    routed already)."""
+    created: bool
+
+
+class Outbox:
+    """The outbox of a ledger: ``Outbox(ledger).route("digests", actor="ops")``."""
+
+    def __init__(self, ledger: Ledger | Backend):
+        self.backend: Backend = ledger.backend if isinstance(ledger, Ledger) else ledger
+
+    def route(
+        self, queue: str, *, actor: str, note: str | None = None, now: datetime | None = None
+    ) -> RouteResult:
+        """Deliver the jobs of ``queue`` through a broker from now on.
+
+        Every job of the queue that becomes pending from now on gets an outbox record in the
+        same transaction; jobs pending already get one now. Run a relay to publish them and
+        consumers to run them. Routing a routed queue changes nothing.
+        """
+        validate_queue_name(queue)
+        if not actor:
+            raise ConfigError("routing a queue needs an actor; it is recorded with the route")
+        before = {r.queue for r in self.backend.route_list()}
+        route, backfilled = self.backend.route_add(queue, actor, note, now)
+        return RouteResult(route, backfilled, queue not in before)
+
+    def unroute(self, queue: str) -> int:
+        """Stop delivering ``queue`` through a broker; its unpublished records are discarded
+        (returns how many). Polling workers see its pending jobs as before; messages already
+        published are still safe to consume (consumers skip what is no longer pending)."""
+        return self.backend.route_remove(queue)
+
+    def routes(self) -> list[Route]:
+        return self.backend.route_list()
+
+    def routed(self, queue: str) -> bool:
+        return any(r.queue == queue for r in self.backend.route_list())
+
+    def status(self, now: datetime | None = None) -> list[OutboxQueueStats]:
+        """Per queue: records not yet published, how many are due, how long the oldest due one
+        has waited (the relay's lag), when the last one was published."""
+        return self.backend.outbox_stats(now)
+
+    def records(
+        self,
+        *,
+        job_id: int | None = None,
+        queue: str | None = None,
+        unpublished: bool = False,
+        limit: int = 100,
+    ) -> list[OutboxRecord]:
+        """Records, newest first."""
+        return self.backend.outbox_list(job_id, queue, unpublished, limit)
+
+    def republish(
+        self,
+        queue: str,
+        *,
+        due_for: float | timedelta = 300.0,
+        now: datetime | None = None,
+        limit: int = 10000,
+    ) -> int:
+        """Publish again the pending jobs of ``queue`` that have been due for longer than
+        ``due_for`` and have no unpublished record — after a broker lost messages (a Redis
+        without an append-only file restarted, a queue purged by hand). Consumers skip any
+        that turn out to be delivered twice. Returns how many records were written."""
+        seconds = due_for.total_seconds() if isinstance(due_for, timedelta) else float(due_for)
+        if seconds < 0:
+            raise ConfigError(f"due_for must be >= 0 seconds, got {due_for!r}")
+        if not self.routed(queue):
+            raise ConfigError(f"queue {queue!r} is not routed to a broker")
+        clock = now or datetime.now(UTC)
+        return self.backend.outbox_republish(queue, clock - timedelta(seconds=seconds), now, limit)
+
+    def prune(self, older_than: timedelta, now: datetime | None = None) -> int:
+        """Delete records published more than ``older_than`` ago; return how many."""
+        clock = now or datetime.now(UTC)
+        total = 0
+        while True:
+            n = self.backend.outbox_prune(clock - older_than)
+            total += n
+            if n == 0:
+                return total
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def route_dict(route: Route) -> dict[str, Any]:
+    return {
+        "queue": route.queue,
+        "routed_at": _iso(route.routed_at),
+        "routed_by": route.routed_by,
+        "note": route.note,
+    }
+
+
+def record_dict(record: OutboxRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "job_id": record.job_id,
+        "queue": record.queue,
+        "key": record.key,
+        "reason": record.reason.value,
+        "available_at": _iso(record.available_at),
+        "created_at": _iso(record.created_at),
+        "published_at": _iso(record.published_at),
+        "superseded_at": _iso(record.superseded_at),
+    }
+
+
+def stats_dict(stats: OutboxQueueStats) -> dict[str, Any]:
+    return {
+        "queue": stats.queue,
+        "unpublished": stats.unpublished,
+        "due": stats.due,
+        "oldest_due_seconds": stats.oldest_due_seconds,
+        "last_published_at": _iso(stats.last_published_at),
+    }

@@ -1,0 +1,304 @@
+"""The relay: publishes outbox records to a broker, in order, and marks them published only
+after the broker confirmed them.
+
+One loop, under a leader lease in the ledger (``relay:<name>``), so that two relays started by
+mistake do not interleave: the second waits and takes over when the first stops or dies. Each
+turn reads the due unpublished records in ``(available_at, id)`` order, publishes them as one
+pipelined batch, waits for the broker's confirmations, and marks the confirmed prefix of the
+batch published — fenced by the lease, in one transaction. A record is therefore marked only
+after the broker has it; a relay that dies between the two publishes it again on restart (the
+consumers skip the repeat). When part of a batch fails, only the records before the first
+failure are marked, and the next turn starts again at that failure: what was confirmed is
+never reordered, what was not is tried again in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from ..backends.base import Backend
+from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, LeadershipLost
+from ..faults import fault_point
+from ..ledger import Ledger
+from ..scheduling.records import LeaderLease
+from ..worker import default_worker_name
+from .base import Publisher, describe, publisher_for
+from .records import OutboxRecord
+from .urls import BrokerURL
+
+__all__ = ["Relay", "RelayStats"]
+
+log = logging.getLogger("jobledger.relay")
+
+
+@dataclass
+class RelayStats:
+    """What one relay did."""
+
+    published: int = 0
+    """Records the broker confirmed and the relay marked published."""
+    duplicates: int = 0
+    """Of those, how many the broker said it already had (JetStream's dedupe window)."""
+    batches: int = 0
+    failures: int = 0
+    """Batches the broker refused or did not confirm in time (in whole or in part)."""
+    leadership_lost: int = 0
+    """Times the relay's lease was taken over before it could mark what it had published."""
+    pruned: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)
+
+
+class Relay:
+    """Publishes a ledger's outbox to a broker (``jobledger relay --to URL``).
+
+    - ``to``: the broker URL (``amqp://…``, ``nats://…``, ``redis://…``; see docs/transports.md).
+    - ``queues``: publish only these queues' records (default: all).
+    - ``name``: relays with the same name share one leader lease, so only one of them
+      publishes at a time (default ``"default"``). Give relays of disjoint queue sets
+      different names.
+    - ``batch_size``: records per batch (default 100); ``poll_interval``: seconds between
+      looks at the outbox when it is empty (default 0.2).
+    - ``lease_seconds``: the leader lease (default 15): how long a relay that died blocks
+      its successor.
+    - ``keep_published``: published records older than this are pruned (default 1 day;
+      None keeps them).
+    - ``clock``: a function returning "now" for the ledger (tests); default the database's.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger | Backend,
+        to: str | BrokerURL,
+        *,
+        queues: Sequence[str] | None = None,
+        name: str = "default",
+        holder: str | None = None,
+        batch_size: int = 100,
+        poll_interval: float = 0.2,
+        lease_seconds: float = 15.0,
+        keep_published: timedelta | None = timedelta(days=1),
+        clock: Callable[[], datetime] | None = None,
+        publisher: Publisher | None = None,
+    ):
+        if not isinstance(batch_size, int) or not 1 <= batch_size <= 10000:
+            raise ConfigError(
+                f"batch_size must be a whole number from 1 to 10000, got {batch_size!r}"
+            )
+        if not poll_interval > 0:
+            raise ConfigError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
+        if not lease_seconds > 0:
+            raise ConfigError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        self.backend: Backend = ledger.backend if isinstance(ledger, Ledger) else ledger
+        self.url = to if isinstance(to, BrokerURL) else BrokerURL.parse(to)
+        self.publisher = publisher or publisher_for(self.url)
+        self.queues = list(queues) if queues else None
+        self.name = name
+        self.lease_name = f"relay:{name}"
+        self.holder = holder or default_worker_name()
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.lease_seconds = lease_seconds
+        self.keep_published = keep_published
+        self.clock = clock
+        self.stats = RelayStats()
+        self._stopping = threading.Event()
+        self._lease: LeaderLease | None = None
+        self._renewed = 0.0
+        self._connected = False
+        self._next_prune = 0.0
+        self._state = "idle"
+
+    def __repr__(self) -> str:
+        return f"Relay(to={self.url.redacted!r}, name={self.name!r})"
+
+    def _now(self) -> datetime | None:
+        return self.clock() if self.clock is not None else None
+
+    # -- control ---------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop after the current batch (safe from a signal handler or another thread)."""
+        self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def run(self) -> RelayStats:
+        """Publish until ``stop()``; waits as a standby while another relay holds the lease."""
+        asyncio.run(self._run(drain=False))
+        return self.stats
+
+    def drain(self, timeout: float = 30.0) -> RelayStats:
+        """Publish everything due now, then return (waiting up to ``timeout`` for the lease
+        and the broker). Raises ``BrokerUnavailable`` when that takes longer."""
+        try:
+            asyncio.run(asyncio.wait_for(self._run(drain=True), timeout))
+        except TimeoutError:
+            why = (
+                f"another relay holds the lease {self.lease_name!r}"
+                if self._state == "standby"
+                else f"the broker at {self.url.redacted} did not take everything"
+            )
+            raise BrokerUnavailable(
+                f"the relay did not publish everything due within {timeout:g} s: {why} "
+                f"(published {self.stats.published})"
+            ) from None
+        return self.stats
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def _run(self, drain: bool) -> None:
+        failures = 0
+        log.info(
+            "relay %s (%s) publishing to %s%s",
+            self.name,
+            self.holder,
+            self.url.redacted,
+            f" for queues {','.join(self.queues)}" if self.queues else "",
+        )
+        try:
+            while not self._stopping.is_set():
+                try:
+                    state = self._state = await self._turn()
+                    failures = 0
+                except (BrokerUnavailable, BackendUnavailable) as exc:
+                    failures += 1
+                    self.stats.add(failures=1)
+                    delay = min(5.0, 0.05 * 2 ** min(failures, 7)) * (0.5 + random.random() / 2)
+                    log.warning("relay: %s; retrying in %.1f s", exc, delay)
+                    await self._disconnect()
+                    await self._sleep(delay)
+                    continue
+                if state == "busy":
+                    continue
+                if state == "standby":
+                    await self._sleep(min(1.0, self.lease_seconds / 3))
+                    continue
+                if drain:
+                    return
+                await self._sleep(self.poll_interval)
+        finally:
+            await self._disconnect()
+            await self._release()
+            log.info("relay %s stopped: %s", self.name, self.stats)
+
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.to_thread(self._stopping.wait, seconds)
+
+    async def _turn(self) -> str:
+        """One batch: ``busy`` when there may be more to publish at once, ``idle`` when nothing
+        is due, ``standby`` while another relay holds the lease."""
+        if not await self._lead():
+            return "standby"
+        records = await asyncio.to_thread(
+            self.backend.outbox_due, self.batch_size, self._now(), self.queues
+        )
+        await self._prune()
+        if not records:
+            return "idle"
+        if not self._connected:
+            await self.publisher.connect()
+            self._connected = True
+        outcome = await self.publisher.publish(records)
+        confirmed = records[: outcome.confirmed]
+        if confirmed:
+            fault_point("relay.after_publish")
+            await self._mark(confirmed, outcome.duplicates)
+        self.stats.add(batches=1)
+        if outcome.error is not None:
+            raise BrokerUnavailable(
+                f"{self.url.redacted} confirmed {outcome.confirmed} of {len(records)} records; "
+                f"record {records[outcome.confirmed].id} failed: {describe(outcome.error)}"
+            )
+        return "busy" if len(records) == self.batch_size else "idle"
+
+    async def _mark(self, records: list[OutboxRecord], duplicates: int) -> None:
+        lease = self._lease
+        assert lease is not None
+        try:
+            await asyncio.to_thread(
+                self.backend.outbox_mark, [r.id for r in records], lease, self._now()
+            )
+        except LeadershipLost:
+            # Another relay took over while this one was publishing: it publishes these again,
+            # and the consumers skip the repeats.
+            self.stats.add(leadership_lost=1)
+            log.warning(
+                "relay %s lost its lease before marking %d records published; the new leader "
+                "publishes them again",
+                self.name,
+                len(records),
+            )
+            self._lease = None
+            return
+        self.stats.add(published=len(records), duplicates=duplicates)
+        log.debug(
+            "published %d records (%d already known to the broker), last id %d",
+            len(records),
+            duplicates,
+            records[-1].id,
+        )
+
+    # -- leadership ------------------------------------------------------------------------------
+
+    async def _lead(self) -> bool:
+        now = time.monotonic()
+        if self._lease is not None and now - self._renewed < self.lease_seconds / 3:
+            return True
+        if self._lease is not None:
+            renewed = await asyncio.to_thread(
+                self.backend.leader_renew, self._lease, self.lease_seconds, self._now()
+            )
+            if renewed is None:
+                self.stats.add(leadership_lost=1)
+                log.warning("relay %s lost its lease; standing by", self.name)
+        else:
+            renewed = await asyncio.to_thread(
+                self.backend.leader_acquire,
+                self.lease_name,
+                self.holder,
+                self.lease_seconds,
+                self._now(),
+            )
+            if renewed is not None:
+                log.info("relay %s (%s) leads (term %d)", self.name, self.holder, renewed.term)
+        self._lease = renewed
+        self._renewed = now
+        return renewed is not None
+
+    async def _release(self) -> None:
+        if self._lease is None:
+            return
+        lease, self._lease = self._lease, None
+        try:
+            await asyncio.to_thread(self.backend.leader_release, lease, self._now())
+        except BackendUnavailable as exc:
+            log.warning("could not release the relay's lease (it will expire): %s", exc)
+
+    async def _disconnect(self) -> None:
+        if self._connected:
+            self._connected = False
+            await self.publisher.close()
+
+    async def _prune(self) -> None:
+        if self.keep_published is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + 600
+        cutoff = (self._now() or datetime.now(UTC)) - self.keep_published
+        pruned = await asyncio.to_thread(self.backend.outbox_prune, cutoff)
+        if pruned:
+            self.stats.add(pruned=pruned)
+            log.info("pruned %d outbox records published before %s", pruned, cutoff)
