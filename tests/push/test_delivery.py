@@ -110,7 +110,7 @@ def test_gone_disables_the_subscription_and_gives_the_job_back(ledger, endpoint,
     disabled = ledger.backend.subscription_get(sub.id)
     assert "410" in disabled.state_reason and disabled.state_actor == "push"
     assert disabled.health == "disabled"
-    assert job_state(ledger, first) is JobState.PENDING
+    wait_state(ledger, first, JobState.PENDING)  # given back once the subscription is disabled
     [attempt] = ledger.history(first).attempts
     assert attempt.outcome.value == "released"  # not charged to the budget
     assert ledger.job(first).budget_left == 10

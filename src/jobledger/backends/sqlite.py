@@ -745,13 +745,7 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqlitePushMi
             if not seen:
                 return PruneResult(), None
             last = seen[-1][0]
-            params = {
-                "after": after_id,
-                "last": last,
-                "before": cutoff,
-                "queue": queue,
-                "now": clock,
-            }
+            params = {"after": after_id, "last": last, "before": cutoff, "queue": queue, "now": clock}
             rows = c.execute(pick, params).fetchall()
             attempts = events = effects = 0
             if rows and not dry_run:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import ssl
@@ -663,6 +664,10 @@ class _Lane:
             stale = await self._write(backend.job_complete, [lease])
             outcome = "lease_lost" if stale else "done"
         elif decision.action == "disable":
+            # Stop claiming first, then give the job back: released before the subscription
+            # is disabled, it could be claimed and sent again at once.
+            self.sub = dataclasses.replace(self.sub, state=SubscriptionState.DISABLED)
+            await self._disable(sub, decision.message or "410 Gone")
             await self._write(backend.job_release, [lease])
             outcome = "released"
         else:
@@ -693,8 +698,6 @@ class _Lane:
             await service.db(
                 backend.subscription_record, sub.id, ok, status, None if ok else decision.message
             )
-        if decision.action == "disable":
-            await self._disable(sub, decision.message or "410 Gone")
         self._report(
             sub,
             job,
