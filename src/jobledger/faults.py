@@ -21,7 +21,11 @@ Points jobledger itself calls:
 - ``publish.in_transaction`` — an HTTP publish holds its keys (PostgreSQL: their in-flight
   locks) inside its transaction and has not inserted the jobs yet;
 - ``relay.after_publish`` — the broker confirmed a batch, the relay has not marked it published;
-- ``consumer.before_ack`` — a broker consumer wrote a job's outcome, the message is not acked.
+- ``consumer.before_ack`` — a broker consumer wrote a job's outcome, the message is not acked;
+- ``push.before_outcome`` — a push delivery got its answer (or failed); its outcome is not
+  written yet;
+- ``receiver.after_accept`` — ``WebhookReceiver`` committed a delivery's acceptance and has
+  not answered yet.
 
 Handlers may call ``fault_point("my.point")`` for points of their own.
 """

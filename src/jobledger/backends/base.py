@@ -24,6 +24,7 @@ from .url import DatabaseURL
 if TYPE_CHECKING:
     from ..apikeys import ApiKey
     from ..queues import QueueInfo, QueueSettings
+    from ..subscriptions import Subscription, SubscriptionState
 
 __all__ = [
     "Backend",
@@ -751,6 +752,55 @@ class Backend(Protocol):
 
     def session_prune(self, now: datetime | None = None) -> int:
         """Delete expired sessions; return how many."""
+    # -- push subscriptions (jobledger.subscriptions, the delivery loop) -----------------------
+
+    def subscription_insert(self, sub: Subscription, now: datetime | None = None) -> Subscription:
+        """Store a new subscription; ``SubscriptionExists`` when its queue already has one."""
+        ...
+
+    def subscription_get(self, subscription_id: str) -> Subscription:
+        """The subscription with this id, or ``NotFound``."""
+        ...
+
+    def subscription_list(self) -> list[Subscription]:
+        """Every subscription, by queue, with its secrets (the delivery loop signs with them)."""
+        ...
+
+    def subscription_set_state(
+        self,
+        subscription_id: str,
+        state: SubscriptionState,
+        actor: str | None,
+        reason: str | None,
+        now: datetime | None = None,
+    ) -> Subscription:
+        """Pause, resume (``active``) or disable a subscription, recording who and why."""
+        ...
+
+    def subscription_delete(self, subscription_id: str) -> Subscription:
+        """Delete a subscription (its queue's jobs stay); return what was deleted."""
+        ...
+
+    def subscription_rotate(
+        self,
+        subscription_id: str,
+        secret: str,
+        overlap_seconds: float,
+        now: datetime | None = None,
+    ) -> Subscription:
+        """Make ``secret`` the signing secret; the old one keeps signing for the overlap."""
+        ...
+
+    def subscription_record(
+        self,
+        subscription_id: str,
+        ok: bool,
+        status: int | None,
+        error: str | None,
+        now: datetime | None = None,
+    ) -> None:
+        """Note a delivery's outcome on the subscription's health (last status and error,
+        consecutive failures, counts). An unknown id changes nothing."""
         ...
 
 

@@ -34,6 +34,7 @@ from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .postgres_api import PostgresApiMixin
 from .postgres_observability import PostgresObservability
 from .postgres_outbox import PostgresOutbox
+from .postgres_push import PostgresPushMixin
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
@@ -54,7 +55,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, PostgresObservability):
+class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, PostgresObservability, PostgresPushMixin):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -70,6 +71,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
             + ("queues", "api_keys", "rate_limits", "publish_requests")
             + ("routes", "outbox")
             + ("minute_stats", "sessions")
+            + ("subscriptions",)
         }
         self._tables = tables
         self._sql = {
@@ -90,6 +92,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
             .replace("{outbox}", tables["outbox"])
             .replace("{minute_stats}", tables["minute_stats"])
             .replace("{sessions}", tables["sessions"])
+            .replace("{subscriptions}", tables["subscriptions"])
             for name, text in queries("postgres").items()
         }
         self._probe()

@@ -36,6 +36,7 @@ from .sqlfiles import migrations, queries, schema_problem
 from .sqlite_api import SqliteApiMixin
 from .sqlite_observability import SqliteObservability
 from .sqlite_outbox import SqliteOutbox
+from .sqlite_push import SqlitePushMixin
 from .sqlite_scheduling import SqliteScheduling
 from .url import DatabaseURL
 
@@ -59,7 +60,7 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObservability):
+class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObservability, SqlitePushMixin):
     """jobledger in one SQLite file. Safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"

@@ -13,7 +13,7 @@ import traceback
 import click
 
 from ..errors import JobledgerError
-from . import actions, demo, drill, keys, queues, serve, views  # noqa: F401  (operator commands, demo, drill)  # noqa: F401  (registers: keys, queues, serve)
+from . import actions, demo, drill, keys, queues, serve, subscriptions, views  # noqa: F401  (operator commands, demo, drill)  # noqa: F401  (registers: keys, queues, serve)
 from . import brokers as _brokers  # noqa: F401  (registers: relay, consume, outbox)
 from . import history as _history  # noqa: F401  (registers: history check)
 from . import schedules as _schedules  # noqa: F401  (registers: schedules, scheduler)

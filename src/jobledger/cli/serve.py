@@ -8,6 +8,7 @@ import click
 
 from .base import cli, open_ledger, url_option
 from .logs import announce, log_format_option, setup_logging
+from .subscriptions import _networks, push_options
 
 
 @cli.command()
@@ -54,6 +55,13 @@ from .logs import announce, log_format_option, setup_logging
     "which Prometheus sends as a bearer token).",
 )
 @click.option(
+    "--push/--no-push",
+    default=True,
+    show_default=True,
+    help="Run the push delivery loop (subscriptions) in the server too.",
+)
+@push_options
+@click.option(
     "--access-log/--no-access-log",
     default=True,
     show_default=True,
@@ -69,6 +77,9 @@ def serve(
     log_level: str,
     log_format: str,
     public_metrics: bool,
+    push: bool,
+    push_ca_file: str | None,
+    push_allow: tuple[str, ...],
     access_log: bool,
 ) -> None:
     """Serve the HTTP API: publish with Idempotency-Key, pull consumers, queues, dead letters.
@@ -78,19 +89,26 @@ def serve(
     /openapi.json and a health check at /healthz. Run several servers against one PostgreSQL
     database to scale out: idempotency, in-flight detection and rate limits hold across them.
     The dashboard is at / (log in with a read or admin key) and Prometheus metrics at
-    /metrics. SIGTERM or Ctrl-C stops the server gracefully. See docs/http-api.md and
-    docs/observability.md.
+    /metrics. Unless --no-push, the server also delivers push subscriptions (see 'jobledger
+    push'). SIGTERM or Ctrl-C stops the server gracefully. See docs/http-api.md,
+    docs/observability.md and docs/push.md.
     """
     import uvicorn
 
     from ..http import ServerSettings, create_app
 
     setup_logging(log_level, log_format)
+    from ..push import PushSettings
+
+    push_settings = (
+        PushSettings(allow_networks=_networks(push_allow), ca_file=push_ca_file) if push else None
+    )
     settings = ServerSettings(
         default_rate=default_rate,
         default_burst=default_burst,
         rescue_interval=rescue_interval,
         public_metrics=public_metrics,
+        push=push_settings,
     )
     ledger = open_ledger(url, write=True)
     try:

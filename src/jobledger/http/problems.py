@@ -29,6 +29,7 @@ PROBLEM_TYPES: dict[str, tuple[int, str]] = {
     "key-in-flight": (409, "A request with this Idempotency-Key is in flight"),
     "stale-receipt": (409, "The receipt is stale"),
     "invalid-transition": (409, "The operation does not apply to the message's state"),
+    "subscription-exists": (409, "The queue already has a subscription"),
     "payload-too-large": (413, "The request body is too large"),
     "unsupported-media-type": (415, "The request body must be application/json"),
     "validation-failed": (422, "The request is invalid"),

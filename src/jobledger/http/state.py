@@ -15,6 +15,7 @@ from .wakeups import Wakeups
 if TYPE_CHECKING:
     from ..backends.base import Backend, RescueResult
     from ..ledger import Ledger
+    from ..push import PushSettings
 
 __all__ = ["InFlight", "Rescuer", "ServerSettings", "ServerState", "Service"]
 
@@ -42,6 +43,8 @@ class ServerSettings:
       or ``admin``).
     - ``dashboard_refresh_seconds``: how often the dashboard's live parts reload themselves.
     - ``session_seconds``: how long a dashboard login lasts.
+    - ``push``: run the push delivery loop with the server, with these settings (None: do not;
+      ``jobledger serve`` runs it unless ``--no-push``).
     """
 
     default_rate: float | None = None
@@ -57,6 +60,7 @@ class ServerSettings:
     public_metrics: bool = False
     dashboard_refresh_seconds: float = 5.0
     session_seconds: float = 12 * 3600.0
+    push: PushSettings | None = None
 
     def __post_init__(self) -> None:
         if self.default_rate is not None and not self.default_rate > 0:

@@ -200,6 +200,10 @@ class _MetricsObserver(WorkerObserver):
     def on_rescue(self, worker: Worker, rescued: Sequence[RescueResult]) -> None:
         self.metrics.rescued(rescued)
 
+    def on_push_delivery(self, report: Any) -> None:
+        """A push delivery attempt (``jobledger.push.DeliveryReport``): count its status class."""
+        self.metrics.push_deliveries.labels(report.queue, report.status_class).inc()
+
 
 class LedgerCollector:
     """The ledger's gauges, from a ``SnapshotCache``: scraping reads the cache, and the cache

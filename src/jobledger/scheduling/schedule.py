@@ -120,7 +120,9 @@ class ScheduleTarget(Protocol):
 
     ``TaskTarget`` is the target of ``@ledger.schedule``. Other targets (a URL that receives a
     signed push, for instance) implement the same four members and are added with
-    ``ledger.schedules.add(Schedule(..., target=...))``.
+    ``ledger.schedules.add(Schedule(..., target=...))``. A target may also have a method
+    ``prepare(ledger, tick)``, called before each tick enqueues; if it raises, the tick fails
+    and is retried (``jobledger.push.HttpTarget`` checks its subscription there).
     """
 
     @property

@@ -348,6 +348,11 @@ class Scheduler:
             )
         tick = schedule.tick(tick_time)
         try:
+            prepare = getattr(schedule.target, "prepare", None)
+            if prepare is not None:
+                # A target that needs something in the ledger first (HttpTarget: its
+                # subscription) says so here; an error fails the tick, which is retried.
+                prepare(self.ledger, tick)
             entities: Iterable[Entity | None] = (
                 schedule.for_each(tick) if schedule.for_each is not None else [None]
             )

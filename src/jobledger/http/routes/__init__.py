@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from . import consume, dashboard, health, messages, metrics, publish, queues
+from . import consume, dashboard, health, messages, metrics, publish, queues, subscriptions
 
 DEFAULT_GROUPS = (
     health.group,
@@ -11,6 +11,7 @@ DEFAULT_GROUPS = (
     publish.group,
     consume.group,
     messages.group,
+    subscriptions.group,
     metrics.group,
     dashboard.group,
 )

@@ -1,0 +1,320 @@
+"""Push subscriptions (admin): create (the secret is shown once), list with health, pause,
+resume, rotate the secret, delete; and the delivery loop that runs with the server.
+
+A subscription POSTs every job of its queue to its URL, signed per Standard Webhooks; see
+docs/push.md. Secrets are returned by create and rotate only, never by a listing.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from starlette.responses import Response
+
+from ...subscriptions import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_TIMEOUT_SECONDS,
+    MAX_CONCURRENCY,
+    MAX_OVERLAP,
+    MAX_TIMEOUT_SECONDS,
+    MAX_URL_LENGTH,
+    Subscription,
+    SubscriptionExists,
+    SubscriptionState,
+    create_subscription,
+    rotate_secret,
+)
+from ..api import Call, Reply, RouteGroup, json_response
+from ..models import QUEUE_NAME, TIME, text
+from ..problems import Problem
+from ..schema import Array, Integer, Number, Object, String
+
+if TYPE_CHECKING:
+    from ...push import PushService
+    from ..state import ServerState
+
+group = RouteGroup("subscriptions", "Push subscriptions: jobs POSTed to a URL, signed (admin).")
+
+SUBSCRIPTION_ID = String(
+    pattern=r"^sub_[0-9a-f]{12}$",
+    description="A subscription's id.",
+    example="sub_3f9a0c1d2e4b",
+)
+URL = String(
+    min_length=1,
+    max_length=MAX_URL_LENGTH,
+    pattern=r"^https?://[^\s]+$",
+    description="Where deliveries are POSTed: https:// (plain http:// only to allow-listed "
+    "networks). No credentials, no fragment; redirects are never followed.",
+    example="https://app.example.com/hooks/jobledger",
+)
+SECRET = String(
+    pattern=r"^whsec_[A-Za-z0-9+/]+={0,2}$",
+    max_length=200,
+    description="A Standard Webhooks secret: whsec_ + base64 of 24 to 64 random bytes.",
+)
+OPTIONAL_TIME = String(format="date-time", nullable=True)
+NULLABLE_TEXT = String(nullable=True)
+
+CREATE = Object(
+    {
+        "queue": QUEUE_NAME,
+        "url": URL,
+        "secret": SECRET,
+        "rate_limit": Number(
+            exclusive_minimum=0,
+            maximum=100_000,
+            description="Deliveries per second, shared by every delivering process. Default: none.",
+        ),
+        "burst": Number(minimum=1, maximum=100_000, description="Default: the rate limit."),
+        "timeout_seconds": Number(
+            exclusive_minimum=0,
+            maximum=MAX_TIMEOUT_SECONDS,
+            default=DEFAULT_TIMEOUT_SECONDS,
+            description="Each request, from connect to the end of the answer (default 15).",
+        ),
+        "concurrency": Integer(
+            minimum=1,
+            maximum=MAX_CONCURRENCY,
+            default=DEFAULT_CONCURRENCY,
+            description="Requests in flight at once, per delivering process (default 4).",
+        ),
+    },
+    required=("queue", "url"),
+    name="SubscriptionRequest",
+)
+
+_FIELDS: dict[str, Any] = {
+    "id": SUBSCRIPTION_ID,
+    "queue": QUEUE_NAME,
+    "url": String(),
+    "state": String(enum=tuple(s.value for s in SubscriptionState)),
+    "state_reason": NULLABLE_TEXT,
+    "state_actor": NULLABLE_TEXT,
+    "state_changed_at": OPTIONAL_TIME,
+    "health": String(
+        enum=("new", "healthy", "failing", "paused", "disabled"),
+        description="failing: the last delivery failed (see last_error).",
+    ),
+    "timeout_seconds": Number(exclusive_minimum=0),
+    "concurrency": Integer(minimum=1),
+    "rate_per_second": Number(nullable=True),
+    "burst": Number(nullable=True),
+    "previous_secret_until": String(
+        format="date-time",
+        nullable=True,
+        description="Until then the previous secret signs too (after a rotation).",
+    ),
+    "created_at": TIME,
+    "updated_at": TIME,
+    "last_attempt_at": OPTIONAL_TIME,
+    "last_success_at": OPTIONAL_TIME,
+    "last_failure_at": OPTIONAL_TIME,
+    "last_status": Integer(nullable=True, description="The last answer's HTTP status."),
+    "last_error": String(nullable=True, description="What went wrong last."),
+    "consecutive_failures": Integer(minimum=0),
+    "delivered": Integer(minimum=0),
+    "failed": Integer(minimum=0),
+}
+SUBSCRIPTION = Object(_FIELDS, required=tuple(_FIELDS), additional=True, name="Subscription")
+WITH_SECRET = Object(
+    {
+        **_FIELDS,
+        "secret": String(description="The signing secret. Shown here only: store it now."),
+    },
+    required=(*_FIELDS, "secret"),
+    additional=True,
+    name="SubscriptionWithSecret",
+)
+SUBSCRIPTION_LIST = Object(
+    {"subscriptions": Array(SUBSCRIPTION)}, required=("subscriptions",), additional=True
+)
+STATE_CHANGE = Object(
+    {
+        "reason": text(1000, "Why: kept on the subscription."),
+        "actor": text(200, "Who: recorded with the API key's id. Default: the key."),
+    },
+    name="SubscriptionStateChange",
+)
+ROTATE = Object(
+    {
+        "secret": SECRET,
+        "overlap_seconds": Number(
+            minimum=0,
+            maximum=MAX_OVERLAP.total_seconds(),
+            default=86400,
+            description="How long the previous secret keeps signing beside the new one "
+            "(default 24 h; 0 ends it now).",
+        ),
+    },
+    name="RotateRequest",
+)
+
+NOT_FOUND = (404,)
+
+
+def _with_secret(sub: Subscription) -> dict[str, Any]:
+    return {**sub.public(), "secret": sub.secret}
+
+
+def _actor(call: Call) -> str:
+    key = call.caller
+    given = (call.body or {}).get("actor")
+    return f"{given} via {key.actor}" if given else key.actor
+
+
+@group.operation(
+    "POST",
+    "/v1/subscriptions",
+    summary="Subscribe a URL to a queue: its jobs are POSTed there, signed",
+    auth="admin",
+    body=CREATE,
+    replies={201: Reply("The subscription, with its secret (shown this once).", WITH_SECRET)},
+    errors=(409,),
+)
+async def create(call: Call) -> Response:
+    """A `whsec_` secret is generated unless one is given. A queue has one subscription: 409
+    when it already has one. Jobs already waiting in the queue are delivered too."""
+    body = call.body
+    try:
+        sub = await call.run(
+            create_subscription,
+            call.state.backend,
+            body["queue"],
+            body["url"],
+            secret=body.get("secret"),
+            rate_per_second=body.get("rate_limit"),
+            burst=body.get("burst"),
+            timeout_seconds=body.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS),
+            concurrency=body.get("concurrency", DEFAULT_CONCURRENCY),
+        )
+    except SubscriptionExists as exc:
+        raise Problem("subscription-exists", str(exc), subscription_id=exc.existing_id) from None
+    return json_response(_with_secret(sub), 201)
+
+
+@group.operation(
+    "GET",
+    "/v1/subscriptions",
+    summary="Every subscription with its state and health (no secrets)",
+    auth="admin",
+    replies={200: Reply("The subscriptions, by queue.", SUBSCRIPTION_LIST)},
+)
+async def list_subscriptions(call: Call) -> Response:
+    """`health` is new, healthy, failing (the last delivery failed), paused or disabled (the
+    endpoint answered 410 Gone)."""
+    subs = await call.run(call.state.backend.subscription_list)
+    return json_response({"subscriptions": [s.public() for s in subs]})
+
+
+@group.operation(
+    "GET",
+    "/v1/subscriptions/{subscription_id}",
+    summary="One subscription with its state and health (no secret)",
+    auth="admin",
+    path_params={"subscription_id": SUBSCRIPTION_ID},
+    replies={200: Reply("The subscription.", SUBSCRIPTION)},
+    errors=NOT_FOUND,
+)
+async def get_subscription(call: Call) -> Response:
+    """404 for an unknown id."""
+    sub = await call.run(call.state.backend.subscription_get, call.path["subscription_id"])
+    return json_response(sub.public())
+
+
+async def _set_state(call: Call, state: SubscriptionState) -> Response:
+    sub = await call.run(
+        call.state.backend.subscription_set_state,
+        call.path["subscription_id"],
+        state,
+        _actor(call),
+        call.body.get("reason"),
+    )
+    return json_response(sub.public())
+
+
+@group.operation(
+    "POST",
+    "/v1/subscriptions/{subscription_id}/pause",
+    summary="Stop delivering a subscription's jobs until it is resumed",
+    auth="admin",
+    path_params={"subscription_id": SUBSCRIPTION_ID},
+    body=STATE_CHANGE,
+    replies={200: Reply("The paused subscription.", SUBSCRIPTION)},
+    errors=NOT_FOUND,
+)
+async def pause(call: Call) -> Response:
+    """Requests in flight finish; the queue's jobs wait. Delivery loops notice within their
+    refresh interval (2 s)."""
+    return await _set_state(call, SubscriptionState.PAUSED)
+
+
+@group.operation(
+    "POST",
+    "/v1/subscriptions/{subscription_id}/resume",
+    summary="Deliver again: a paused subscription, or one disabled by 410 Gone",
+    auth="admin",
+    path_params={"subscription_id": SUBSCRIPTION_ID},
+    body=STATE_CHANGE,
+    replies={200: Reply("The active subscription.", SUBSCRIPTION)},
+    errors=NOT_FOUND,
+)
+async def resume(call: Call) -> Response:
+    """Jobs that waited are delivered, oldest first (by priority, then due time)."""
+    return await _set_state(call, SubscriptionState.ACTIVE)
+
+
+@group.operation(
+    "POST",
+    "/v1/subscriptions/{subscription_id}/rotate",
+    summary="Give a subscription a new secret; the old one signs too during an overlap",
+    auth="admin",
+    path_params={"subscription_id": SUBSCRIPTION_ID},
+    body=ROTATE,
+    replies={200: Reply("The subscription with its new secret (shown this once).", WITH_SECRET)},
+    errors=NOT_FOUND,
+)
+async def rotate(call: Call) -> Response:
+    """During the overlap every delivery carries two signatures (space-separated), so the
+    endpoint can switch to the new secret whenever it likes within it."""
+    body = call.body
+    sub = await call.run(
+        rotate_secret,
+        call.state.backend,
+        call.path["subscription_id"],
+        secret=body.get("secret"),
+        overlap=timedelta(seconds=float(body.get("overlap_seconds", 86400))),
+    )
+    return json_response(_with_secret(sub))
+
+
+@group.operation(
+    "DELETE",
+    "/v1/subscriptions/{subscription_id}",
+    summary="Delete a subscription (its queue's jobs stay)",
+    auth="admin",
+    path_params={"subscription_id": SUBSCRIPTION_ID},
+    replies={200: Reply("The subscription as it was.", SUBSCRIPTION)},
+    errors=NOT_FOUND,
+)
+async def delete(call: Call) -> Response:
+    """The queue's jobs stay where they are, waiting for a new subscription or a consumer."""
+    sub = await call.run(call.state.backend.subscription_delete, call.path["subscription_id"])
+    return json_response(sub.public())
+
+
+def _push_service(state: ServerState) -> PushService | None:
+    """The delivery loop, when the server's settings ask for it (``jobledger serve`` does unless
+    ``--no-push``). The server's own rescuer handles expired leases."""
+    settings = state.settings.push
+    if settings is None:
+        return None
+    from dataclasses import replace
+
+    from ...push import PushService
+
+    return PushService(state.ledger, replace(settings, rescue_interval=None))
+
+
+group.services.append(_push_service)

@@ -1,0 +1,403 @@
+"""The delivery loop against real HTTP servers on 127.0.0.1: signatures an independent verifier
+accepts, what each answer does to the job, limits, and isolation between subscriptions."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import standardwebhooks
+
+from jobledger import JobState
+from jobledger.queues import QueueSettings
+from jobledger.subscriptions import SubscriptionState, rotate_secret
+from jobledger.webhooks import key_from_webhook_id
+
+from ..support.endpoints import scripted
+from ..support.processes import wait_until
+from .conftest import TASK, publish, subscribe
+
+
+def job_state(ledger, job_id):
+    return ledger.job(job_id).state
+
+
+def wait_state(ledger, job_id, state, timeout=15):
+    wait_until(
+        lambda: job_state(ledger, job_id) is state,
+        timeout=timeout,
+        what=f"job {job_id} to be {state.value} (it is {job_state(ledger, job_id).value})",
+    )
+
+
+def fast_backoff(ledger, queue="hooks"):
+    ledger.backend.queue_put(
+        QueueSettings(name=queue, backoff_base=0.05, backoff_cap=0.1, max_attempts=10)
+    )
+
+
+def test_deliveries_verify_with_the_standardwebhooks_package(ledger, endpoint, push):
+    ep = endpoint()
+    sub = subscribe(ledger, ep.url)
+    keys = ["4187:2026-W33", "lease-expiry:property-1842:lease-77", "report.v2 Ü%"]
+    ids = [publish(ledger, key, customer=i) for i, key in enumerate(keys)]
+    push()
+    for job_id in ids:
+        wait_state(ledger, job_id, JobState.DONE)
+    verifier = standardwebhooks.Webhook(sub.secret)
+    by_key = {}
+    for request in ep.requests:
+        event = verifier.verify(request.body, request.headers)  # raises unless it matches
+        by_key[key_from_webhook_id(request.headers["webhook-id"])] = (request, event)
+    assert sorted(by_key) == sorted(keys)
+    for i, key in enumerate(keys):
+        request, event = by_key[key]
+        assert event["type"] == TASK
+        assert event["data"] == {"customer": i}
+        assert event["timestamp"].endswith("Z")
+        assert request.headers["content-type"] == "application/json"
+        assert request.headers["webhook-signature"].startswith("v1,")
+        assert " " not in request.headers["webhook-signature"]
+        assert "." not in request.headers["webhook-id"]
+        assert abs(int(request.headers["webhook-timestamp"]) - request.at) < 5
+        assert request.headers["jobledger-attempt"] == "1"
+    # The plain keys are the webhook-id unchanged; only the one with '.', ' ', '%' is encoded.
+    assert by_key[keys[0]][0].headers["webhook-id"] == keys[0]
+    assert by_key[keys[2]][0].headers["webhook-id"] == "report%2Ev2%20%C3%9C%25"
+    assert [a.outcome.value for a in ledger.history(ids[0]).attempts] == ["done"]
+    # The health is written right after each outcome.
+    wait_until(lambda: ledger.backend.subscription_get(sub.id).delivered == 3, what="the health")
+    assert ledger.backend.subscription_get(sub.id).health == "healthy"
+
+
+def test_retries_honour_retry_after_then_backoff_until_2xx(ledger, endpoint, push):
+    fast_backoff(ledger)
+    ep = endpoint(
+        scripted(
+            (429, {"Retry-After": "1"}, b"slow down"),
+            (503, {}, b"busy"),
+            (502, {}, b""),
+            (504, {}, b""),
+            (200, {}, b"ok"),
+        )
+    )
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_state(ledger, job_id, JobState.DONE)
+    attempts = ledger.history(job_id).attempts
+    assert [a.outcome.value for a in attempts] == ["retry", "retry", "retry", "retry", "done"]
+    assert [a.error_class for a in attempts[:4]] == ["HTTP 429", "HTTP 503", "HTTP 502", "HTTP 504"]
+    assert attempts[0].error_message == "HTTP 429: slow down"
+    # Retry-After: 1 -> the second attempt could not start sooner than a second later.
+    assert (attempts[1].started_at - attempts[0].finished_at).total_seconds() >= 0.99
+    ids = {r.headers["webhook-id"] for r in ep.requests}
+    assert ids == {"k1"}  # the same id on every attempt
+    assert [r.headers["jobledger-attempt"] for r in ep.requests] == ["1", "2", "3", "4", "5"]
+
+
+def test_gone_disables_the_subscription_and_gives_the_job_back(ledger, endpoint, push):
+    ep = endpoint(scripted((410, {}, b"gone"), (200, {}, b"ok")))
+    sub = subscribe(ledger, ep.url)
+    first = publish(ledger, "k1")
+    service = push()
+    wait_until(
+        lambda: ledger.backend.subscription_get(sub.id).state is SubscriptionState.DISABLED,
+        what="the subscription to be disabled",
+    )
+    disabled = ledger.backend.subscription_get(sub.id)
+    assert "410" in disabled.state_reason and disabled.state_actor == "push"
+    assert disabled.health == "disabled"
+    wait_state(ledger, first, JobState.PENDING)  # given back once the subscription is disabled
+    [attempt] = ledger.history(first).attempts
+    assert attempt.outcome.value == "released"  # not charged to the budget
+    assert ledger.job(first).budget_left == 10
+    second = publish(ledger, "k2")
+    wait_until(lambda: service.counters.disabled, what="the observers to hear of it")
+    assert [c.subscription_id for c in service.counters.disabled] == [sub.id]
+    assert ep.count() == 1
+    ledger.backend.subscription_set_state(sub.id, SubscriptionState.ACTIVE, "ops", "fixed")
+    wait_state(ledger, first, JobState.DONE)
+    wait_state(ledger, second, JobState.DONE)
+
+
+def test_other_4xx_is_dead_with_the_body_kept_truncated(ledger, endpoint, push):
+    ep = endpoint(scripted((400, {}, b"x" * 10_000)))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_state(ledger, job_id, JobState.DEAD)
+    job = ledger.job(job_id)
+    assert job.last_error_class == "HTTP 400"
+    assert job.last_error.startswith("HTTP 400: xxxx")
+    assert len(job.last_error) <= 2000 + len("HTTP 400: …")
+    assert ep.count() == 1
+
+
+def test_a_redirect_is_a_failure_and_never_followed(ledger, endpoint, push):
+    fast_backoff(ledger)
+    elsewhere = endpoint()
+    ep = endpoint(scripted((302, {"Location": elsewhere.url}, b""), (200, {}, b"")))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_state(ledger, job_id, JobState.DONE)
+    first = ledger.history(job_id).attempts[0]
+    assert first.outcome.value == "retry" and first.error_class == "HTTP 302"
+    assert "not followed" in first.error_message and elsewhere.url in first.error_message
+    assert elsewhere.count() == 0
+
+
+def test_timeouts_and_refused_connections_are_retried(ledger, endpoint, push):
+    fast_backoff(ledger)
+    release = threading.Event()
+
+    def slow_once(request, n):
+        if n == 1:
+            release.wait(10)
+        return 200, {}, b"ok"
+
+    slow = endpoint(slow_once)
+    subscribe(ledger, slow.url, timeout_seconds=0.3)
+    closed = endpoint()
+    closed.stop()  # nothing listens on its port any more
+    subscribe(ledger, closed.url, queue="closed")
+    timed = publish(ledger, "t1")
+    refused = publish(ledger, "r1", queue="closed")
+    push()
+    wait_state(ledger, timed, JobState.DONE)
+    release.set()
+    first = ledger.history(timed).attempts[0]
+    assert first.error_class == "Timeout" and "0.3 s" in first.error_message
+    wait_until(lambda: ledger.job(refused).attempts >= 2, what="the refused job to be retried")
+    job = ledger.job(refused)
+    assert job.state in (JobState.PENDING, JobState.LEASED)
+    assert job.last_error_class == "ConnectError"
+
+
+def test_private_addresses_are_refused_unless_allow_listed(ledger, endpoint, push):
+    ep = endpoint()
+    by_ip = subscribe(ledger, ep.url)
+    by_name = subscribe(ledger, f"http://localhost:{ep.port}/hooks", queue="byname")
+    secure = subscribe(ledger, f"https://127.0.0.1:{ep.port}/hooks", queue="secure")
+    jobs = [publish(ledger, "a"), publish(ledger, "b", queue="byname")]
+    jobs.append(publish(ledger, "c", queue="secure"))
+    push(allow_networks=())
+    for job_id in jobs:
+        wait_until(lambda j=job_id: ledger.job(j).last_error_class, what="a refusal")
+    assert ep.count() == 0  # nothing was sent anywhere
+    for job_id in jobs:
+        job = ledger.job(job_id)
+        assert job.last_error_class == "TargetRefused", job.last_error
+        assert "127.0.0.1 is a loopback address" in job.last_error or "::1" in job.last_error
+    # The name was resolved and its address judged: DNS cannot smuggle a private target in.
+    wait_until(
+        lambda: all(s.last_error for s in ledger.backend.subscription_list()),
+        what="the refusals on the subscriptions' health",
+    )
+    health = {s.id: s for s in ledger.backend.subscription_list()}
+    assert "loopback" in health[by_name.id].last_error
+    assert health[by_ip.id].consecutive_failures >= 1 and health[secure.id].last_status is None
+
+
+def test_tls_is_verified_and_a_configured_ca_is_trusted(ledger, endpoint, push, tmp_path):
+    from ..support.endpoints import make_ca
+
+    ca, cert, key = make_ca(tmp_path)
+    ep = endpoint(tls=(cert, key))
+    sub = subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    untrusting = push()
+    wait_until(lambda: ledger.job(job_id).last_error_class, what="the TLS failure")
+    job = ledger.job(job_id)
+    assert job.last_error_class == "TLSError" and "CERTIFICATE_VERIFY_FAILED" in job.last_error
+    assert ep.count() == 0
+    untrusting.stop()
+    fast_backoff(ledger)
+    push(ca_file=str(ca))
+    wait_state(ledger, job_id, JobState.DONE)
+    [request] = ep.requests
+    standardwebhooks.Webhook(sub.secret).verify(request.body, request.headers)
+
+
+def test_secret_rotation_signs_with_both_secrets_during_the_overlap(ledger, endpoint, push):
+    ep = endpoint()
+    sub = subscribe(ledger, ep.url)
+    rotated = rotate_secret(ledger.backend, sub.id)
+    assert rotated.previous_secret == sub.secret and rotated.secret != sub.secret
+    first = publish(ledger, "k1")
+    service = push()
+    wait_state(ledger, first, JobState.DONE)
+    [request] = ep.requests
+    assert len(request.headers["webhook-signature"].split(" ")) == 2
+    for secret in (sub.secret, rotated.secret):  # a receiver with either one verifies
+        standardwebhooks.Webhook(secret).verify(request.body, request.headers)
+    service.stop()
+    from datetime import timedelta
+
+    rotate_secret(ledger.backend, sub.id, overlap=timedelta(0))
+    newest = ledger.backend.subscription_get(sub.id)
+    second = publish(ledger, "k2")
+    push()
+    wait_state(ledger, second, JobState.DONE)
+    last = ep.requests[-1]
+    assert len(last.headers["webhook-signature"].split(" ")) == 1
+    standardwebhooks.Webhook(newest.secret).verify(last.body, last.headers)
+    for stale in (sub.secret, rotated.secret):
+        with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+            standardwebhooks.Webhook(stale).verify(last.body, last.headers)
+
+
+def test_a_slow_endpoint_does_not_delay_a_fast_one(ledger, endpoint, push):
+    gate = threading.Event()
+
+    def stuck(request, n):
+        gate.wait(30)
+        return 200, {}, b""
+
+    slow = endpoint(stuck)
+    fast = endpoint()
+    subscribe(ledger, slow.url, queue="slow", concurrency=1, timeout_seconds=30)
+    subscribe(ledger, fast.url, queue="fast")
+    slow_jobs = [publish(ledger, f"s{i}", queue="slow") for i in range(3)]
+    fast_jobs = [publish(ledger, f"f{i}", queue="fast") for i in range(10)]
+    push()
+    try:
+        for job_id in fast_jobs:
+            wait_state(ledger, job_id, JobState.DONE)
+        # Every fast delivery finished while the slow endpoint still holds its first request.
+        assert slow.count() == 1 and not gate.is_set()
+    finally:
+        gate.set()
+    for job_id in slow_jobs:
+        wait_state(ledger, job_id, JobState.DONE)
+
+
+def test_concurrency_and_rate_limits_per_subscription(ledger, endpoint, push):
+    lock = threading.Lock()
+    state = {"now": 0, "peak": 0}
+
+    def counting(request, n):
+        with lock:
+            state["now"] += 1
+            state["peak"] = max(state["peak"], state["now"])
+        time.sleep(0.05)
+        with lock:
+            state["now"] -= 1
+        return 200, {}, b""
+
+    bounded = endpoint(counting)
+    paced = endpoint()
+    subscribe(ledger, bounded.url, queue="bounded", concurrency=2)
+    subscribe(ledger, paced.url, queue="paced", rate_per_second=10, burst=1)
+    bounded_jobs = [publish(ledger, f"b{i}", queue="bounded") for i in range(8)]
+    paced_jobs = [publish(ledger, f"p{i}", queue="paced") for i in range(6)]
+    push()
+    for job_id in bounded_jobs + paced_jobs:
+        wait_state(ledger, job_id, JobState.DONE)
+    assert state["peak"] == 2
+    times = sorted(r.at for r in paced.requests)
+    # 10 per second, no burst: six deliveries take at least half a second.
+    assert times[-1] - times[0] >= 0.45
+
+
+def test_observers_counters_and_structured_logs(ledger, endpoint, push, caplog):
+    fast_backoff(ledger)
+    ep = endpoint(scripted((503, {}, b""), (200, {}, b"")))
+    sub = subscribe(ledger, ep.url)
+    seen = []
+
+    class Recorder:
+        def on_push_delivery(self, report):
+            seen.append(report)
+
+    ledger.observers.append(Recorder())
+    job_id = ledger.enqueue(TASK, {"n": 1}, key="k1", queue="hooks", correlation_id="corr-7").id
+    with caplog.at_level("INFO", logger="jobledger.push"):
+        service = push()
+        wait_state(ledger, job_id, JobState.DONE)
+        wait_until(lambda: len(seen) == 2, what="two reports")
+    assert [(r.status, r.status_class, r.outcome) for r in seen] == [
+        (503, "5xx", "retry"),
+        (200, "2xx", "done"),
+    ]
+    assert all(r.correlation_id == "corr-7" and r.subscription_id == sub.id for r in seen)
+    assert service.counters.total(status_class="2xx") == 1
+    assert service.counters.total(outcome="retry", queue="hooks") == 1
+    lines = [r for r in caplog.records if r.name == "jobledger.push" and hasattr(r, "job_id")]
+    assert [(r.status, r.status_class, r.attempt) for r in lines] == [
+        (503, "5xx", 1),
+        (200, "2xx", 2),
+    ]
+    assert all(r.correlation_id == "corr-7" and r.subscription == sub.id for r in lines)
+    assert all(r.queue == "hooks" and r.key == "k1" and r.duration >= 0 for r in lines)
+    assert [r.headers.get("jobledger-correlation-id") for r in ep.requests] == ["corr-7"] * 2
+    body = json.loads(ep.requests[0].body)
+    assert set(body) == {"type", "timestamp", "data"}
+
+
+def test_deliveries_are_counted_in_prometheus_metrics(ledger, endpoint, push):
+    """jobledger_push_deliveries_total{queue,status_class}: fed by the metrics' observer."""
+    from jobledger.observability.metrics import metrics_for
+
+    fast_backoff(ledger)
+    metrics = metrics_for(ledger)
+    ep = endpoint(scripted((503, {}, b""), (200, {}, b"")))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "m1")
+    push()
+    wait_state(ledger, job_id, JobState.DONE)
+
+    def count(status_class: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "jobledger_push_deliveries_total", {"queue": "hooks", "status_class": status_class}
+        )
+
+    wait_until(lambda: count("2xx") == 1, what="the 2xx delivery counted")
+    assert count("5xx") == 1
+
+
+SENDER = """
+import sys
+from jobledger import Ledger
+from jobledger.push import PushService, PushSettings
+settings = PushSettings(allow_networks=("127.0.0.1",), poll_interval=0.05, lease_margin=0.5)
+PushService(Ledger(sys.argv[1]), settings).run()
+"""
+
+
+@pytest.mark.slow
+def test_a_sender_killed_mid_delivery_delivers_again_with_the_same_id(ledger, endpoint, push):
+    import os
+    import subprocess
+    import sys
+
+    from ..support.processes import ROOT
+
+    ep = endpoint()
+    sub = subscribe(ledger, ep.url, timeout_seconds=1)
+    job_id = publish(ledger, "4187:2026-W33")
+    env = dict(os.environ, JOBLEDGER_FAULTS="push.before_outcome=kill")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SENDER, ledger.url.raw],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.wait(30) == -9, proc.stdout.read()  # killed after the answer, before the outcome
+    assert ep.count() == 1 and job_state(ledger, job_id) is JobState.LEASED
+    push(lease_margin=0.5)  # its rescuer returns the job once the lease expired
+    wait_state(ledger, job_id, JobState.DONE)
+    attempts = ledger.history(job_id).attempts
+    assert [a.outcome.value for a in attempts] == ["lease_expired", "done"]
+    first, second = ep.requests
+    assert first.headers["webhook-id"] == second.headers["webhook-id"] == "4187:2026-W33"
+    assert second.headers["jobledger-attempt"] == "2"
+    for request in (first, second):
+        standardwebhooks.Webhook(sub.secret).verify(request.body, request.headers)
+    assert json.loads(first.body) == json.loads(second.body)  # the same event, signed anew

@@ -1,0 +1,252 @@
+"""The receiver helper: verification before parsing, replays, durable acceptance, hand-off; and
+a web application with only the receiver getting every job once in effect through crashes,
+timeouts and 429s."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+import standardwebhooks
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from jobledger import ConfigError, JobState, Ledger
+from jobledger.push import WebhookReceiver
+from jobledger.queues import QueueSettings
+from jobledger.webhooks import generate_secret
+
+from ..support.processes import ROOT, wait_until
+from .conftest import publish, subscribe
+
+SECRET = generate_secret()
+
+
+class Served:
+    """A Starlette app with the receiver at /hooks, served by uvicorn in a thread."""
+
+    def __init__(self, receiver: WebhookReceiver):
+        app = Starlette(routes=[Route("/hooks", receiver, methods=["POST"])])
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        wait_until(lambda: self.server.started, what="the receiver to start")
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/hooks"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture
+def app_ledger(tmp_path):
+    """The receiving application's own ledger (another database than the sender's)."""
+    led = Ledger(f"sqlite:///{tmp_path}/app.db")
+    led.migrate()
+    yield led
+    led.close()
+
+
+@pytest.fixture
+def served():
+    started = []
+
+    def start(receiver):
+        s = Served(receiver)
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+def signed(body: bytes, msg_id: str, secret: str = SECRET, at: datetime | None = None) -> dict:
+    """Headers made by the standardwebhooks package's own signer."""
+    at = at or datetime.now(UTC)
+    signature = standardwebhooks.Webhook(secret).sign(msg_id, at, body.decode())
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": signature,
+        "content-type": "application/json",
+    }
+
+
+def test_the_receiver_verifies_before_parsing_and_dedupes(app_ledger, served):
+    calls = []
+
+    @app_ledger.task(queue="inbox")
+    def on_event(ctx, type, timestamp, data):  # noqa: A002
+        calls.append((ctx.key, type, data))
+
+    receiver = WebhookReceiver(app_ledger, [generate_secret(), SECRET], on_event)
+    url = served(receiver).url
+    body = json.dumps(
+        {"type": "invoice.paid", "timestamp": "2026-08-10T06:00:00Z", "data": {"invoice": 7}}
+    ).encode()
+    with httpx.Client(timeout=10) as client:
+        first = client.post(url, content=body, headers=signed(body, "msg_2KWPBgLlAfxdpx2AI54p"))
+        again = client.post(url, content=body, headers=signed(body, "msg_2KWPBgLlAfxdpx2AI54p"))
+        forged = client.post(url, content=body, headers=signed(body, "m2", generate_secret()))
+        stale = client.post(
+            url,
+            content=b"not json at all",
+            headers=signed(b"not json at all", "m3", at=datetime.now(UTC) - timedelta(minutes=6)),
+        )
+        future = client.post(
+            url,
+            content=body,
+            headers=signed(body, "m4", at=datetime.now(UTC) + timedelta(minutes=6)),
+        )
+        missing = client.post(url, content=body, headers={"content-type": "application/json"})
+        unsigned_garbage = client.post(
+            url, content=b"{", headers=signed(b"{", "m5", generate_secret())
+        )
+        not_json = client.post(url, content=b"[1]", headers=signed(b"[1]", "m6"))
+        too_big = client.post(url, content=b"x" * (1024 * 1024 + 1), headers=signed(b"x", "m7"))
+        wrong_method = client.get(url)
+        other = json.dumps({"type": "invoice.paid", "data": {"invoice": 8}}).encode()
+        same_id = client.post(url, content=other, headers=signed(other, "msg_2KWPBgLlAfxdpx2AI54p"))
+    assert (first.status_code, first.json()["status"]) == (202, "accepted")
+    assert (again.status_code, again.json()["status"]) == (200, "duplicate")
+    assert again.json()["job_id"] == first.json()["job_id"]
+    assert (forged.status_code, forged.json()["reason"]) == (401, "no-matching-signature")
+    # A stale timestamp is refused before the body is looked at (it is not even JSON).
+    assert (stale.status_code, stale.json()["reason"]) == (401, "timestamp-too-old")
+    assert (future.status_code, future.json()["reason"]) == (401, "timestamp-too-new")
+    assert (missing.status_code, missing.json()["reason"]) == (400, "missing-header")
+    # A body that is not JSON is refused for its signature, never parsed.
+    assert unsigned_garbage.status_code == 401
+    assert (not_json.status_code, not_json.json()["reason"]) == (400, "malformed")
+    assert (too_big.status_code, too_big.json()["reason"]) == (413, "too-large")
+    assert wrong_method.status_code == 405
+    assert (same_id.status_code, same_id.json()["status"]) == (200, "duplicate")  # the id decides
+    [job] = app_ledger.jobs()
+    assert job.key == "msg_2KWPBgLlAfxdpx2AI54p" and job.queue == "inbox"
+    assert job.payload == {
+        "type": "invoice.paid",
+        "timestamp": "2026-08-10T06:00:00Z",
+        "data": {"invoice": 7},
+    }
+    app_ledger.run_worker(queues=["inbox"], burst=True)
+    assert calls == [("msg_2KWPBgLlAfxdpx2AI54p", "invoice.paid", {"invoice": 7})]
+
+
+def test_the_receiver_checks_its_task_and_secrets(app_ledger):
+    @app_ledger.task
+    def wrong(ctx, customer_id):
+        pass
+
+    with pytest.raises(ConfigError, match="type, timestamp, data"):
+        WebhookReceiver(app_ledger, SECRET, wrong)
+    with pytest.raises(ConfigError, match="whsec_"):
+        WebhookReceiver(app_ledger, "not-a-secret", "inbox")
+
+
+def test_pushes_reach_an_application_worker_at_once(ledger, app_ledger, served, push):
+    handled = []
+    done = threading.Event()
+
+    @app_ledger.task(queue="inbox")
+    def on_event(ctx, type, timestamp, data):  # noqa: A002
+        handled.append((ctx.key, type, data))
+        if len(handled) == 3:
+            done.set()
+
+    worker = app_ledger.worker(queues=["inbox"], poll_interval=5.0)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    sub = subscribe(ledger, "http://127.0.0.1:1/hooks")  # replaced below, once served
+    url = served(WebhookReceiver(app_ledger, sub.secret, on_event)).url
+    ledger.backend.subscription_delete(sub.id)
+    subscribe(ledger, url, secret=sub.secret)
+    for i in range(3):
+        publish(ledger, f"4187:2026-W3{i}", customer=4187)
+    push()
+    try:
+        # The worker polls every 5 s: it got the events sooner, woken by the acceptances.
+        assert done.wait(4.5), handled
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert sorted(k for k, _, _ in handled) == ["4187:2026-W30", "4187:2026-W31", "4187:2026-W32"]
+    assert {t for _, t, _ in handled} == {"hook.event"}
+
+
+def receiver_process(port: int, url: str, secret: str, faults: str = "", chaos: str = ""):
+    env = dict(os.environ)
+    env.update(
+        JOBLEDGER_URL=url,
+        WEBHOOK_SECRET=secret,
+        RECEIVER_CHAOS=chaos,
+        JOBLEDGER_FAULTS=faults,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.apps.receiver_app", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("listening on "), line + proc.stdout.read()
+    return proc, int(line.split()[-1])
+
+
+@pytest.mark.slow
+def test_every_job_once_in_effect_through_crashes_timeouts_and_429s(ledger, push, tmp_path):
+    app_url = f"sqlite:///{tmp_path}/receiver.db"
+    Ledger(app_url).migrate()
+    secret = generate_secret()
+    proc, port = receiver_process(
+        0, app_url, secret, faults="receiver.after_accept=kill@6", chaos="429:4,slow:5:2"
+    )
+    ledger.backend.queue_put(QueueSettings(name="hooks", backoff_base=0.1, backoff_cap=0.3))
+    subscribe(ledger, f"http://127.0.0.1:{port}/hooks", secret=secret, timeout_seconds=1.0)
+    keys = [f"{c}:2026-W33" for c in range(4180, 4200)]
+    ids = [publish(ledger, key, customer=key) for key in keys]
+    push()
+    try:
+        assert proc.wait(30) == -9  # killed after committing its 6th acceptance
+        proc, _ = receiver_process(port, app_url, secret, chaos="429:4,slow:5:2")
+        wait_until(
+            lambda: all(ledger.job(i).state is JobState.DONE for i in ids),
+            timeout=60,
+            what="every job to be delivered",
+        )
+    finally:
+        proc.kill()
+        proc.wait(10)
+    errors = [a.error_class for i in ids for a in ledger.history(i).attempts if a.error_class]
+    assert "HTTP 429" in errors and "Timeout" in errors  # the chaos did happen …
+    assert any(
+        e in ("ProtocolError", "NetworkError", "ConnectError") for e in errors
+    )  # … and the crash
+    app = Ledger(app_url)
+    try:
+        received = app.jobs()
+        assert sorted(j.key for j in received) == sorted(keys)  # each key accepted once
+        effects = []
+
+        @app.task(queue="inbox", name="on_event")
+        def on_event(ctx, type, timestamp, data):  # noqa: A002
+            effects.append(ctx.key)
+
+        app.run_worker(queues=["inbox"], burst=True)
+        assert sorted(effects) == sorted(keys)  # one effect per job
+    finally:
+        app.close()

@@ -1,0 +1,112 @@
+"""Subscriptions as stored, on each backend; and cron tasks whose target is a URL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import standardwebhooks
+
+from jobledger import ConfigError, JobState, NotFound, Schedule
+from jobledger.push import HttpTarget
+from jobledger.subscriptions import (
+    SubscriptionExists,
+    SubscriptionState,
+    create_subscription,
+    rotate_secret,
+)
+
+from ..support.processes import wait_until
+from .conftest import subscribe
+
+T0 = datetime(2026, 8, 9, 12, 0, tzinfo=UTC)
+
+
+def test_a_subscription_as_stored(ledger):
+    backend = ledger.backend
+    sub = create_subscription(
+        backend, "hooks", "https://hooks.example/in", rate_per_second=5, timeout_seconds=3, now=T0
+    )
+    assert sub.secret.startswith("whsec_") and sub.burst == 5.0 and sub.created_at == T0
+    assert sub.health == "new" and sub.state is SubscriptionState.ACTIVE
+    assert sub.secret not in str(sub.public()) and "secret" not in sub.public()
+    assert sub.secret not in repr(sub)  # never in a log line or a traceback
+    with pytest.raises(SubscriptionExists, match=sub.id):
+        create_subscription(backend, "hooks", "https://other.example/")
+    backend.subscription_record(sub.id, False, 503, "HTTP 503: busy", T0 + timedelta(seconds=1))
+    failing = backend.subscription_get(sub.id)
+    assert (failing.health, failing.consecutive_failures, failing.last_status) == (
+        "failing",
+        1,
+        503,
+    )
+    backend.subscription_record(sub.id, True, 200, None, T0 + timedelta(seconds=2))
+    healthy = backend.subscription_get(sub.id)
+    assert (healthy.health, healthy.delivered, healthy.failed) == ("healthy", 1, 1)
+    assert healthy.last_error == "HTTP 503: busy"  # what went wrong last stays visible
+    assert healthy.last_success_at == T0 + timedelta(seconds=2)
+    rotated = rotate_secret(backend, sub.id, overlap=timedelta(hours=1), now=T0)
+    assert rotated.previous_until == T0 + timedelta(hours=1)
+    assert rotated.signing_secrets(T0) == [rotated.secret, sub.secret]
+    assert rotated.signing_secrets(T0 + timedelta(hours=1)) == [rotated.secret]
+    paused = backend.subscription_set_state(sub.id, SubscriptionState.PAUSED, "ops", "deploy", T0)
+    assert (paused.health, paused.state_actor, paused.state_reason) == ("paused", "ops", "deploy")
+    assert [s.id for s in backend.subscription_list()] == [sub.id]
+    assert backend.subscription_delete(sub.id).id == sub.id
+    with pytest.raises(NotFound):
+        backend.subscription_get(sub.id)
+    with pytest.raises(NotFound):
+        backend.subscription_delete(sub.id)
+    with pytest.raises(NotFound):
+        rotate_secret(backend, sub.id)
+
+
+def test_cron_ticks_are_pushed_with_the_tick_key_as_webhook_id(ledger, endpoint, push):
+    ep = endpoint()
+    ledger.schedules.add(
+        Schedule("nightly-report", "30 2 * * *", tz="Europe/Berlin", target=HttpTarget(ep.url))
+    )
+    scheduler = ledger.scheduler(name="s1")
+    scheduler.run_once(T0)
+    # No subscription for the target's queue yet: the tick fails, says why, and waits.
+    failed = scheduler.run_once(T0 + timedelta(days=1))
+    assert failed.ticks == [] and "no subscription" in failed.errors[0]
+    assert "cron.nightly-report" in failed.errors[0]
+    sub = subscribe(ledger, ep.url, queue="cron.nightly-report")
+    [tick] = scheduler.run_once(T0 + timedelta(days=1, minutes=5)).ticks
+    assert tick.jobs_created == 1
+    [job] = ledger.jobs()
+    assert job.key == "nightly-report:2026-08-10" and job.queue == "cron.nightly-report"
+    push()
+    wait_until(lambda: ledger.job(job.id).state is JobState.DONE, what="the tick's delivery")
+    [request] = ep.requests
+    event = standardwebhooks.Webhook(sub.secret).verify(request.body, request.headers)
+    assert request.headers["webhook-id"] == "nightly-report:2026-08-10"
+    assert event["type"] == "schedule.nightly-report"
+    assert event["data"] == {
+        "schedule": "nightly-report",
+        "tick": "2026-08-10T00:30Z",
+        "local": "2026-08-10T02:30+02:00",
+    }
+
+
+def test_a_cron_target_creates_its_subscription_or_refuses_another_url(ledger):
+    secret = "whsec_" + "A" * 43 + "="
+    target = HttpTarget("https://reports.example/nightly", queue="reports", secret=secret)
+    ledger.schedules.add(Schedule("nightly", "0 3 * * *", target=target))
+    other = HttpTarget("https://elsewhere.example/", queue="reports")
+    ledger.schedules.add(Schedule("weekly", "0 3 * * MON", target=other, key="w:{date}"))
+    scheduler = ledger.scheduler(name="s1")
+    scheduler.run_once(T0)
+    result = scheduler.run_once(T0 + timedelta(days=1))
+    [sub] = ledger.backend.subscription_list()
+    assert (sub.queue, sub.url, sub.secret) == (
+        "reports",
+        "https://reports.example/nightly",
+        secret,
+    )
+    assert any("posts to https://reports.example/nightly" in e for e in result.errors), (
+        result.errors
+    )
+    with pytest.raises(ConfigError, match="https://"):
+        HttpTarget("ftp://reports.example/")
