@@ -140,7 +140,7 @@ class FakeProvider:
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def _handle(
         self, key: str | None, body: dict[str, Any]

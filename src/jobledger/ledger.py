@@ -143,11 +143,25 @@ class Ledger:
     # -- tasks -------------------------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *,
+        name: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        backoff: Backoff | None = None,
+        priority: int = 0,
+        key: KeyRule = None,
+    ) -> Task: ...
 
     @overload
     def task(
         self,
+        fn: None = None,
+        /,
         *,
         name: str | None = None,
         queue: str = DEFAULT_QUEUE,

@@ -21,7 +21,7 @@ from ..apikeys import ApiKey
 from ..errors import BackendUnavailable, NotFound
 from ..faults import fault_point
 from ..queues import QueueInfo, QueueSettings
-from ..types import JobState
+from ..types import JobState, Tombstone
 from .base import PublishItem, PublishOutcome, PublishStatus
 from .common import publish_compare as _compare
 
@@ -67,6 +67,9 @@ class PostgresApiMixin:
         _sql: dict[str, str]
         _tx: Callable[..., AbstractContextManager[psycopg.Connection[Any]]]
         _run: Callable[..., list[Any]]
+        _tombstoned: Callable[..., dict[tuple[str, str], tuple[int, str, str]]]
+        _same_payload: Callable[..., dict[tuple[str, str], tuple[int, str, Any]]]
+        tombstone_find: Callable[..., list[Tombstone]]
 
     # -- declared queues ---------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from ..errors import NotFound
 from ..faults import fault_point
 from ..payload import payload_digest
 from ..queues import QueueInfo, QueueSettings
-from ..types import JobState
+from ..types import JobState, Tombstone
 from .base import PublishItem, PublishOutcome
 from .common import publish_compare as _compare
 
@@ -65,6 +65,7 @@ class SqliteApiMixin:
         _sql: dict[str, str]
         _write: Callable[..., AbstractContextManager[sqlite3.Connection]]
         _read: Callable[..., list[Any]]
+        tombstone_find: Callable[..., list[Tombstone]]
 
     # -- declared queues ---------------------------------------------------------------------------
 

@@ -267,7 +267,8 @@ def push(
     ledger = open_ledger(url, write=True)
     setup_logging(log_level, log_format)
     if metrics_port is not None:
-        from ..observability.metrics import MetricsServer, SnapshotCache, metrics_for
+        from ..observability.metrics import MetricsServer, metrics_for
+        from ..observability.snapshot import SnapshotCache
 
         metrics = metrics_for(ledger)
         metrics.add_ledger(SnapshotCache(ledger))
