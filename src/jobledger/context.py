@@ -35,6 +35,7 @@ class LeaseHold:
         "started",
         "released",
         "finished",
+        "returned",
         "lock",
         "started_at",
     )
@@ -48,6 +49,8 @@ class LeaseHold:
         self.started = False
         self.released = False
         self.finished = False
+        self.returned = False
+        """True once the handler returned and its outcome went to the completer."""
         self.started_at = 0.0
         self.lock = threading.Lock()
 
@@ -82,9 +85,17 @@ class JobContext:
         self.payload: dict[str, Any] = job.payload
         self.correlation_id: str | None = job.correlation_id
         self.budget_left: int = job.budget_left
-        self.log = logging.LoggerAdapter(
-            log, {"job_id": job.id, "key": job.key, "queue": job.queue, "attempt": job.attempt}
-        )
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose records carry the job's id, key, queue and attempt."""
+        if self._log is None:
+            job = self._hold.job
+            self._log = logging.LoggerAdapter(
+                log, {"job_id": job.id, "key": job.key, "queue": job.queue, "attempt": job.attempt}
+            )
+        return self._log
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job_id} key={self.key!r} queue={self.queue!r} attempt={self.attempt}>"

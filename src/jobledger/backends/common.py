@@ -120,11 +120,11 @@ def resolve_inserts(
     conflict_queue = ""
     for job in jobs:
         ident = (job.queue, job.key)
-        payload = json.loads(job.payload_json)
         if ident in created and ident not in first:
             first[ident] = job
             results.append(InsertResult(created[ident], True))
             continue
+        payload = json.loads(job.payload_json)
         if ident in first:
             other = first[ident]
             same = other.task == job.task and json.loads(other.payload_json) == payload

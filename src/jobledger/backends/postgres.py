@@ -35,6 +35,9 @@ __all__ = ["PostgresBackend"]
 
 _CONNECT_TIMEOUT = 10
 
+#: Batches of at least this many jobs are enqueued through COPY (see ``_insert_staged``).
+_COPY_AT_LEAST = 64
+
 
 def _utc(value: datetime | None) -> datetime | None:
     if value is None:
@@ -83,6 +86,7 @@ class PostgresBackend:
         )
         self._closed = False
         self._lock = threading.Lock()
+        self._statements: dict[tuple[str, int], str] = {}
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -101,9 +105,11 @@ class PostgresBackend:
 
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
+        # Autocommit: a single-statement write on the hot path (claim, complete, fail,
+        # heartbeat) is its own transaction, one round trip instead of BEGIN, it, COMMIT.
+        # Several statements that must commit together use ``_tx`` (an explicit transaction).
         conn.autocommit = True
         conn.execute("SET TIME ZONE 'UTC'")
-        conn.autocommit = False
 
     @contextmanager
     def _translate(self) -> Iterator[None]:
@@ -153,6 +159,21 @@ class PostgresBackend:
         for lit, value in literals.items():
             text = text.replace("{" + lit + "}", str(int(value)))
         with self._tx(conn) as c:
+            cur = c.execute(text, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def _statement(self, name: str, limit: int) -> str:
+        """A named query with ``{limit}`` written in as a literal (cached per value)."""
+        text = self._statements.get((name, limit))
+        if text is None:
+            text = self._sql[name].replace("{limit}", str(int(limit)))
+            self._statements[(name, limit)] = text
+        return text
+
+    def _hot(self, text: str, params: dict[str, Any]) -> list[Any]:
+        """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
+        COMMIT round trips). psycopg prepares it server-side after a few executions."""
+        with self._translate(), self._pool.connection() as c:
             cur = c.execute(text, params)  # type: ignore[arg-type]
             return cur.fetchall() if cur.description else []
 
@@ -260,7 +281,90 @@ class PostgresBackend:
     ) -> list[InsertResult]:
         if not jobs:
             return []
-        params = {
+        if conn is None and (len(jobs) == 1 or on_conflict == "report"):
+            # Nothing to undo if a key conflicts: one job that conflicts was not inserted, and
+            # "report" keeps the others anyway. So each statement may commit on its own.
+            return self._insert_jobs(jobs, now, self._hot, on_conflict)
+        with self._tx(conn) as c:
+
+            def run(text: str, params: dict[str, Any]) -> list[Any]:
+                return c.execute(text, params).fetchall()  # type: ignore[arg-type]
+
+            staged = None
+            if conn is None and len(jobs) >= _COPY_AT_LEAST:
+                staged = self._insert_staged(c, jobs, now)
+            return self._insert_jobs(jobs, now, run, on_conflict, staged)
+
+    def _insert_staged(
+        self, c: psycopg.Connection[Any], jobs: Sequence[NewJob], now: datetime | None
+    ) -> list[Any]:
+        """Insert a batch through COPY into a temporary table (per connection, emptied at
+        commit) and one INSERT … SELECT from it; the rows it returns are what was created."""
+        if not getattr(c, "_jobledger_staging", False):
+            c.execute(self._sql["job_stage_create"])  # type: ignore[arg-type]
+            c._jobledger_staging = True  # type: ignore[attr-defined]
+        with c.cursor() as cur:
+            with cur.copy(self._sql["job_stage_copy"]) as copy:  # type: ignore[arg-type]
+                for j in jobs:
+                    copy.write_row(
+                        (
+                            j.queue,
+                            j.key,
+                            j.task,
+                            j.payload_json,
+                            j.priority,
+                            j.run_at,
+                            j.max_attempts,
+                            float(j.lease_seconds),
+                            j.correlation_id,
+                        )
+                    )
+            cur.execute(
+                self._sql["job_insert_staged"],  # type: ignore[arg-type]
+                {"channel": self.channel, "now": now},
+            )
+            return cur.fetchall()
+
+    def _insert_jobs(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None,
+        run: Any,
+        on_conflict: OnConflict,
+        staged: list[Any] | None = None,
+    ) -> list[InsertResult]:
+        """Insert, then read the jobs whose keys already existed. ``staged``: the rows a
+        COPY-based insert of ``jobs`` already returned (the first round)."""
+        created: dict[tuple[str, str], int] = {}
+        existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
+        todo = list(jobs)
+        for _ in range(3):
+            if staged is not None:
+                inserted, staged = staged, None
+            else:
+                inserted = run(self._sql["job_insert"], self._insert_params(todo, now))
+            for r in inserted:
+                created[(r[1], r[2])] = r[0]
+            missing = list(
+                dict.fromkeys((j.queue, j.key) for j in todo if (j.queue, j.key) not in created)
+            )
+            if not missing:
+                return resolve_inserts(jobs, created, existing, on_conflict)
+            found = run(
+                self._sql["job_existing"],
+                {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
+            )
+            existing.update({(r[1], r[2]): (r[0], r[3], r[4]) for r in found})
+            # A conflicting row that vanished between the insert and the read (pruned) is
+            # inserted again; rows this call already created are not.
+            settled = created.keys() | existing.keys()
+            todo = [j for j in todo if (j.queue, j.key) not in settled]
+            if not todo:
+                return resolve_inserts(jobs, created, existing, on_conflict)
+        raise BackendUnavailable(f"enqueue into {self.url.redacted} kept racing with pruning")
+
+    def _insert_params(self, jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
+        return {
             "queue": [j.queue for j in jobs],
             "key": [j.key for j in jobs],
             "task": [j.task for j in jobs],
@@ -273,22 +377,6 @@ class PostgresBackend:
             "channel": self.channel,
             "now": now,
         }
-        for _ in range(3):
-            with self._tx(conn) as c:
-                rows = c.execute(self._sql["job_insert"], params).fetchall()  # type: ignore[arg-type]
-                created = {(r[1], r[2]): r[0] for r in rows}
-                missing = [(j.queue, j.key) for j in jobs if (j.queue, j.key) not in created]
-                existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
-                if missing:
-                    found = c.execute(
-                        self._sql["job_existing"],  # type: ignore[arg-type]
-                        {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
-                    ).fetchall()
-                    existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
-                if all(m in existing or m in created for m in missing):
-                    return resolve_inserts(jobs, created, existing, on_conflict)
-            # A conflicting row vanished between the insert and the read (pruned): try again.
-        raise BackendUnavailable(f"enqueue into {self.url.redacted} kept racing with pruning")
 
     def job_claim(
         self,
@@ -298,10 +386,9 @@ class PostgresBackend:
         now: datetime | None = None,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
-        rows = self._run(
-            "job_claim",
+        rows = self._hot(
+            self._statement("job_claim", max(1, int(limit))),
             {"queues": list(queues), "worker": worker, "now": now, "lease_seconds": lease_seconds},
-            limit=max(1, int(limit)),
         )
         claimed = [
             ClaimedJob(
@@ -340,14 +427,18 @@ class PostgresBackend:
         if not leases:
             return {}
         params = self._lease_params(leases) | {"now": now, "lease_seconds": lease_seconds}
-        return {r[0]: _utc(r[1]) for r in self._run("job_heartbeat", params)}  # type: ignore[misc]
+        return {r[0]: _utc(r[1]) for r in self._hot(self._sql["job_heartbeat"], params)}  # type: ignore[misc]
 
     def job_complete(
         self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
     ) -> list[int]:
         if not leases:
             return []
-        rows = self._run("job_complete", self._lease_params(leases) | {"now": now}, conn=conn)
+        params = self._lease_params(leases) | {"now": now}
+        if conn is None:
+            rows = self._hot(self._sql["job_complete"], params)
+        else:
+            rows = self._run("job_complete", params, conn=conn)
         done = {r[0] for r in rows}
         return [lease.job_id for lease in leases if lease.job_id not in done]
 
@@ -366,7 +457,7 @@ class PostgresBackend:
             "traceback": [f.traceback for f in failures],
             "now": now,
         }
-        moved = {r[0]: JobState(r[1]) for r in self._run("job_fail", params)}
+        moved = {r[0]: JobState(r[1]) for r in self._hot(self._sql["job_fail"], params)}
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def job_release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:

@@ -246,3 +246,29 @@ FROM (SELECT DISTINCT queue FROM {jobs} WHERE state = 'pending') AS q
 SELECT j.queue, count(*) FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id
 WHERE a.outcome = 'lease_expired' AND a.finished_at >= {now} - interval '1 hour'
 GROUP BY j.queue
+
+-- name: job_stage_create
+-- A bulk enqueue COPYs its rows into this per-connection table, then inserts them in one
+-- statement: COPY costs far less per row than binding nine arrays.
+CREATE TEMPORARY TABLE IF NOT EXISTS jobledger_staging (
+    queue text, key text, task text, payload text, priority int, run_at timestamptz,
+    max_attempts int, lease_seconds float8, correlation_id text
+) ON COMMIT DELETE ROWS
+
+-- name: job_stage_copy
+COPY jobledger_staging (queue, key, task, payload, priority, run_at, max_attempts,
+                        lease_seconds, correlation_id) FROM STDIN
+
+-- name: job_insert_staged
+WITH inserted AS (
+    INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
+                        lease_seconds, created_at, updated_at, correlation_id)
+    SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
+           max_attempts, lease_seconds, {now}, {now}, correlation_id
+    FROM jobledger_staging
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING id, queue, key
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT id, queue, key, (SELECT count(*) FROM woken) FROM inserted
