@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 import time
 
 import asyncpg

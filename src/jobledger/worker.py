@@ -190,6 +190,7 @@ class Worker:
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.prefetch = prefetch
+        self._claim_at_least = max(1, min(batch_size, concurrency + prefetch) // 2)
         self.burst = burst
         self.name = name or default_worker_name()
         listen = self.backend.supports_listen
@@ -299,10 +300,17 @@ class Worker:
 
     def _free(self) -> int:
         """How many jobs to claim now: runner slots (plus ``prefetch``) not taken by a handler,
-        bounded so that outcomes waiting for the completer cannot pile up without limit."""
+        bounded so that outcomes waiting for the completer cannot pile up without limit.
+
+        While claimed jobs still wait for a runner, a claim waits until it can take at least
+        half a batch: many small claims cost the database more than a few large ones."""
         room = self.concurrency + self.prefetch
         with self._running_lock:
-            return min(room - self._busy, 2 * room - len(self._running))
+            free = min(room - self._busy, 2 * room - len(self._running))
+            waiting = self._busy - self.concurrency
+        if waiting > 0 and free < self._claim_at_least:
+            return 0
+        return free
 
     def _fetch_loop(self) -> None:
         next_rescue = 0.0
@@ -417,7 +425,13 @@ class Worker:
             finally:
                 with self._running_lock:
                     self._busy -= 1
-                self._slot_free.set()
+                    # Wake the fetch loop only when it may claim (see ``_free``), not once per
+                    # job: at thousands of jobs a second the wake-ups themselves would cost.
+                    wake = self._busy <= self.concurrency or (
+                        self.concurrency + self.prefetch - self._busy >= self._claim_at_least
+                    )
+                if wake:
+                    self._slot_free.set()
 
     def _execute(self, hold: LeaseHold) -> None:
         job = hold.job

@@ -58,7 +58,10 @@ WITH picked AS (
     INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
 )
-SELECT * FROM claimed
+-- Payload and token as text: the worker parses the JSON itself, and a token stays a string.
+SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
+       lease_seconds, run_at, priority, correlation_id, attempt_limit
+FROM claimed
 
 -- name: job_heartbeat
 UPDATE {jobs} AS j

@@ -151,3 +151,8 @@ GROUP BY queue
 SELECT j.queue, count(*) FROM jobledger_attempts a JOIN jobledger_jobs j ON j.id = a.job_id
 WHERE a.outcome = 'lease_expired' AND a.finished_at >= :now - 3600
 GROUP BY j.queue
+
+-- name: job_lease_tokens
+-- The current tokens of leased jobs among {ids} (a list of ? placeholders), read inside the
+-- write transaction that then completes them: nothing can change in between.
+SELECT id, lease_token FROM jobledger_jobs WHERE state = 'leased' AND id IN ({ids})
