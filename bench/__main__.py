@@ -46,16 +46,16 @@ FULL = {
     "floor_jobs": 50_000,
 }
 QUICK = {
-    "jobs": 2_000,
-    "single": 100,
-    "bulk": 2_000,
-    "steady_seconds": 2.0,
-    "steady_rate": 1_000.0,
-    "idle_jobs": 10,
-    "scale": [2_000],
-    "scale_done": 5_000,
-    "claims": 20,
-    "floor_jobs": 2_000,
+    "jobs": 1_000,
+    "single": 50,
+    "bulk": 1_000,
+    "steady_seconds": 1.0,
+    "steady_rate": 500.0,
+    "idle_jobs": 5,
+    "scale": [1_000],
+    "scale_done": 2_000,
+    "claims": 10,
+    "floor_jobs": 1_000,
 }
 
 

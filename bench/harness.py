@@ -246,9 +246,14 @@ class Workers:
 # -- workloads ------------------------------------------------------------------------------------
 
 
+def setup(system: System, dsn: str) -> None:
+    if not system.info.get("self_setup"):
+        adapter(system, "setup", dsn)
+
+
 def run_enqueue(system: System, single: int, bulk: int, batch: int) -> dict[str, float]:
     with fresh_database(system.dialect) as dsn:
-        adapter(system, "setup", dsn)
+        setup(system, dsn)
         result = adapter(
             system,
             "enqueue",
@@ -265,7 +270,7 @@ def run_enqueue(system: System, single: int, bulk: int, batch: int) -> dict[str,
 
 def run_drain(system: System, jobs: int, processes: int) -> dict[str, float | None]:
     with fresh_database(system.dialect) as dsn:
-        adapter(system, "setup", dsn)
+        setup(system, dsn)
         adapter(system, "fill", dsn, "--n", str(jobs), "--batch", "1000")
         poller = Poller(dsn, system.info["remaining_sql"])
         workers = Workers(system, dsn, processes)
@@ -286,7 +291,7 @@ def run_stream(
     """Producer and workers together: ``rate`` jobs/s for ``seconds``. Returns the completion
     rate over the window and enqueue→start percentiles in milliseconds."""
     with fresh_database(system.dialect) as dsn:
-        adapter(system, "setup", dsn)
+        setup(system, dsn)
         poller = Poller(dsn, system.info["remaining_sql"])
         workers = Workers(system, dsn, processes)
         try:

@@ -65,6 +65,8 @@ def supervise(
                         "worker process %d exited with %d; starting another", child.pid, code
                     )
                     running.append((start(), time.monotonic()))
+                elif signals and code in (-signal.SIGTERM, -signal.SIGINT):
+                    pass  # asked to stop before it could stop gracefully (still starting)
                 elif code != 0 and status == 0:
                     status = code if code > 0 else 128 - code
             children = running
