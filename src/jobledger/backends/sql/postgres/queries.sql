@@ -50,8 +50,11 @@ WITH picked AS (
         lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
         leased_by = %(worker)s,
         updated_at = {now}
-    FROM picked
-    WHERE j.id = picked.id AND j.state = 'pending'
+    -- "= ANY(ARRAY(…))": the rows are fetched by primary key (a join with the CTE is planned
+    -- for an unknown number of rows: a hash join over every pending job). No "state =
+    -- 'pending'" here: "picked" locked these rows after checking it, and a condition on state
+    -- would let the planner read the whole index of pending jobs for it.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
               j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit
 ), opened AS (
@@ -68,7 +71,8 @@ UPDATE {jobs} AS j
 SET lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
     updated_at = {now}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'leased'
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+  AND j.state = 'leased'
 RETURNING j.id, j.lease_until
 
 -- name: job_complete
@@ -76,7 +80,10 @@ WITH done AS (
     UPDATE {jobs} AS j
     SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now}
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-    WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'leased'
+    -- "j.id = ANY(…)" lets the planner fetch the batch by primary key instead of joining
+    -- with every leased job.
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+      AND j.state = 'leased'
     RETURNING j.id, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'done'
@@ -102,7 +109,8 @@ WITH f AS (
         last_error_class = f.error_class,
         last_traceback = f.traceback
     FROM f
-    WHERE j.id = f.id AND j.lease_token = f.token AND j.state = 'leased'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = f.id AND j.lease_token = f.token
+      AND j.state = 'leased'
     RETURNING j.id, j.state, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a
@@ -120,7 +128,8 @@ WITH released AS (
     SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
         updated_at = {now}
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-    WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'leased'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+      AND j.state = 'leased'
     RETURNING j.id, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
@@ -146,8 +155,8 @@ WITH expired AS (
         last_traceback = NULL,
         lease_until = NULL,
         updated_at = {now}
-    FROM expired
-    WHERE j.id = expired.id AND j.state = 'leased' AND j.lease_until < {now}
+    WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.state = 'leased'
+      AND j.lease_until < {now}
     RETURNING j.id, j.queue, j.key, j.state, j.attempts, j.last_error
 ), closed AS (
     UPDATE {attempts} AS a
