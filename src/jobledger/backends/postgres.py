@@ -347,6 +347,8 @@ class PostgresBackend:
         for _ in range(3):
             if staged is not None:
                 inserted, staged = staged, None
+            elif len(todo) == 1:
+                inserted = run(self._sql["job_insert_one"], self._insert_one_params(todo[0], now))
             else:
                 inserted = run(self._sql["job_insert"], self._insert_params(todo, now))
             for r in inserted:
@@ -368,6 +370,21 @@ class PostgresBackend:
             if not todo:
                 return resolve_inserts(jobs, created, existing, on_conflict)
         raise BackendUnavailable(f"enqueue into {self.url.redacted} kept racing with pruning")
+
+    def _insert_one_params(self, j: NewJob, now: datetime | None) -> dict[str, Any]:
+        return {
+            "queue": j.queue,
+            "key": j.key,
+            "task": j.task,
+            "payload": j.payload_json,
+            "priority": j.priority,
+            "run_at": j.run_at,
+            "max_attempts": j.max_attempts,
+            "lease_seconds": float(j.lease_seconds),
+            "correlation_id": j.correlation_id,
+            "channel": self.channel,
+            "now": now,
+        }
 
     def _insert_params(self, jobs: Sequence[NewJob], now: datetime | None) -> dict[str, Any]:
         return {
