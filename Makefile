@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo lint clean
+.PHONY: test demo lint clean bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,12 @@ test: $(BIN)/.installed
 ## demo: the quick tour, on a throw-away SQLite file
 demo: $(BIN)/.installed
 	$(BIN)/python examples/quick_tour.py
+
+## bench: the benchmark on SQLite and PostgreSQL (127.0.0.1:5432) with the other queues beside
+## it; prints a table and writes bench/results.json (BENCH_ARGS=--quick for a short run)
+BENCH_ARGS ?= --compare
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 ## lint: style, types and layer contracts
 lint: $(BIN)/.installed

@@ -99,6 +99,10 @@ class Poller:
             self._sqlite = None
             self._pg = psycopg.connect(dsn, autocommit=True)
 
+    @property
+    def backend_pid(self) -> int | None:
+        return self._pg.info.backend_pid if self._pg is not None else None
+
     def remaining(self) -> int:
         if self._sqlite is not None:
             return int(self._sqlite.execute(self.sql).fetchone()[0])
@@ -164,6 +168,29 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def database_cpu_seconds(dsn: str, exclude_pid: int | None) -> float | None:
+    """CPU used so far by the PostgreSQL sessions open on this run's database (the server
+    starts one process per session, so this is the database work of this run alone, however
+    busy the server is with other databases)."""
+    if dsn.startswith("sqlite"):
+        return None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        own = conn.info.backend_pid
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+        ).fetchall()
+    return sum(_cpu_seconds(r[0]) for r in rows if r[0] not in (own, exclude_pid))
+
+
 def _peak_rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -218,6 +245,10 @@ class Workers:
         peaks = [_peak_rss_mb(pid) for pid in _descendants(self.proc.pid)]
         known = [p for p in peaks if p is not None]
         return max(known) if known else None
+
+    def cpu_seconds(self) -> float:
+        """CPU used so far by every process of this run."""
+        return sum(_cpu_seconds(pid) for pid in _descendants(self.proc.pid))
 
     def stop(self, timeout: float = 60) -> list[float]:
         """Stop the workers (SIGTERM) and return the latencies they recorded, in seconds."""
@@ -276,13 +307,21 @@ def run_drain(system: System, jobs: int, processes: int) -> dict[str, float | No
         workers = Workers(system, dsn, processes)
         try:
             workers.wait_ready()
+            workers_cpu = workers.cpu_seconds()
             start = workers.go()
             end = poller.wait_empty(timeout=max(120.0, jobs / 100))
             rss = workers.peak_rss_mb()
+            workers_cpu = workers.cpu_seconds() - workers_cpu
+            db_cpu = database_cpu_seconds(dsn, poller.backend_pid)
         finally:
             workers.stop()
             poller.close()
-    return {"drain_per_s": jobs / (end - start), "worker_peak_rss_mb": rss}
+    return {
+        "drain_per_s": jobs / (end - start),
+        "worker_peak_rss_mb": rss,
+        "worker_cpu_us_per_job": workers_cpu / jobs * 1e6,
+        "database_cpu_us_per_job": None if db_cpu is None else db_cpu / jobs * 1e6,
+    }
 
 
 def run_stream(

@@ -93,7 +93,7 @@ class UnknownTask(Exception):
 class _Completer:
     """Writes outcomes in batches on its own thread ("group commit")."""
 
-    def __init__(self, worker: Worker, max_batch: int = 500):
+    def __init__(self, worker: Worker, max_batch: int = 1000):
         self._worker = worker
         self._max_batch = max_batch
         self._items: list[_Outcome] = []
