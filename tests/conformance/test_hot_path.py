@@ -235,3 +235,20 @@ def test_processes_stop_together_on_sigterm(ledger, db_url, tmp_path):
     assert code == 0, err
     assert len(re.findall(r"worker done", err)) == 2, err
     assert all(ledger.job(i).state is JobState.DONE for i in jobs)
+
+
+def test_a_batch_keeps_keys_and_payloads_with_quotes_braces_and_backslashes(ledger, tasks):
+    odd = ['a"b', "c\\d", "e,f", "{g}", "h i", "NULL", "ü:ß€", "'q'", 'back\\"slash', 'x{"a": 1}']
+    specs = [
+        JobSpec({"n": i, "text": key, "nested": {"k": [key, None, 1.5]}}, key=key)
+        for i, key in enumerate(odd)
+    ]
+    ledger.task(lambda ctx, **payload: None, name="blob", queue="q")
+    results = ledger.enqueue_many("blob", specs, now=T0)
+    assert all(r.created for r in results)
+    rows = {j.key: j for j in ledger.jobs()}
+    assert sorted(rows) == sorted(odd)
+    for i, key in enumerate(odd):
+        assert rows[key].payload == {"n": i, "text": key, "nested": {"k": [key, None, 1.5]}}
+    again = ledger.enqueue_many("blob", specs, now=T0)
+    assert [r.id for r in again] == [r.id for r in results] and not any(r.created for r in again)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from json import loads
@@ -89,6 +89,18 @@ class PostgresBackend:
             timeout=_CONNECT_TIMEOUT,
             open=True,
             name="jobledger",
+        )
+        # Idempotent statements skip the liveness round trip (see ``_quick``). No connection
+        # is opened until one is needed.
+        self._quick_pool = psycopg_pool.ConnectionPool(
+            url.conninfo,
+            min_size=0,
+            max_size=url.pool_size,
+            kwargs={"connect_timeout": _CONNECT_TIMEOUT},
+            configure=self._configure,
+            timeout=_CONNECT_TIMEOUT,
+            open=True,
+            name="jobledger-quick",
         )
         self._closed = False
         self._lock = threading.Lock()
@@ -176,6 +188,23 @@ class PostgresBackend:
             self._statements[(name, limit)] = text
         return text
 
+    def _quick(self, text: str, params: dict[str, Any]) -> list[Any]:
+        """An idempotent statement (an enqueue by key, a lease renewal) on a connection handed
+        out without the round trip that proves it alive. If the server closed the connection
+        (a restart, a terminated session) the statement goes once more on another: run twice,
+        it does what it did once (a second enqueue of a key finds the first)."""
+        with self._translate():
+            for attempt in range(2):
+                with self._quick_pool.connection() as c:
+                    try:
+                        cur = c.execute(text, params)  # type: ignore[arg-type]
+                        return cur.fetchall() if cur.description else []
+                    except (psycopg.OperationalError, psycopg.InterfaceError):
+                        if attempt or not c.broken:
+                            raise
+                self._quick_pool.check()  # drop the other connections that broke too
+        raise AssertionError("unreachable")
+
     def _hot(self, text: str, params: dict[str, Any]) -> list[Any]:
         """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
         COMMIT round trips). psycopg prepares it server-side after a few executions."""
@@ -188,6 +217,7 @@ class PostgresBackend:
             if not self._closed:
                 self._closed = True
                 self._pool.close()
+                self._quick_pool.close()
 
     # -- schema ----------------------------------------------------------------------------------
 
@@ -287,10 +317,14 @@ class PostgresBackend:
     ) -> list[InsertResult]:
         if not jobs:
             return []
-        if conn is None and (len(jobs) == 1 or on_conflict == "report"):
-            # Nothing to undo if a key conflicts: one job that conflicts was not inserted, and
-            # "report" keeps the others anyway. So each statement may commit on its own.
-            return self._insert_jobs(jobs, now, self._hot, on_conflict)
+        if conn is None and len(jobs) == 1:
+            # Nothing to undo if the key conflicts: the one job was not inserted.
+            return self._insert_jobs(jobs, now, self._quick, on_conflict)
+        if conn is None and _consistent(jobs):
+            try:
+                return self._insert_at_once(jobs, now, on_conflict)
+            except _BatchConflict:
+                pass  # nothing was written; the transaction below says which keys conflict
         with self._tx(conn) as c:
 
             def run(text: str, params: dict[str, Any]) -> list[Any]:
@@ -300,6 +334,43 @@ class PostgresBackend:
             if conn is None and len(jobs) >= _COPY_AT_LEAST:
                 staged = self._insert_staged(c, jobs, now)
             return self._insert_jobs(jobs, now, run, on_conflict, staged)
+
+    def _insert_at_once(
+        self, jobs: Sequence[NewJob], now: datetime | None, on_conflict: OnConflict
+    ) -> list[InsertResult]:
+        params = _array_params(jobs) | {
+            "channel": self.channel,
+            "now": now,
+            "strict": on_conflict == "raise",
+        }
+        try:
+            rows = self._quick(self._sql["job_insert_at_once"], params)
+        except BackendUnavailable:
+            raise
+        except psycopg.errors.InvalidTextRepresentation as exc:
+            if "jobledger: key conflict" in str(exc):
+                raise _BatchConflict from None
+            raise
+        created: dict[tuple[str, str], int] = {}
+        existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
+        for tag, job_id, queue, key, task, payload in rows:
+            if tag == "c":
+                created[(queue, key)] = job_id
+            elif tag == "e":
+                existing[(queue, key)] = (job_id, task, payload)
+        missing = {(j.queue, j.key) for j in jobs} - created.keys() - existing.keys()
+        if missing:
+            # "report" only: another transaction inserted these keys meanwhile.
+            found = self._quick(
+                self._sql["job_existing"],
+                {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
+            )
+            existing.update({(r[1], r[2]): (r[0], r[3], r[4]) for r in found})
+            if missing - existing.keys():
+                raise BackendUnavailable(
+                    f"enqueue into {self.url.redacted} kept racing with pruning"
+                )
+        return resolve_inserts(jobs, created, existing, on_conflict)
 
     def _insert_staged(
         self, c: psycopg.Connection[Any], jobs: Sequence[NewJob], now: datetime | None
@@ -454,7 +525,7 @@ class PostgresBackend:
         if not leases:
             return {}
         params = self._lease_params(leases) | {"now": now, "lease_seconds": lease_seconds}
-        return {r[0]: _utc(r[1]) for r in self._hot(self._sql["job_heartbeat"], params)}  # type: ignore[misc]
+        return {r[0]: _utc(r[1]) for r in self._quick(self._sql["job_heartbeat"], params)}  # type: ignore[misc]
 
     def job_complete(
         self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
@@ -730,3 +801,46 @@ class _PgListener:
             with suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None
+
+
+class _BatchConflict(Exception):
+    """A batch enqueued at once met a key conflict; nothing of it was written."""
+
+
+def _consistent(jobs: Sequence[NewJob]) -> bool:
+    """False when one key appears twice in the batch with another task or payload (a conflict
+    the database cannot see within one statement)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    for j in jobs:
+        first = seen.setdefault((j.queue, j.key), (j.task, j.payload_json))
+        if first != (j.task, j.payload_json):
+            return False
+    return True
+
+
+def _text(value: str | None) -> str:
+    if value is None:
+        return "NULL"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _array(values: Iterable[str]) -> str:
+    return "{" + ",".join(values) + "}"
+
+
+def _array_params(jobs: Sequence[NewJob]) -> dict[str, str]:
+    """The columns of a batch as PostgreSQL array literals: building one string per column
+    costs far less than binding each element of a list."""
+    return {
+        "queue": _array([_text(j.queue) for j in jobs]),
+        "key": _array([_text(j.key) for j in jobs]),
+        "task": _array([_text(j.task) for j in jobs]),
+        "payload": _array([_text(j.payload_json) for j in jobs]),
+        "priority": _array([str(int(j.priority)) for j in jobs]),
+        "run_at": _array(
+            ["NULL" if j.run_at is None else _text(j.run_at.isoformat()) for j in jobs]
+        ),
+        "max_attempts": _array([str(int(j.max_attempts)) for j in jobs]),
+        "lease_seconds": _array([repr(float(j.lease_seconds)) for j in jobs]),
+        "correlation_id": _array([_text(j.correlation_id) for j in jobs]),
+    }

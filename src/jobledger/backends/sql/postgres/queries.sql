@@ -300,3 +300,43 @@ WITH inserted AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
 )
 SELECT id, queue, key, (SELECT count(*) FROM woken) FROM inserted
+
+-- name: job_insert_at_once
+-- A batch in one statement (one round trip, its own transaction). Arrays come as literals.
+-- Rows come back tagged: 'c' created by this statement, 'e' existed before it, and one 'v'
+-- row. With %(strict)s (on_conflict "raise"), a key that exists with another task or payload,
+-- or that another transaction inserted meanwhile, fails the whole statement — nothing of it is
+-- written — through a cast that cannot succeed; the caller then takes the transactional path.
+WITH new AS (
+    SELECT * FROM unnest(
+        %(queue)s::text[], %(key)s::text[], %(task)s::text[], %(payload)s::jsonb[],
+        %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
+        %(lease_seconds)s::float8[], %(correlation_id)s::text[]
+    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id)
+), existing AS (
+    SELECT j.id, j.queue, j.key, j.task, j.payload FROM {jobs} AS j
+    WHERE (j.queue, j.key) IN (SELECT n.queue, n.key FROM new AS n)
+), inserted AS (
+    INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
+                        lease_seconds, created_at, updated_at, correlation_id)
+    SELECT queue, key, task, payload, priority, COALESCE(run_at, {now}), max_attempts,
+           max_attempts, lease_seconds, {now}, {now}, correlation_id
+    FROM new
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING id, queue, key
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
+), verdict AS (
+    SELECT CASE WHEN %(strict)s AND (
+        EXISTS (SELECT 1 FROM existing AS e JOIN new AS n ON (n.queue, n.key) = (e.queue, e.key)
+                WHERE e.task <> n.task OR e.payload <> n.payload)
+        OR (SELECT count(*) FROM inserted) + (SELECT count(*) FROM existing)
+           < (SELECT count(*) FROM (SELECT DISTINCT queue, key FROM new) AS d)
+    ) THEN ('jobledger: key conflict in batch of ' || (SELECT count(*) FROM new))::bigint
+    ELSE (SELECT count(*) FROM woken) END AS v
+)
+SELECT 'c', id, queue, key, NULL::text, NULL::text FROM inserted
+UNION ALL
+SELECT 'e', id, queue, key, task, payload::text FROM existing
+UNION ALL
+SELECT 'v', v, NULL, NULL, NULL, NULL FROM verdict
