@@ -313,9 +313,6 @@ WITH new AS (
         %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
         %(lease_seconds)s::float8[], %(correlation_id)s::text[]
     ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id)
-), existing AS (
-    SELECT j.id, j.queue, j.key, j.task, j.payload FROM {jobs} AS j
-    WHERE (j.queue, j.key) IN (SELECT n.queue, n.key FROM new AS n)
 ), inserted AS (
     INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
                         lease_seconds, created_at, updated_at, correlation_id)
@@ -324,6 +321,11 @@ WITH new AS (
     FROM new
     ON CONFLICT (queue, key) DO NOTHING
     RETURNING id, queue, key
+), existing AS (
+    -- Only the keys not inserted are looked up (usually none). The statement's snapshot holds
+    -- the rows from before it: the jobs it inserted are not among them.
+    SELECT j.id, j.queue, j.key, j.task, j.payload FROM {jobs} AS j
+    WHERE (j.queue, j.key) IN (SELECT queue, key FROM new EXCEPT SELECT queue, key FROM inserted)
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
 ), verdict AS (
