@@ -252,3 +252,32 @@ def test_a_batch_keeps_keys_and_payloads_with_quotes_braces_and_backslashes(ledg
         assert rows[key].payload == {"n": i, "text": key, "nested": {"k": [key, None, 1.5]}}
     again = ledger.enqueue_many("blob", specs, now=T0)
     assert [r.id for r in again] == [r.id for r in results] and not any(r.created for r in again)
+
+
+def test_postgres_hot_path_reconnects_after_sessions_are_cut(pg):
+    import psycopg
+
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    try:
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"a{n}"} for n in range(3)])
+        ledger.backend.job_claim(["q"], "w", 1)  # every pool has a connection now
+        for step in ("enqueue", "enqueue_many", "claim"):
+            with psycopg.connect(pg.url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (pg.dbname,),
+                )
+            # The statement is sent again on a new connection, once.
+            if step == "enqueue":
+                assert ledger.enqueue("t", {"n": 9}, key="b").created
+            elif step == "enqueue_many":
+                results = ledger.enqueue_many("t", [{"payload": {"n": 8}, "key": "c"}] * 2)
+                assert results[0].created and results[1].id == results[0].id
+            else:
+                assert len(ledger.backend.job_claim(["q"], "w", 10)) == 4
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)

@@ -189,18 +189,21 @@ class PostgresBackend:
         return text
 
     def _quick(self, text: str, params: dict[str, Any]) -> list[Any]:
-        """An idempotent statement (an enqueue by key, a lease renewal) on a connection handed
-        out without the round trip that proves it alive. If the server closed the connection
-        (a restart, a terminated session) the statement goes once more on another: run twice,
-        it does what it did once (a second enqueue of a key finds the first)."""
+        """A statement that is safe to send twice, on a connection handed out without the round
+        trip that proves it alive. If the server closed the connection (a restart, a terminated
+        session) the statement goes again on another (twice at most). Safe to send twice: an enqueue by key
+        (the second finds the first), a lease renewal, a claim (had the first committed before
+        its reply was lost, its jobs wait for their leases to expire, as after a worker crash;
+        they are never run twice). Completions and failures are not sent here: a second one
+        would be refused and reported as a lost lease."""
         with self._translate():
-            for attempt in range(2):
+            for attempt in range(3):
                 with self._quick_pool.connection() as c:
                     try:
                         cur = c.execute(text, params)  # type: ignore[arg-type]
                         return cur.fetchall() if cur.description else []
                     except (psycopg.OperationalError, psycopg.InterfaceError):
-                        if attempt or not c.broken:
+                        if attempt == 2 or not c.broken:
                             raise
                 self._quick_pool.check()  # drop the other connections that broke too
         raise AssertionError("unreachable")
@@ -480,7 +483,7 @@ class PostgresBackend:
         now: datetime | None = None,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
-        rows = self._hot(
+        rows = self._quick(
             self._statement("job_claim", max(1, int(limit))),
             {"queues": list(queues), "worker": worker, "now": now, "lease_seconds": lease_seconds},
         )
