@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo lint clean bench
+.PHONY: test demo tour lint clean bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,8 +19,12 @@ test: $(BIN)/.installed
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-## demo: the quick tour, on a throw-away SQLite file
+## demo: the weekly digest story with worker processes and a crash, on a throw-away SQLite file
 demo: $(BIN)/.installed
+	$(BIN)/jobledger demo
+
+## tour: the README's five-minute tour, on a throw-away SQLite file
+tour: $(BIN)/.installed
 	$(BIN)/python examples/quick_tour.py
 
 ## bench: the benchmark on SQLite and PostgreSQL (127.0.0.1:5432) with the other queues beside

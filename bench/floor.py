@@ -1,8 +1,8 @@
 """The floor: what the database itself does with jobledger's own SQL, sent as bare statements
 from one connection in batches (no queue library, no worker, no threads).
 
-Enqueue as ``enqueue_many`` does (PostgreSQL: COPY into the staging table, then one INSERT …
-SELECT; SQLite: the insert statement per row in one transaction), then drain: claim a batch
+Enqueue as ``enqueue_many`` does (PostgreSQL: one statement per batch with the columns as array
+literals; SQLite: the insert statement per row in one transaction), then drain: claim a batch
 (attempt rows opened), complete it (fenced by token, attempt rows closed), until nothing is left.
 """
 
@@ -16,6 +16,8 @@ from typing import Any
 import psycopg
 
 from jobledger import Ledger
+from jobledger.backends import NewJob
+from jobledger.backends.postgres import _array_params
 from jobledger.backends.sqlfiles import queries
 
 
@@ -36,6 +38,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
             "attempts": "public.jobledger_attempts",
             "events": "public.jobledger_events",
             "effects": "public.jobledger_effects",
+            "tombstones": "public.jobledger_tombstones",
         }
     )
     claim = sql["job_claim"].replace("{limit}", str(batch))
@@ -44,12 +47,12 @@ def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
         conn.execute("SET TIME ZONE 'UTC'")
         started = time.perf_counter()
         for start in range(0, jobs, 1000):
-            with conn.transaction(), conn.cursor() as cur:
-                cur.execute(sql["job_stage_create"])
-                with cur.copy(sql["job_stage_copy"]) as copy:
-                    for i in range(start, min(jobs, start + 1000)):
-                        copy.write_row(("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None))
-                cur.execute(sql["job_insert_staged"], {"channel": "bench", "now": None})
+            batch = [
+                NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
+                for i in range(start, min(jobs, start + 1000))
+            ]
+            params = _array_params(batch) | {"channel": "bench", "now": None}
+            conn.execute(sql["job_insert_fresh"], params).fetchall()
         inserted = time.perf_counter() - started
         params: dict[str, Any] = {
             "queues": ["bench"],

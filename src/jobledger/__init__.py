@@ -17,7 +17,7 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
 """
 
 from .backends import JobFilter
-from .backends.base import InsertResult
+from .backends.base import InsertResult, PruneResult
 from .context import JobContext
 from .errors import (
     BackendUnavailable,
@@ -26,6 +26,7 @@ from .errors import (
     InvalidTransition,
     JobledgerError,
     KeyConflict,
+    LeadershipLost,
     LeaseLost,
     NotFound,
     PayloadError,
@@ -36,8 +37,28 @@ from .errors import (
 from .faults import fault_point
 from .ledger import JobHistory, Ledger, RedriveResult
 from .policy import Backoff, check_response, classify, parse_retry_after
+from .scheduling.records import CatchUp, LeaderLease, ScheduleRow, TickRow, TickState
+from .scheduling.schedule import (
+    Schedule,
+    ScheduleBook,
+    ScheduleStatus,
+    ScheduleTarget,
+    TaskTarget,
+    Tick,
+)
+from .scheduling.scheduler import Scheduler, SchedulerPass
 from .task import Task
-from .types import Attempt, AttemptOutcome, ClaimedJob, Enqueued, Event, JobRow, JobSpec, JobState
+from .types import (
+    Attempt,
+    AttemptOutcome,
+    ClaimedJob,
+    Enqueued,
+    Event,
+    JobRow,
+    JobSpec,
+    JobState,
+    Tombstone,
+)
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -47,6 +68,7 @@ __all__ = [
     "AttemptOutcome",
     "BackendUnavailable",
     "Backoff",
+    "CatchUp",
     "ClaimedJob",
     "ConfigError",
     "Enqueued",
@@ -62,15 +84,30 @@ __all__ = [
     "JobState",
     "JobledgerError",
     "KeyConflict",
+    "LeaderLease",
+    "LeadershipLost",
     "LeaseLost",
     "Ledger",
     "NotFound",
     "PayloadError",
     "Permanent",
+    "PruneResult",
     "RedriveResult",
     "Retry",
+    "Schedule",
+    "ScheduleBook",
+    "ScheduleRow",
+    "ScheduleStatus",
+    "ScheduleTarget",
+    "Scheduler",
+    "SchedulerPass",
     "SchemaMismatch",
     "Task",
+    "TaskTarget",
+    "Tick",
+    "TickRow",
+    "TickState",
+    "Tombstone",
     "Worker",
     "WorkerStats",
     "check_response",

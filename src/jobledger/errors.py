@@ -9,6 +9,7 @@ What jobledger raises to its callers::
     ├── NotFound               no job with that id or key
     ├── InvalidTransition      the operation does not apply to the job's state (redrive a done job)
     ├── LeaseLost              a write named a stale lease token and changed nothing
+    ├── LeadershipLost         a scheduler's leader lease expired or was taken; it wrote nothing
     └── BackendUnavailable     the database is missing, locked, gone or refuses us
         └── SchemaMismatch     the database has no jobledger schema, or a newer one than this code
 
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidTransition",
     "JobledgerError",
     "KeyConflict",
+    "LeadershipLost",
     "LeaseLost",
     "NotFound",
     "PayloadError",
@@ -92,6 +94,21 @@ class LeaseLost(JobledgerError):
         self.action = action
         super().__init__(
             f"lease lost on job {job_id}: {action} refused, token {token[:8]}… is no longer current"
+        )
+
+
+class LeadershipLost(JobledgerError):
+    """A scheduler wrote under a leader lease that is no longer its own (expired, released, or
+    taken over by another scheduler). The write changed nothing; the scheduler stops acting for
+    that cohort until it holds the lease again."""
+
+    def __init__(self, name: str, holder: str, action: str = "write"):
+        self.name = name
+        self.holder = holder
+        self.action = action
+        super().__init__(
+            f"leadership of {name!r} lost by {holder}: {action} refused (the lease expired or "
+            "another scheduler holds it)"
         )
 
 

@@ -15,7 +15,11 @@ Points jobledger itself calls:
 - ``worker.after_claim`` — the claim is committed, the handler has not started;
 - ``effect.after_call`` — inside ``ctx.once``: the effect happened, it is not recorded yet;
 - ``worker.before_finish`` — the handler returned, its outcome is not written yet;
-- ``worker.after_finish`` — the outcome is written.
+- ``worker.after_finish`` — the outcome is written;
+- ``scheduler.after_batch`` — a batch of a tick's jobs is committed, the tick is not finished;
+- ``scheduler.before_finish`` — every job of the tick is enqueued, the tick is not marked done;
+- ``publish.in_transaction`` — an HTTP publish holds its keys (PostgreSQL: their in-flight
+  locks) inside its transaction and has not inserted the jobs yet.
 
 Handlers may call ``fault_point("my.point")`` for points of their own.
 """

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from .backends.base import RescueResult
     from .types import ClaimedJob
     from .worker import Worker
@@ -33,6 +35,9 @@ class WorkerObserver:
         error_class: str | None,
     ) -> None:
         """An attempt's outcome was written: ``done``, ``retry`` or ``dead``."""
+
+    def on_heartbeat(self, worker: Worker, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
+        """Leases were renewed: each job with its new ``lease_until``."""
 
     def on_lease_lost(self, worker: Worker, job: ClaimedJob, action: str) -> None:
         """A write (``heartbeat``, ``complete``, ``fail``) was refused: the token was stale."""

@@ -10,14 +10,15 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
-from .backends.base import Backend, InsertResult, QueueStats, RescueResult
+from .backends.base import Backend, InsertResult, PruneResult, QueueStats, RescueResult
 from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
 from .hooks import WorkerObserver, WorkerService
 from .payload import encode_payload, finite_number, validate_key
 from .policy import DEFAULT_BACKOFF, Backoff
+from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
 from .task import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
@@ -30,9 +31,16 @@ from .task import (
 from .types import Attempt, Enqueued, Event, JobRow, JobSpec, JobState
 from .worker import Worker, WorkerStats
 
-__all__ = ["JobHistory", "Ledger", "RedriveResult"]
+if TYPE_CHECKING:
+    from .scheduling.schedule import Tick
+    from .scheduling.scheduler import Scheduler
+
+__all__ = ["DEFAULT_KEEP_KEYS", "JobHistory", "Ledger", "RedriveResult"]
 
 _INT32 = 2**31 - 1
+
+DEFAULT_KEEP_KEYS = timedelta(days=365)
+"""How long the key of a pruned job keeps blocking duplicates, counted from when it finished."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,9 @@ class Ledger:
         """Told what this ledger's workers do (metrics, logs); see ``jobledger.hooks``."""
         self.worker_services: list[Callable[[Worker], WorkerService | None]] = []
         """Factories of services each worker runs beside itself (the scheduler, metrics)."""
+        self.schedules = ScheduleBook(self)
+        """The cron schedules declared with ``@ledger.schedule``, and the operator's view of
+        those in the ledger (status, ticks, pause, resume); see docs/scheduling.md."""
 
     def __repr__(self) -> str:
         return f"Ledger({self.url.redacted!r})"
@@ -192,6 +203,87 @@ class Ledger:
             return task
 
         return register(fn) if fn is not None else register
+
+    def schedule(
+        self,
+        cron: str,
+        *,
+        tz: str = "UTC",
+        name: str | None = None,
+        for_each: Callable[[Tick], Iterable[str | int]] | None = None,
+        key: str | Callable[..., str] | None = None,
+        payload: dict[str, Any] | Callable[..., dict[str, Any]] | None = None,
+        queue: str | None = None,
+        catch_up: str = "latest",
+        max_catch_up: int = 100,
+        grace: float | timedelta = 300.0,
+        cohort: str = DEFAULT_COHORT,
+        batch_size: int = 1000,
+    ) -> Callable[[Task | Callable[..., Any]], Task]:
+        """Run a task on a cron schedule. Put it above ``@ledger.task`` (a plain function
+        becomes a task with default settings)::
+
+            @ledger.schedule("0 6 * * MON", tz="Europe/Berlin", for_each=active_customers,
+                             payload=lambda tick, c: {"customer_id": c, "week": tick.week})
+            @ledger.task(queue="digests")
+            def send_digest(ctx, customer_id: int, week: str) -> None: ...
+
+        - ``cron``: 5 fields (minute hour day-of-month month day-of-week) with names, ranges,
+          lists and steps, or ``@daily`` and its kin; ``tz``: an IANA zone. Daylight saving
+          follows cron: a 02:30 schedule fires once on both change-over days.
+        - ``for_each(tick)``: an eligibility function; each tick then makes one job per entity
+          id it yields. Without it, each tick makes one job.
+        - ``key``: a template over ``{schedule} {tick} {local} {date} {week} {month} {year}``
+          and ``{entity}``, or a function of the tick (and entity). Default: the schedule's
+          name (or the entity) and the coarsest label that tells ticks apart, e.g.
+          ``weekly-digest:2026-W33`` or ``4187:2026-W33``.
+        - ``payload``: a dict, or a function of the tick (and entity); default
+          ``{"tick": "2026-08-10T04:00Z"}`` plus ``"entity"`` for fan-out.
+        - ``catch_up``: ``skip``, ``latest`` (default) or ``all`` (at most ``max_catch_up``)
+          for ticks missed by more than ``grace`` seconds (default 300).
+        - ``cohort``: schedules of a cohort share one leader lease (default ``"default"``).
+        - ``batch_size``: jobs enqueued per transaction (default 1000).
+
+        A bad expression, zone, key or option raises ``ConfigError`` here, at declaration.
+        """
+        from .scheduling.cron import CronSpec
+        from .scheduling.schedule import Schedule, TaskTarget
+
+        CronSpec(cron, tz)  # refuse a bad expression or zone before registering anything
+
+        def register(fn: Task | Callable[..., Any]) -> Task:
+            new_task = not isinstance(fn, Task)
+            task = fn if isinstance(fn, Task) else self.task(fn)
+            try:
+                self.schedules.add(
+                    Schedule(
+                        name or task.name,
+                        cron,
+                        target=TaskTarget(task, payload, queue),
+                        tz=tz,
+                        for_each=for_each,
+                        key=key,
+                        catch_up=catch_up,
+                        max_catch_up=max_catch_up,
+                        grace=grace,
+                        cohort=cohort,
+                        batch_size=batch_size,
+                    )
+                )
+            except ConfigError:
+                if new_task:  # a refused schedule leaves nothing registered behind
+                    self._tasks.pop(task.name, None)
+                raise
+            return task
+
+        return register
+
+    def scheduler(self, **options: Any) -> Scheduler:
+        """Build a ``Scheduler`` for this ledger's schedules (see its options) without starting
+        it. ``scheduler.run()`` runs it in this thread; workers run one by themselves."""
+        from .scheduling.scheduler import Scheduler
+
+        return Scheduler(self, **options)
 
     def get_task(self, name: str) -> Task | None:
         return self._tasks.get(name)
@@ -382,14 +474,28 @@ class Ledger:
     def job_by_key(self, key: str, queue: str | None = None) -> JobRow:
         """The job with this key (in ``queue``, or in the only queue that has it)."""
         if queue is not None:
-            return self.backend.job_get_by_key(queue, key)
+            try:
+                return self.backend.job_get_by_key(queue, key)
+            except NotFound as exc:
+                raise NotFound(f"{exc}{self._pruned_note(key, queue)}") from None
         found = self.backend.job_find_key(key)
         if not found:
-            raise NotFound(f"no job with key {key!r}")
+            raise NotFound(f"no job with key {key!r}{self._pruned_note(key, queue)}")
         if len(found) > 1:
             queues = ", ".join(sorted(j.queue for j in found))
             raise NotFound(f"key {key!r} exists in several queues ({queues}); name the queue")
         return found[0]
+
+    def _pruned_note(self, key: str, queue: str | None) -> str:
+        tombs = self.backend.tombstone_find(key, queue)
+        if not tombs:
+            return ""
+        t = tombs[0]
+        return (
+            f"; job {t.job_id} had this key in queue {t.queue!r}, finished {t.state.value} and "
+            f"was pruned at {t.pruned_at:%Y-%m-%d %H:%M:%S} UTC; the key stays taken until "
+            f"{t.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+        )
 
     def find(self, ref: int | str, queue: str | None = None) -> JobRow:
         """A job by id (an int, or a string of digits with no job of that key) or by key."""
@@ -519,6 +625,59 @@ class Ledger:
                 f"cannot cancel job {row.id}: it is {row.state.value} (only pending jobs can be cancelled)"
             )
         return self.backend.job_cancel(row.id, actor, reason, now)
+
+    def prune(
+        self,
+        older_than: float | timedelta,
+        *,
+        include_dead: bool = False,
+        keep_keys: float | timedelta | None = DEFAULT_KEEP_KEYS,
+        queue: str | None = None,
+        batch: int = 1000,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        progress: Callable[[PruneResult], None] | None = None,
+    ) -> PruneResult:
+        """Delete finished jobs, with their attempts, events and effects, in batches.
+
+        Done and cancelled jobs that finished more than ``older_than`` (seconds or a timedelta)
+        ago go; dead jobs only with ``include_dead`` (they wait for an operator). Each pruned
+        key keeps blocking enqueue for ``keep_keys`` after its job finished (default 365 days;
+        ``None`` or 0 frees keys at once): enqueue of such a key creates nothing and reports the
+        pruned job (``InsertResult.pruned``). Tombstones past their horizon are deleted too.
+        Every batch is one short transaction over the next ``batch`` jobs by id: prune walks
+        the primary key from the oldest job and stops at the first jobs created after the
+        cut-off, so it needs no index of its own on the jobs table.
+        """
+        age = _seconds(older_than)
+        if age is None or age < 0:
+            raise ConfigError(f"older_than must be a duration >= 0, got {older_than!r}")
+        keep = _seconds(keep_keys) if keep_keys is not None else None
+        if keep is not None and keep < 0:
+            raise ConfigError(f"keep_keys must be a duration >= 0, got {keep_keys!r}")
+        if not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise ConfigError(f"batch must be a whole number from 1 to 10000, got {batch!r}")
+        if queue is not None:
+            validate_queue_name(queue)
+        states = [JobState.DONE, JobState.CANCELLED] + ([JobState.DEAD] if include_dead else [])
+        before = (now or datetime.now(UTC)) - timedelta(seconds=age)
+        total = PruneResult(by_state={s.value: 0 for s in states} if dry_run else {})
+        after: int | None = 0
+        while after is not None:
+            result, after = self.backend.job_prune(
+                before, states, keep or None, queue, batch, after, now, dry_run
+            )
+            total = total + result
+            if progress is not None and result.jobs:
+                progress(total)
+        if dry_run:
+            return total
+        while True:
+            expired = self.backend.tombstone_prune(now, batch)
+            total = total + PruneResult(expired_tombstones=expired)
+            if expired < batch:
+                break
+        return total
 
 
 def _priority(value: Any) -> int:

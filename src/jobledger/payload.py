@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -9,7 +10,13 @@ from typing import Any
 
 from .errors import PayloadError
 
-__all__ = ["MAX_KEY_LENGTH", "MAX_PAYLOAD_BYTES", "encode_payload", "validate_key"]
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "MAX_PAYLOAD_BYTES",
+    "encode_payload",
+    "payload_digest",
+    "validate_key",
+]
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_KEY_LENGTH = 512
@@ -62,3 +69,10 @@ def finite_number(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise PayloadError(f"{what} must be a finite number, got {value!r}")
     return float(value)
+
+
+def payload_digest(payload_json: str) -> str:
+    """SHA-256 of a payload's canonical JSON text: what a tombstone keeps of a pruned payload, so
+    that a later enqueue of the key can still tell a duplicate from a conflict."""
+    canonical = encode_payload(json.loads(payload_json))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -3,54 +3,40 @@
 from __future__ import annotations
 
 import inspect
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, PayloadError
 from .policy import DEFAULT_BACKOFF, Backoff
+from .validation import (
+    DEFAULT_LEASE_SECONDS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_QUEUE,
+    MAX_LEASE_SECONDS,
+    validate_lease_seconds,
+    validate_max_attempts,
+    validate_queue_name,
+    validate_task_name,
+)
 
 if TYPE_CHECKING:
     from .ledger import Ledger
     from .types import Enqueued
 
-__all__ = ["Task", "validate_queue_name"]
-
-_QUEUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-_TASK = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
-
-DEFAULT_QUEUE = "default"
-DEFAULT_MAX_ATTEMPTS = 10
-DEFAULT_LEASE_SECONDS = 60.0
-MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_QUEUE",
+    "MAX_LEASE_SECONDS",
+    "Task",
+    "validate_lease_seconds",
+    "validate_max_attempts",
+    "validate_queue_name",
+    "validate_task_name",
+]
 
 KeyRule = str | Callable[[dict[str, Any]], str] | None
-
-
-def validate_queue_name(queue: str) -> str:
-    if not isinstance(queue, str) or not _QUEUE.match(queue):
-        raise ConfigError(
-            f"queue name {queue!r} is invalid: 1-128 characters, letters, digits and _ . : -, "
-            "starting with a letter or digit"
-        )
-    return queue
-
-
-def validate_max_attempts(value: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
-        raise ConfigError(f"max_attempts must be a whole number from 1 to 1000, got {value!r}")
-    return value
-
-
-def validate_lease_seconds(value: float) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 < value <= MAX_LEASE_SECONDS
-    ):
-        raise ConfigError(f"lease_seconds must be > 0 and at most 7 days, got {value!r}")
-    return float(value)
 
 
 @dataclass(eq=False)
@@ -77,10 +63,7 @@ class Task:
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise ConfigError(f"task {self.name!r}: handler {self.fn!r} is not callable")
-        if not isinstance(self.name, str) or not _TASK.match(self.name):
-            raise ConfigError(
-                f"task name {self.name!r} is invalid: 1-200 characters, letters, digits and _ . : -"
-            )
+        validate_task_name(self.name)
         validate_queue_name(self.queue)
         validate_max_attempts(self.max_attempts)
         self.lease_seconds = validate_lease_seconds(self.lease_seconds)

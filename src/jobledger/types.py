@@ -20,6 +20,7 @@ __all__ = [
     "JobRow",
     "JobSpec",
     "JobState",
+    "Tombstone",
 ]
 
 
@@ -163,3 +164,17 @@ class Event:
     actor: str | None
     note: str | None
     detail: dict[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What is left of a pruned job: its key keeps blocking duplicates until ``expires_at``."""
+
+    queue: str
+    key: str
+    job_id: int
+    task: str
+    state: JobState
+    finished_at: datetime | None
+    pruned_at: datetime
+    expires_at: datetime

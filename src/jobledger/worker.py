@@ -3,8 +3,9 @@
 Threads of one worker, and what each one touches:
 
 - the **fetch loop** (the thread that calls ``run``) claims batches up to the free capacity
-  (runner threads whose handler has returned are free at once, even while their outcome waits
-  for the completer; ``prefetch`` lets a few more jobs wait claimed for a runner), runs the
+  (with ``prefetch``, runner threads whose handler has returned are free at once, even while
+  their outcome waits for the completer, and up to ``prefetch`` more jobs may wait claimed for a
+  runner; without, a runner is free once its job's outcome is written), runs the
   rescuer every ``rescue_interval``, and sleeps on a wake-up (LISTEN/NOTIFY, an enqueue in this
   process) or a poll timeout;
 - ``concurrency`` **runner** threads run handlers (async handlers on one shared event loop);
@@ -306,6 +307,10 @@ class Worker:
         half a batch: many small claims cost the database more than a few large ones."""
         room = self.concurrency + self.prefetch
         with self._running_lock:
+            if not self.prefetch:
+                # Without prefetch a thread is free once its job's outcome is written: the
+                # claim never overtakes the completer (a crash loses at most one job's outcome).
+                return self.concurrency - len(self._running)
             free = min(room - self._busy, 2 * room - len(self._running))
             waiting = self._busy - self.concurrency
         if waiting > 0 and free < self._claim_at_least:
@@ -427,8 +432,9 @@ class Worker:
                     self._busy -= 1
                     # Wake the fetch loop only when it may claim (see ``_free``), not once per
                     # job: at thousands of jobs a second the wake-ups themselves would cost.
-                    wake = self._busy <= self.concurrency or (
-                        self.concurrency + self.prefetch - self._busy >= self._claim_at_least
+                    wake = self.prefetch > 0 and (
+                        self._busy <= self.concurrency
+                        or self.concurrency + self.prefetch - self._busy >= self._claim_at_least
                     )
                 if wake:
                     self._slot_free.set()
@@ -614,15 +620,19 @@ class Worker:
             return
         started = time.monotonic()
         held = self.backend.job_heartbeat([h.lease for h in holds], self._now())
+        renewed = []
         for hold in holds:
             until = held.get(hold.job.id)
             if until is not None:
                 hold.lease_until = until
                 hold.renewed_at = started
+                renewed.append((hold.job, until))
             elif not (hold.lost or hold.finished or hold.released or hold.returned):
                 # A job whose handler returned has its outcome with the completer: a refusal
                 # here means it was just written (or the write will report the loss itself).
                 self._lease_lost(hold, "heartbeat")
+        if renewed and self._observers:
+            self._notify("on_heartbeat", renewed)
 
     def _renew_one(self, hold: LeaseHold) -> None:
         self._renew([hold])

@@ -14,10 +14,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState
+from ..scheduling.records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
+from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState, Tombstone
 from .url import DatabaseURL
+
+if TYPE_CHECKING:
+    from ..apikeys import ApiKey
+    from ..queues import QueueInfo, QueueSettings
 
 __all__ = [
     "Backend",
@@ -27,6 +32,9 @@ __all__ = [
     "Lease",
     "Listener",
     "NewJob",
+    "PruneResult",
+    "PublishItem",
+    "PublishOutcome",
     "QueueStats",
     "RescueResult",
 ]
@@ -58,6 +66,9 @@ class InsertResult:
     created: bool
     conflict: bool = False
     """True when the key exists with another task or payload (only with ``on_conflict="report"``)."""
+    pruned: bool = False
+    """True when the key belongs to a finished job that was pruned and whose tombstone still
+    blocks the key: nothing was created, and ``id`` names the pruned job (it no longer loads)."""
 
     def enqueued(self) -> Enqueued:
         return Enqueued(self.id, self.created)
@@ -116,6 +127,8 @@ class JobFilter:
     """Last changed before this time."""
     ids: tuple[int, ...] | None = None
     limit: int | None = None
+    after_id: int | None = None
+    """Only jobs with a larger id (paging through a listing ordered by id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +142,67 @@ class QueueStats:
     late_pending: int = 0
     """Pending jobs due longer ago than the objective given to ``queue_stats``."""
     lease_expiries_last_hour: int = 0
+    attempts: dict[str, int] = field(default_factory=dict)
+    """Attempts made so far by the jobs in each state (``attempts["done"] / counts["done"]`` is
+    the attempts per completed job)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PruneResult:
+    """What one prune removed."""
+
+    jobs: int = 0
+    attempts: int = 0
+    events: int = 0
+    effects: int = 0
+    tombstones: int = 0
+    """Tombstones written: keys that keep blocking duplicates after their job is gone."""
+    expired_tombstones: int = 0
+    """Tombstones past their horizon that were deleted (their keys are free again)."""
+    by_state: dict[str, int] = field(default_factory=dict)
+    """Jobs removed (or, for a dry run, that would be) per state."""
+
+    def __add__(self, other: PruneResult) -> PruneResult:
+        states = dict(self.by_state)
+        for state, n in other.by_state.items():
+            states[state] = states.get(state, 0) + n
+        return PruneResult(
+            self.jobs + other.jobs,
+            self.attempts + other.attempts,
+            self.events + other.events,
+            self.effects + other.effects,
+            self.tombstones + other.tombstones,
+            self.expired_tombstones + other.expired_tombstones,
+            states,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PublishItem:
+    """One message published over HTTP: the job to insert, and a fingerprint of the request that
+    tells a replay (same fingerprint) from a reuse of its key with another request."""
+
+    job: NewJob
+    fingerprint: str
+    api_key_id: str | None = None
+
+
+PublishStatus = Literal["created", "replayed", "conflict", "in_flight"]
+
+
+@dataclass(frozen=True, slots=True)
+class PublishOutcome:
+    """What publishing one ``PublishItem`` did.
+
+    ``created``: a new job. ``replayed``: the key names a job made by the same request.
+    ``conflict``: the key names a job made by another request; nothing changed. ``in_flight``:
+    another request with the key is being published right now; nothing changed (``job_id`` None).
+    """
+
+    status: PublishStatus
+    job_id: int | None = None
+    state: JobState | None = None
+    run_at: datetime | None = None
 
 
 class Listener(Protocol):
@@ -325,6 +399,210 @@ class Backend(Protocol):
         ...
 
     def effect_list(self, queue: str, key: str) -> list[dict[str, Any]]: ...
+
+    # -- scheduling: leader leases (jobledger.scheduling) --------------------------------------
+
+    def leader_acquire(
+        self, name: str, holder: str, ttl: float, now: datetime | None = None
+    ) -> LeaderLease | None:
+        """Take the lease ``name`` if nobody holds it or its lease expired: a new token, the
+        term plus one. None while another holder's lease is valid."""
+        ...
+
+    def leader_renew(
+        self, lease: LeaderLease, ttl: float, now: datetime | None = None
+    ) -> LeaderLease | None:
+        """Extend a lease still held under its token; None when it expired or was taken."""
+        ...
+
+    def leader_release(self, lease: LeaderLease, now: datetime | None = None) -> bool:
+        """End a lease held under its token now, so another holder can take it at once."""
+        ...
+
+    def leader_list(self, now: datetime | None = None) -> list[LeaderLease]:
+        """Every leader lease, valid or expired, with the clock the read used as ``now``."""
+        ...
+
+    def leader_fence(
+        self, lease: LeaderLease, now: datetime | None = None, conn: Any = None
+    ) -> None:
+        """Raise ``LeadershipLost`` unless ``lease`` is still held. With ``conn`` (a transaction
+        of this backend), hold the lease row until that transaction ends, so that no takeover
+        commits before the writes fenced by it."""
+        ...
+
+    # -- scheduling: schedules and ticks -------------------------------------------------------
+
+    def schedule_declare(
+        self,
+        definitions: Sequence[ScheduleDefinition],
+        lease: LeaderLease,
+        now: datetime | None = None,
+    ) -> None:
+        """Record the schedules a leader declares. A new one starts at ``now`` (its first tick
+        is the first after); an existing one keeps its cursor and pause state."""
+        ...
+
+    def schedule_list(self) -> list[ScheduleRow]: ...
+
+    def schedule_pause(
+        self,
+        name: str,
+        paused: bool,
+        actor: str,
+        note: str | None,
+        now: datetime | None = None,
+        cursor: datetime | None = None,
+        skipped: int = 0,
+    ) -> ScheduleRow:
+        """Pause or resume a schedule (``NotFound`` if unknown). ``cursor`` moves it forward,
+        counting ``skipped`` ticks, when a resume skips what it missed."""
+        ...
+
+    def schedule_advance(
+        self,
+        name: str,
+        cursor: datetime,
+        skipped: int,
+        lease: LeaderLease,
+        now: datetime | None = None,
+    ) -> None:
+        """Move a schedule's cursor forward to ``cursor`` (never back), counting ``skipped``."""
+        ...
+
+    def schedule_tick_start(
+        self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
+    ) -> TickRow:
+        """Record that a tick starts (or, if it was left running, starts again); return its row,
+        which is ``done`` when the tick was already finished."""
+        ...
+
+    def schedule_tick_progress(
+        self,
+        name: str,
+        tick_time: datetime,
+        created: int,
+        existing: int,
+        conflicts: int,
+        conn: Any,
+    ) -> None:
+        """Add a batch's counts to a tick, inside the transaction that enqueued the batch."""
+        ...
+
+    def schedule_tick_finish(
+        self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
+    ) -> TickRow:
+        """Mark a tick done and move its schedule's cursor to it, in one transaction."""
+        ...
+
+    def schedule_tick_error(
+        self, name: str, tick_time: datetime, error: str, now: datetime | None = None
+    ) -> None:
+        """Note why a running tick could not finish (it is tried again)."""
+        ...
+
+    def schedule_tick_list(
+        self,
+        name: str | None = None,
+        limit: int = 20,
+        state: TickState | None = None,
+        after: datetime | None = None,
+    ) -> list[TickRow]:
+        """Ticks, most recent first: of one schedule or all, in one state, after a time."""
+
+    # -- pruning -------------------------------------------------------------------------------
+
+    def job_prune(
+        self,
+        before: datetime,
+        states: Sequence[JobState],
+        keep_keys_seconds: float | None,
+        queue: str | None = None,
+        limit: int = 1000,
+        after_id: int = 0,
+        now: datetime | None = None,
+        dry_run: bool = False,
+    ) -> tuple[PruneResult, int | None]:
+        """One batch of a prune, in one transaction: look at the next ``limit`` jobs by id after
+        ``after_id`` and delete those in ``states`` that finished before ``before``, with their
+        attempts, events and effects. With ``keep_keys_seconds`` each pruned key gets a
+        tombstone that blocks enqueue until that long after its job finished. ``dry_run``
+        counts instead of deleting.
+
+        Returns what was removed and the id to continue after, or None when the walk is over:
+        the window was empty, or held only jobs created at or after ``before`` (a job cannot
+        finish before it was created). Walking the primary key needs no index on the jobs table;
+        a walk reads the jobs created before the cut-off that are kept (dead, long-delayed)."""
+        ...
+
+    def tombstone_prune(self, now: datetime | None = None, limit: int = 1000) -> int:
+        """Delete up to ``limit`` tombstones whose horizon has passed; return how many."""
+        ...
+
+    def tombstone_find(self, key: str, queue: str | None = None) -> list[Tombstone]:
+        """The tombstones of pruned jobs with this key (in ``queue``, or in any queue)."""
+        ...
+
+    def schema_drop(self) -> None:
+        """Drop every jobledger table of this database — and, on PostgreSQL, its schema unless
+        that is ``public``. For throw-away databases (the demo); never called by operators'
+        commands."""
+        ...
+
+    def job_purge(self, job_ids: Sequence[int]) -> int:
+        """Delete these jobs whatever their state, with their attempts, events and effects, and
+        leave no tombstone. For a drill cleaning up after itself; operators use prune."""
+        ...
+
+    # -- the HTTP API: declared queues, API keys, rate limits, publishing ----------------------
+
+    def queue_put(
+        self, settings: QueueSettings, now: datetime | None = None
+    ) -> tuple[QueueInfo, bool]:
+        """Declare a queue or replace its settings; return it and whether it was created."""
+        ...
+
+    def queue_get(self, name: str) -> QueueInfo:
+        """The declared queue, or ``NotFound``."""
+        ...
+
+    def queue_list(self) -> list[QueueInfo]:
+        """Every declared queue, by name."""
+        ...
+
+    def apikey_insert(self, key: ApiKey, digest: str, now: datetime | None = None) -> ApiKey:
+        """Store a new key by its digest; return it as stored (with ``created_at``)."""
+        ...
+
+    def apikey_get(self, digest: str) -> ApiKey | None:
+        """The key with this digest (revoked or not), or None."""
+        ...
+
+    def apikey_list(self) -> list[ApiKey]:
+        """Every key, oldest first, revoked ones included."""
+        ...
+
+    def apikey_revoke(self, key_id: str, now: datetime | None = None) -> ApiKey:
+        """Revoke a key (it stops working at once); ``NotFound`` for an unknown id. Revoking a
+        revoked key changes nothing."""
+        ...
+
+    def ratelimit_take(
+        self, bucket: str, rate: float, burst: float, cost: float = 1.0, now: datetime | None = None
+    ) -> float:
+        """Take ``cost`` tokens from a bucket refilled at ``rate`` per second up to ``burst``.
+
+        Returns 0.0 when taken, else the seconds until they would be (and takes nothing). The
+        bucket lives in the database, so every server process shares it. ``cost <= burst``.
+        """
+        ...
+
+    def job_publish(
+        self, items: Sequence[PublishItem], now: datetime | None = None
+    ) -> list[PublishOutcome]:
+        """Insert published jobs whose keys are new, in one transaction; tell replays, conflicts
+        and keys whose publish is in flight in another transaction (PostgreSQL) apart."""
+        ...
 
 
 def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:

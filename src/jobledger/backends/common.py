@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import KeyConflict
 from ..types import JobRow, JobState
-from .base import InsertResult, JobFilter, NewJob
+from .base import InsertResult, JobFilter, NewJob, PublishItem, PublishStatus
 
 JOB_COLUMNS = (
     "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "
@@ -99,6 +99,9 @@ def filter_sql(
             names.append(param(f"f_id{i}"))
             params[f"f_id{i}"] = int(job_id)
         clauses.append(f"id IN ({', '.join(names)})" if names else "1 = 0")
+    if where.after_id is not None:
+        clauses.append(f"id > {param('f_after')}")
+        params["f_after"] = int(where.after_id)
     return (" AND ".join(clauses) or "1 = 1"), params
 
 
@@ -107,13 +110,17 @@ def resolve_inserts(
     created: dict[tuple[str, str], int],
     existing: dict[tuple[str, str], tuple[int, str, Any]],
     on_conflict: str,
+    pruned: dict[tuple[str, str], tuple[int, str, Callable[[NewJob], bool]]] | None = None,
 ) -> list[InsertResult]:
     """Match each requested job to what the insert did, and find key conflicts.
 
     ``created`` maps (queue, key) to the id of a row this insert created; ``existing`` maps the
-    others to (id, task, payload) of the row already there. Within one batch the first job with a
-    key creates it; later ones with the same key are duplicates of it.
+    others to (id, task, payload) of the row already there; ``pruned`` maps keys blocked by a
+    tombstone to (pruned job id, task, a test that a new job's payload is the pruned one's).
+    Within one batch the first job with a key creates it; later ones with the same key are
+    duplicates of it.
     """
+    pruned = pruned or {}
     results: list[InsertResult] = []
     first: dict[tuple[str, str], NewJob] = {}
     conflicts: list[str] = []
@@ -123,6 +130,14 @@ def resolve_inserts(
         if ident in created and ident not in first:
             first[ident] = job
             results.append(InsertResult(created[ident], True))
+            continue
+        if ident in pruned:
+            job_id, task, same_payload = pruned[ident]
+            same = task == job.task and same_payload(job)
+            if not same:
+                conflicts.append(job.key)
+                conflict_queue = conflict_queue or job.queue
+            results.append(InsertResult(job_id, False, conflict=not same, pruned=True))
             continue
         payload = json.loads(job.payload_json)
         if ident in first:
@@ -141,3 +156,16 @@ def resolve_inserts(
     if conflicts and on_conflict == "raise":
         raise KeyConflict(conflict_queue, conflicts, [r.id for r in results if r.conflict])
     return results
+
+
+def publish_compare(
+    item: PublishItem, stored_payload: Any, fingerprint: str | None
+) -> PublishStatus:
+    """Is publishing ``item`` onto an existing job a replay or a conflict? By the fingerprint of
+    the request that made the job, or — for a job not published over HTTP (enqueued from Python,
+    or its request record is gone) — by its payload alone."""
+    if fingerprint is not None:
+        return "replayed" if fingerprint == item.fingerprint else "conflict"
+    if isinstance(stored_payload, str):
+        stored_payload = json.loads(stored_payload)
+    return "replayed" if stored_payload == json.loads(item.job.payload_json) else "conflict"

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
-from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState
+from ..payload import payload_digest
+from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState, Tombstone
 from .base import (
     FailResult,
     Failure,
@@ -26,11 +27,14 @@ from .base import (
     Lease,
     NewJob,
     OnConflict,
+    PruneResult,
     QueueStats,
     RescueResult,
 )
 from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
 from .sqlfiles import migrations, queries, schema_problem
+from .sqlite_api import SqliteApiMixin
+from .sqlite_scheduling import SqliteScheduling
 from .url import DatabaseURL
 
 __all__ = ["SqliteBackend"]
@@ -53,7 +57,7 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-class SqliteBackend:
+class SqliteBackend(SqliteScheduling, SqliteApiMixin):
     """jobledger in one SQLite file. Safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"
@@ -258,11 +262,12 @@ class SqliteBackend:
         clock = _ts(now)
         created: dict[tuple[str, str], int] = {}
         existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
+        pruned: dict[tuple[str, str], tuple[int, str, Any]] = {}
         with self._write(conn) as c:
             insert, lookup = self._sql["job_insert"], self._sql["job_existing"]
             for job in jobs:
                 ident = (job.queue, job.key)
-                if ident in created or ident in existing:
+                if ident in created or ident in existing or ident in pruned:
                     continue
                 row = c.execute(
                     insert,
@@ -281,10 +286,22 @@ class SqliteBackend:
                 ).fetchone()
                 if row is not None:
                     created[ident] = row[0]
-                else:
-                    found = c.execute(lookup, {"queue": job.queue, "key": job.key}).fetchone()
+                    continue
+                found = c.execute(lookup, {"queue": job.queue, "key": job.key}).fetchone()
+                if found is not None:
                     existing[ident] = (found[0], found[1], found[2])
-            return resolve_inserts(jobs, created, existing, on_conflict)
+                    continue
+                # No job and nothing inserted: a tombstone holds the key. The check and the
+                # insert ran under the one write lock, so no prune can have come in between.
+                tomb = c.execute(
+                    self._sql["tombstone_live"], {"queue": job.queue, "key": job.key, "now": clock}
+                ).fetchone()
+                if tomb is None:  # pragma: no cover - impossible under the write lock
+                    raise BackendUnavailable(
+                        f"enqueue of {job.key!r} found neither job nor tombstone"
+                    )
+                pruned[ident] = (tomb[0], tomb[1], _same_digest(tomb[2]))
+            return resolve_inserts(jobs, created, existing, on_conflict, pruned)
 
     def job_claim(
         self,
@@ -554,12 +571,15 @@ class SqliteBackend:
         clock = _ts(now)
         params = {"now": clock, "late_after": float(late_after_seconds)}
         counts = self._read(self._sql["queue_counts"])
+        attempts: dict[str, dict[str, int]] = {}
+        for queue, state, _, n in counts:
+            attempts.setdefault(queue, {})[state] = int(n or 0)
         oldest = {
             r[0]: (r[1], r[2] or 0) for r in self._read(self._sql["queue_oldest_due"], params)
         }
         expired = {r[0]: r[1] for r in self._read(self._sql["queue_lease_expiries"], params)}
         by_queue: dict[str, dict[str, int]] = {}
-        for queue, state, n in counts:
+        for queue, state, n, _ in counts:
             by_queue.setdefault(queue, {})[state] = n
         result = []
         for queue in sorted(by_queue):
@@ -571,6 +591,7 @@ class SqliteBackend:
                     oldest_due_pending_seconds=None if first is None else max(0.0, clock - first),
                     late_pending=int(n_late),
                     lease_expiries_last_hour=expired.get(queue, 0),
+                    attempts=attempts.get(queue, {}),
                 )
             )
         return result
@@ -729,6 +750,119 @@ class SqliteBackend:
             self._effect(r)
             for r in self._read(self._sql["effect_list"], {"queue": queue, "key": key})
         ]
+
+    # -- pruning -----------------------------------------------------------------------------------
+
+    def _delete_history(self, c: sqlite3.Connection, rows: Sequence[Any]) -> tuple[int, int, int]:
+        """Delete the jobs of ``rows`` (id, queue, key, …) with their attempts, events, effects."""
+        ids = [(r[0],) for r in rows]
+        c.executemany(self._sql["job_delete"], ids)
+        attempts = c.executemany(self._sql["attempt_delete"], ids).rowcount
+        events = c.executemany(self._sql["event_delete"], ids).rowcount
+        effects = c.executemany(self._sql["effect_delete"], [(r[1], r[2]) for r in rows]).rowcount
+        c.executemany(self._sql["publish_request_delete"], ids)
+        return attempts, events, effects
+
+    def job_prune(
+        self,
+        before: datetime,
+        states: Sequence[JobState],
+        keep_keys_seconds: float | None,
+        queue: str | None = None,
+        limit: int = 1000,
+        after_id: int = 0,
+        now: datetime | None = None,
+        dry_run: bool = False,
+    ) -> tuple[PruneResult, int | None]:
+        clock, cutoff = _ts(now), _ts(before)
+        names = ", ".join(f"'{JobState(s).value}'" for s in states) or "NULL"
+        window = self._sql["job_prune_window"].replace("{limit}", str(max(1, int(limit))))
+        pick = self._sql["job_prune_pick"].replace("{states}", names)
+        with self._write() as c:
+            seen = c.execute(window, {"after": after_id}).fetchall()
+            if not seen:
+                return PruneResult(), None
+            last = seen[-1][0]
+            params = {
+                "after": after_id,
+                "last": last,
+                "before": cutoff,
+                "queue": queue,
+                "now": clock,
+            }
+            rows = c.execute(pick, params).fetchall()
+            attempts = events = effects = 0
+            if rows and not dry_run:
+                if keep_keys_seconds is not None:
+                    c.executemany(
+                        self._sql["tombstone_record"],
+                        [
+                            {
+                                "queue": r[1],
+                                "key": r[2],
+                                "job_id": r[0],
+                                "task": r[3],
+                                "payload_digest": payload_digest(r[4]),
+                                "state": r[5],
+                                "finished_at": r[6],
+                                "now": clock,
+                                "expires_at": r[6] + keep_keys_seconds,
+                            }
+                            for r in rows
+                        ],
+                    )
+                attempts, events, effects = self._delete_history(c, rows)
+        by_state: dict[str, int] = {}
+        for r in rows:
+            by_state[r[5]] = by_state.get(r[5], 0) + 1
+        result = PruneResult(
+            jobs=len(rows),
+            attempts=attempts,
+            events=events,
+            effects=effects,
+            tombstones=len(rows) if keep_keys_seconds is not None and not dry_run else 0,
+            by_state=by_state,
+        )
+        over = min(r[1] for r in seen) >= cutoff
+        return result, None if over else last
+
+    def tombstone_prune(self, now: datetime | None = None, limit: int = 1000) -> int:
+        text = self._sql["tombstone_prune"].replace("{limit}", str(max(1, int(limit))))
+        with self._write() as c:
+            return c.execute(text, {"now": _ts(now)}).rowcount
+
+    def tombstone_find(self, key: str, queue: str | None = None) -> list[Tombstone]:
+        return [
+            Tombstone(r[0], r[1], r[2], r[3], JobState(r[4]), _dt(r[5]), _dt(r[6]), _dt(r[7]))  # type: ignore[arg-type]
+            for r in self._read(self._sql["tombstone_find"], {"key": key, "queue": queue})
+        ]
+
+    def schema_drop(self) -> None:
+        with self._write() as c:
+            names = [
+                r[0]
+                for r in c.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'jobledger_%'"
+                )
+            ]
+            for name in names:
+                c.execute(f'DROP TABLE "{name}"')
+
+    def job_purge(self, job_ids: Sequence[int]) -> int:
+        if not job_ids:
+            return 0
+        marks = ", ".join("?" for _ in job_ids)
+        with self._write() as c:
+            rows = c.execute(
+                f"SELECT id, queue, key FROM jobledger_jobs WHERE id IN ({marks})",
+                [int(i) for i in job_ids],
+            ).fetchall()
+            self._delete_history(c, rows)
+        return len(rows)
+
+
+def _same_digest(digest: str) -> Any:
+    return lambda job: payload_digest(job.payload_json) == digest
 
 
 def _statements(script: str) -> Iterator[str]:

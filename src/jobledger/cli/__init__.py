@@ -13,6 +13,9 @@ import traceback
 import click
 
 from ..errors import JobledgerError
+from . import actions, demo, drill, keys, queues, serve, views  # noqa: F401  (operator commands, demo, drill)  # noqa: F401  (registers: keys, queues, serve)
+from . import history as _history  # noqa: F401  (registers: history check)
+from . import schedules as _schedules  # noqa: F401  (registers: schedules, scheduler)
 from . import worker as _worker  # noqa: F401  (registers: migrate, worker)
 from .base import cli
 

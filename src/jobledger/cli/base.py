@@ -57,6 +57,9 @@ def open_ledger(url: str, *, write: bool = False) -> Ledger:
     """A ledger for an operator command. Read commands never create a database or a schema, so
     that a mistyped URL is an error instead of an empty ledger."""
     ledger = Ledger(url, auto_migrate=False, create=write)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(ledger.close)
     ledger.backend  # noqa: B018 - connect now, so a bad URL fails before any output
     return ledger
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ..history import ENV
+from ..history import install as install_history
 from ..ledger import Ledger
 from .base import cli, load_app, split_csv, url_option
 from .logs import setup_logging
@@ -92,6 +94,28 @@ def migrate(url: str) -> None:
     help="Seconds between scans for expired leases.",
 )
 @click.option(
+    "--name",
+    default=None,
+    help="This worker's name in attempt histories (default: host:pid:random).",
+)
+@click.option(
+    "--history",
+    "history_path",
+    envvar=ENV,
+    default=None,
+    show_envvar=True,
+    type=click.Path(dir_okay=True, file_okay=True),
+    help="Append this worker's history (claims with tokens, heartbeats, outcomes, lease losses, "
+    "rescues) as JSON lines to this file, or to a new file in this directory. "
+    "Checked by `jobledger history check`.",
+)
+@click.option(
+    "--no-scheduler",
+    is_flag=True,
+    help="Do not run the app's schedules in this worker (by default a worker takes part in "
+    "scheduling: it ticks them while it holds the leader lease).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -109,6 +133,9 @@ def worker(
     grace: float,
     poll_interval: float | None,
     rescue_interval: float | None,
+    name: str | None,
+    history_path: str | None,
+    no_scheduler: bool,
     log_level: str,
 ) -> None:
     """Run jobs of the tasks registered on APP (MODULE:LEDGER, e.g. myapp.jobs:ledger).
@@ -134,6 +161,9 @@ def worker(
         click.echo(f"{processes} worker processes done", err=True)
         raise SystemExit(status)
     ledger = load_app(app, url)
+    recorder = install_history(ledger, history_path) if history_path else None
+    if no_scheduler:
+        ledger.schedules.run_in_workers = False
     stats = ledger.run_worker(
         split_csv(queues) or None,
         concurrency=concurrency,
@@ -143,7 +173,10 @@ def worker(
         grace_seconds=grace,
         poll_interval=poll_interval,
         rescue_interval=rescue_interval,
+        name=name,
     )
+    if recorder is not None:
+        recorder.close()
     click.echo(
         f"worker done: claimed {stats.claimed}, completed {stats.completed}, retried {stats.retried}, "
         f"dead {stats.dead}, released {stats.released}, lease lost {stats.lease_lost}, rescued {stats.rescued}",

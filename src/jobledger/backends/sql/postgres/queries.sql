@@ -16,26 +16,14 @@ WITH new AS (
     SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
            max_attempts, lease_seconds, {now}, {now}, correlation_id
     FROM new
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {tombstones} AS t
+        WHERE t.queue = new.queue AND t.key = new.key AND t.expires_at > {now}
+    )
     ON CONFLICT (queue, key) DO NOTHING
     RETURNING id, queue, key
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
-)
-SELECT id, queue, key, (SELECT count(*) FROM woken) FROM inserted
-
--- name: job_insert_one
--- One job (a plain enqueue): scalar parameters cost less to send than nine one-element arrays.
-WITH inserted AS (
-    INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
-                        lease_seconds, created_at, updated_at, correlation_id)
-    VALUES (%(queue)s::text, %(key)s::text, %(task)s::text, %(payload)s::jsonb, %(priority)s::int,
-            COALESCE(%(run_at)s::timestamptz, {now}), %(max_attempts)s::int,
-            %(max_attempts)s::int, %(lease_seconds)s::float8, {now}, {now},
-            %(correlation_id)s::text)
-    ON CONFLICT (queue, key) DO NOTHING
-    RETURNING id, queue, key
-), woken AS (
-    SELECT pg_notify(%(channel)s, queue) FROM inserted
 )
 SELECT id, queue, key, (SELECT count(*) FROM woken) FROM inserted
 
@@ -259,7 +247,7 @@ FROM {attempts} WHERE job_id = %(job_id)s ORDER BY attempt
 SELECT job_id, at, kind, actor, note, detail FROM {events} WHERE job_id = %(job_id)s ORDER BY id
 
 -- name: queue_counts
-SELECT queue, state, count(*) FROM {jobs} GROUP BY queue, state
+SELECT queue, state, count(*), sum(attempts) FROM {jobs} GROUP BY queue, state
 
 -- name: queue_oldest_due
 SELECT q.queue,
@@ -275,70 +263,304 @@ SELECT j.queue, count(*) FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id
 WHERE a.outcome = 'lease_expired' AND a.finished_at >= {now} - interval '1 hour'
 GROUP BY j.queue
 
--- name: job_stage_create
--- A bulk enqueue COPYs its rows into this per-connection table, then inserts them in one
--- statement: COPY costs far less per row than binding nine arrays.
-CREATE TEMPORARY TABLE IF NOT EXISTS jobledger_staging (
-    queue text, key text, task text, payload text, priority int, run_at timestamptz,
-    max_attempts int, lease_seconds float8, correlation_id text
-) ON COMMIT DELETE ROWS
+-- Scheduling (003). {leaders}, {schedules}, {ticks} are the schema-qualified tables. A leader
+-- lease is valid while lease_until > now; every write a leader makes is fenced by leader_fence
+-- in the same transaction, which also holds the lease row so no takeover commits meanwhile.
 
--- name: job_stage_copy
-COPY jobledger_staging (queue, key, task, payload, priority, run_at, max_attempts,
-                        lease_seconds, correlation_id) FROM STDIN
+-- name: leader_acquire
+INSERT INTO {leaders} AS l (name, holder, token, term, lease_until, acquired_at, renewed_at)
+VALUES (%(name)s, %(holder)s, gen_random_uuid(), 1, {now} + make_interval(secs => %(ttl)s),
+        {now}, {now})
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, token = excluded.token, term = l.term + 1,
+    lease_until = excluded.lease_until, acquired_at = excluded.acquired_at,
+    renewed_at = excluded.renewed_at
+WHERE l.lease_until <= excluded.acquired_at
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at, {now}
 
--- name: job_insert_staged
-WITH inserted AS (
-    INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
-                        lease_seconds, created_at, updated_at, correlation_id)
-    SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
-           max_attempts, lease_seconds, {now}, {now}, correlation_id
-    FROM jobledger_staging
-    ON CONFLICT (queue, key) DO NOTHING
-    RETURNING id, queue, key
-), woken AS (
-    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
+-- name: leader_renew
+UPDATE {leaders}
+SET lease_until = {now} + make_interval(secs => %(ttl)s), renewed_at = {now}
+WHERE name = %(name)s AND token = %(token)s::uuid AND lease_until > {now}
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at, {now}
+
+-- name: leader_release
+UPDATE {leaders} SET lease_until = {now}, renewed_at = {now}
+WHERE name = %(name)s AND token = %(token)s::uuid AND lease_until > {now}
+RETURNING name
+
+-- name: leader_list
+SELECT name, holder, token, term, lease_until, acquired_at, renewed_at, {now}
+FROM {leaders} ORDER BY name
+
+-- name: leader_fence
+SELECT 1 FROM {leaders}
+WHERE name = %(name)s AND token = %(token)s::uuid AND lease_until > {now}
+FOR SHARE
+
+-- name: schedule_declare
+INSERT INTO {schedules} (name, cohort, cron, time_zone, catch_up, max_catch_up, grace_seconds,
+                         target, key_template, fan_out, cursor_at, declared_at, created_at)
+SELECT d.*, {now}, {now}, {now} FROM unnest(
+    %(name)s::text[], %(cohort)s::text[], %(cron)s::text[], %(time_zone)s::text[],
+    %(catch_up)s::text[], %(max_catch_up)s::int[], %(grace_seconds)s::float8[],
+    %(target)s::text[], %(key_template)s::text[], %(fan_out)s::bool[]
+) AS d
+ON CONFLICT (name) DO UPDATE
+SET cohort = excluded.cohort, cron = excluded.cron, time_zone = excluded.time_zone,
+    catch_up = excluded.catch_up, max_catch_up = excluded.max_catch_up,
+    grace_seconds = excluded.grace_seconds, target = excluded.target,
+    key_template = excluded.key_template, fan_out = excluded.fan_out,
+    declared_at = excluded.declared_at
+
+-- name: schedule_list
+SELECT name, cohort, cron, time_zone, catch_up, max_catch_up, grace_seconds, target,
+       key_template, fan_out, cursor_at, skipped_ticks, paused, pause_changed_at,
+       pause_changed_by, pause_note, declared_at, created_at
+FROM {schedules} ORDER BY name
+
+-- name: schedule_pause
+UPDATE {schedules}
+SET paused = %(paused)s, pause_changed_at = {now}, pause_changed_by = %(actor)s,
+    pause_note = %(note)s,
+    skipped_ticks = skipped_ticks
+        + CASE WHEN %(cursor)s::timestamptz > cursor_at THEN %(skipped)s ELSE 0 END,
+    cursor_at = GREATEST(cursor_at, COALESCE(%(cursor)s::timestamptz, cursor_at))
+WHERE name = %(name)s
+RETURNING name
+
+-- name: schedule_advance
+UPDATE {schedules} SET cursor_at = %(cursor)s, skipped_ticks = skipped_ticks + %(skipped)s
+WHERE name = %(name)s AND cursor_at < %(cursor)s
+
+-- name: schedule_tick_start
+INSERT INTO {ticks} AS t (schedule, tick_time, state, leader, term, runs, started_at)
+VALUES (%(schedule)s, %(tick_time)s, 'running', %(leader)s, %(term)s, 1, {now})
+ON CONFLICT (schedule, tick_time) DO UPDATE
+SET runs = t.runs + 1, leader = excluded.leader, term = excluded.term, error = NULL
+WHERE t.state = 'running'
+RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+          started_at, finished_at, error
+
+-- name: schedule_tick_get
+SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+       started_at, finished_at, error
+FROM {ticks} WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s
+
+-- name: schedule_tick_progress
+UPDATE {ticks}
+SET jobs_created = jobs_created + %(created)s, jobs_existing = jobs_existing + %(existing)s,
+    conflicts = conflicts + %(conflicts)s
+WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s
+
+-- name: schedule_tick_finish
+UPDATE {ticks} SET state = 'done', finished_at = {now}, error = NULL
+WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s AND state = 'running'
+RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+          started_at, finished_at, error
+
+-- name: schedule_tick_error
+UPDATE {ticks} SET error = %(error)s
+WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s AND state = 'running'
+
+-- name: schedule_tick_list
+-- {where} is built from fixed clauses; {limit} is a literal.
+SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+       started_at, finished_at, error
+FROM {ticks} WHERE {where} ORDER BY tick_time DESC, schedule LIMIT {limit}
+-- name: tombstone_live
+-- Tombstones still blocking these keys. Run after the insert, in a statement of its own: under
+-- READ COMMITTED it sees a prune that committed while the insert waited on the key.
+SELECT t.queue, t.key, t.job_id, t.task, t.payload_digest FROM {tombstones} AS t
+JOIN unnest(%(queue)s::text[], %(key)s::text[]) AS k(queue, key)
+  ON t.queue = k.queue AND t.key = k.key
+WHERE t.expires_at > {now}
+
+-- name: payload_digest
+SELECT p, md5(p::jsonb::text) FROM unnest(%(payloads)s::text[]) AS p
+
+-- name: job_insert_undo
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: job_prune_window
+-- The next {limit} jobs by id, oldest first: prune walks the primary key, so no index on the
+-- jobs table is needed for it.
+SELECT id, created_at FROM {jobs} WHERE id > %(after)s ORDER BY id LIMIT {limit}
+
+-- name: job_prune
+-- Of one window, delete the jobs in the given states that finished before the cut-off. A row
+-- another transaction changes meanwhile (a redrive) is re-checked after it commits. A job of a
+-- declared queue is kept for the queue's retention at least, whatever the cut-off.
+DELETE FROM {jobs} AS j
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND NOT EXISTS (
+      SELECT 1 FROM {queues} q
+      WHERE q.name = j.queue AND j.finished_at >= {now} - make_interval(secs => q.retention_seconds)
+  )
+RETURNING id, queue, key, task, md5(payload::text), state, finished_at
+
+-- name: job_prune_count
+SELECT state, count(*) FROM {jobs} AS j
+WHERE id > %(after)s AND id <= %(last)s AND state = ANY(%(states)s::text[])
+  AND finished_at < %(before)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND NOT EXISTS (
+      SELECT 1 FROM {queues} q
+      WHERE q.name = j.queue AND j.finished_at >= {now} - make_interval(secs => q.retention_seconds)
+  )
+GROUP BY state
+
+-- name: job_history_delete
+WITH a AS (
+    DELETE FROM {attempts} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), e AS (
+    DELETE FROM {events} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+), f AS (
+    DELETE FROM {effects}
+    WHERE (queue, key) IN (SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))
+    RETURNING 1
+), p AS (
+    DELETE FROM {publish_requests} WHERE job_id = ANY(%(ids)s::bigint[])
 )
-SELECT id, queue, key, (SELECT count(*) FROM woken) FROM inserted
+SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM e), (SELECT count(*) FROM f)
 
--- name: job_insert_at_once
--- A batch in one statement (one round trip, its own transaction). Arrays come as literals.
--- Rows come back tagged: 'c' created by this statement, 'e' existed before it, and one 'v'
--- row. With %(strict)s (on_conflict "raise"), a key that exists with another task or payload,
--- or that another transaction inserted meanwhile, fails the whole statement — nothing of it is
--- written — through a cast that cannot succeed; the caller then takes the transactional path.
+-- name: tombstone_record
+INSERT INTO {tombstones} AS t (queue, key, job_id, task, payload_digest, state, finished_at,
+                               pruned_at, expires_at)
+SELECT queue, key, job_id, task, digest, state, finished_at, {now},
+       finished_at + make_interval(secs => %(keep)s)
+FROM unnest(%(queues)s::text[], %(keys)s::text[], %(ids)s::bigint[], %(tasks)s::text[],
+            %(digests)s::text[], %(states)s::text[], %(finished)s::timestamptz[])
+     AS n(queue, key, job_id, task, digest, state, finished_at)
+ON CONFLICT (queue, key) DO UPDATE
+SET job_id = excluded.job_id, task = excluded.task, payload_digest = excluded.payload_digest,
+    state = excluded.state, finished_at = excluded.finished_at, pruned_at = excluded.pruned_at,
+    expires_at = excluded.expires_at
+
+-- name: tombstone_prune
+DELETE FROM {tombstones} WHERE (queue, key) IN (
+    SELECT queue, key FROM {tombstones}
+    WHERE expires_at <= {now} ORDER BY expires_at LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING 1
+
+-- name: tombstone_find
+SELECT queue, key, job_id, task, state, finished_at, pruned_at, expires_at FROM {tombstones}
+WHERE key = %(key)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY queue
+
+-- name: job_purge
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[]) RETURNING id, queue, key
+
+-- The HTTP API (migration 004) -------------------------------------------------------------------
+
+-- name: queue_put
+INSERT INTO {queues} AS q (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
+                           retention_seconds, require_key, created_at, updated_at)
+VALUES (%(name)s, %(task)s, %(max_attempts)s, %(lease_seconds)s, %(backoff_base)s,
+        %(backoff_cap)s, %(retention_seconds)s, %(require_key)s, {now}, {now})
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, max_attempts = excluded.max_attempts,
+    lease_seconds = excluded.lease_seconds, backoff_base = excluded.backoff_base,
+    backoff_cap = excluded.backoff_cap, retention_seconds = excluded.retention_seconds,
+    require_key = excluded.require_key, updated_at = excluded.updated_at
+RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+          require_key, created_at, updated_at, (xmax = 0) AS inserted
+
+-- name: queue_select
+SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+       require_key, created_at, updated_at
+FROM {queues}
+
+-- name: apikey_insert
+INSERT INTO {api_keys} (id, digest, name, scopes, rate_per_second, burst, created_at)
+VALUES (%(id)s, %(digest)s, %(name)s, %(scopes)s, %(rate_per_second)s, %(burst)s, {now})
+
+-- name: apikey_select
+SELECT id, name, scopes, rate_per_second, burst, created_at, revoked_at FROM {api_keys}
+
+-- name: apikey_revoke
+UPDATE {api_keys} SET revoked_at = {now} WHERE id = %(id)s AND revoked_at IS NULL RETURNING id
+
+-- name: ratelimit_take
+-- GCRA: a request of `cost` is allowed when the bucket's theoretical arrival time, advanced by
+-- cost * interval, stays within burst * interval of now. Refused requests change nothing. The
+-- clock is the database's, so that every server process agrees on it.
+WITH clock AS (SELECT extract(epoch FROM {now})::float8 AS t)
+INSERT INTO {rate_limits} AS r (bucket, tat)
+SELECT %(bucket)s, clock.t + %(cost)s * %(interval)s FROM clock
+ON CONFLICT (bucket) DO UPDATE
+SET tat = GREATEST(r.tat, (SELECT t FROM clock)) + %(cost)s * %(interval)s
+WHERE GREATEST(r.tat, (SELECT t FROM clock)) + %(cost)s * %(interval)s
+      - (SELECT t FROM clock) <= %(burst)s * %(interval)s
+RETURNING r.tat
+
+-- name: ratelimit_get
+SELECT tat - extract(epoch FROM {now})::float8 FROM {rate_limits} WHERE bucket = %(bucket)s
+
+-- name: publish_try_locks
+-- Each key's "in flight" marker: a transaction-level advisory lock, taken without waiting. A key
+-- whose lock another open transaction holds is being published right now by another request.
+SELECT k, pg_try_advisory_xact_lock(hashtextextended(%(prefix)s || k, 0))
+FROM unnest(%(keys)s::text[]) AS k
+
+-- name: publish_existing
+SELECT j.id, j.queue, j.key, j.payload, p.fingerprint
+FROM {jobs} j
+LEFT JOIN {publish_requests} p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
+WHERE (j.queue, j.key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
+
+-- name: publish_record
+INSERT INTO {publish_requests} (queue, key, job_id, fingerprint, api_key_id, created_at)
+SELECT *, {now} FROM unnest(%(queue)s::text[], %(key)s::text[], %(job_id)s::bigint[],
+                            %(fingerprint)s::text[], %(api_key_id)s::text[])
+ON CONFLICT (queue, key) DO UPDATE SET
+    job_id = excluded.job_id, fingerprint = excluded.fingerprint,
+    api_key_id = excluded.api_key_id, created_at = excluded.created_at
+
+-- name: publish_job_state
+SELECT id, state, run_at FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: job_insert_fresh
+-- The common enqueue in one statement (one round trip, its own transaction; the arrays come as
+-- literals): every key new — no job has it and no live tombstone holds it. If one is known,
+-- nothing is inserted and the 'v' row is -1: the caller takes the checked path (job_insert in
+-- a transaction). If another transaction inserted one of the keys meanwhile, the statement
+-- fails through a cast that cannot succeed, so that nothing of the batch is written then either.
 WITH new AS (
     SELECT * FROM unnest(
         %(queue)s::text[], %(key)s::text[], %(task)s::text[], %(payload)s::jsonb[],
         %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
         %(lease_seconds)s::float8[], %(correlation_id)s::text[]
     ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id)
+), known AS (
+    SELECT 1 FROM new AS n
+    WHERE EXISTS (SELECT 1 FROM {jobs} AS j WHERE j.queue = n.queue AND j.key = n.key)
+       OR EXISTS (SELECT 1 FROM {tombstones} AS t
+                  WHERE t.queue = n.queue AND t.key = n.key AND t.expires_at > {now})
+    LIMIT 1
 ), inserted AS (
     INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
                         lease_seconds, created_at, updated_at, correlation_id)
     SELECT queue, key, task, payload, priority, COALESCE(run_at, {now}), max_attempts,
            max_attempts, lease_seconds, {now}, {now}, correlation_id
     FROM new
+    WHERE NOT EXISTS (SELECT 1 FROM known)
     ON CONFLICT (queue, key) DO NOTHING
     RETURNING id, queue, key
-), existing AS (
-    -- Only the keys not inserted are looked up (usually none). The statement's snapshot holds
-    -- the rows from before it: the jobs it inserted are not among them.
-    SELECT j.id, j.queue, j.key, j.task, j.payload FROM {jobs} AS j
-    WHERE (j.queue, j.key) IN (SELECT queue, key FROM new EXCEPT SELECT queue, key FROM inserted)
 ), woken AS (
     SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
 ), verdict AS (
-    SELECT CASE WHEN %(strict)s AND (
-        EXISTS (SELECT 1 FROM existing AS e JOIN new AS n ON (n.queue, n.key) = (e.queue, e.key)
-                WHERE e.task <> n.task OR e.payload <> n.payload)
-        OR (SELECT count(*) FROM inserted) + (SELECT count(*) FROM existing)
-           < (SELECT count(*) FROM (SELECT DISTINCT queue, key FROM new) AS d)
-    ) THEN ('jobledger: key conflict in batch of ' || (SELECT count(*) FROM new))::bigint
-    ELSE (SELECT count(*) FROM woken) END AS v
+    SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM known) THEN -1
+        WHEN (SELECT count(*) FROM inserted)
+             < (SELECT count(*) FROM (SELECT DISTINCT queue, key FROM new) AS d)
+        THEN ('jobledger: not all keys were new in a batch of '
+              || (SELECT count(*) FROM new))::bigint
+        ELSE (SELECT count(*) FROM woken)
+    END AS v
 )
-SELECT 'c', id, queue, key, NULL::text, NULL::text FROM inserted
+SELECT 'c', id, queue, key FROM inserted
 UNION ALL
-SELECT 'e', id, queue, key, task, payload::text FROM existing
-UNION ALL
-SELECT 'v', v, NULL, NULL, NULL, NULL FROM verdict
+SELECT 'v', v, NULL, NULL FROM verdict

@@ -3,10 +3,15 @@
 -- {limit} a literal; both are filled in per call.
 
 -- name: job_insert
+-- A key with a live tombstone (its job was pruned) is not inserted: it still names that job.
 INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
                             attempt_limit, lease_seconds, created_at, updated_at, correlation_id)
-VALUES (:queue, :key, :task, :payload, :priority, :run_at, :max_attempts, :max_attempts,
-        :lease_seconds, :now, :now, :correlation_id)
+SELECT :queue, :key, :task, :payload, :priority, :run_at, :max_attempts, :max_attempts,
+       :lease_seconds, :now, :now, :correlation_id
+WHERE NOT EXISTS (
+    SELECT 1 FROM jobledger_tombstones
+    WHERE queue = :queue AND key = :key AND expires_at > :now
+)
 ON CONFLICT (queue, key) DO NOTHING
 RETURNING id
 
@@ -140,7 +145,7 @@ FROM jobledger_attempts WHERE job_id = :job_id ORDER BY attempt
 SELECT job_id, at, kind, actor, note, detail FROM jobledger_events WHERE job_id = :job_id ORDER BY id
 
 -- name: queue_counts
-SELECT queue, state, count(*) FROM jobledger_jobs GROUP BY queue, state
+SELECT queue, state, count(*), sum(attempts) FROM jobledger_jobs GROUP BY queue, state
 
 -- name: queue_oldest_due
 SELECT queue, min(run_at), sum(run_at <= :now - :late_after) FROM jobledger_jobs
@@ -151,6 +156,217 @@ GROUP BY queue
 SELECT j.queue, count(*) FROM jobledger_attempts a JOIN jobledger_jobs j ON j.id = a.job_id
 WHERE a.outcome = 'lease_expired' AND a.finished_at >= :now - 3600
 GROUP BY j.queue
+
+-- Scheduling (003). A leader lease is valid while lease_until > now; every write a leader makes
+-- is fenced by leader_fence in the same transaction.
+
+-- name: leader_acquire
+INSERT INTO jobledger_leaders (name, holder, token, term, lease_until, acquired_at, renewed_at)
+VALUES (:name, :holder, lower(hex(randomblob(16))), 1, :now + :ttl, :now, :now)
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, token = excluded.token, term = jobledger_leaders.term + 1,
+    lease_until = excluded.lease_until, acquired_at = excluded.acquired_at,
+    renewed_at = excluded.renewed_at
+WHERE jobledger_leaders.lease_until <= excluded.acquired_at
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at
+
+-- name: leader_renew
+UPDATE jobledger_leaders SET lease_until = :now + :ttl, renewed_at = :now
+WHERE name = :name AND token = :token AND lease_until > :now
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at
+
+-- name: leader_release
+UPDATE jobledger_leaders SET lease_until = :now, renewed_at = :now
+WHERE name = :name AND token = :token AND lease_until > :now
+
+-- name: leader_list
+SELECT name, holder, token, term, lease_until, acquired_at, renewed_at
+FROM jobledger_leaders ORDER BY name
+
+-- name: leader_fence
+SELECT 1 FROM jobledger_leaders WHERE name = :name AND token = :token AND lease_until > :now
+
+-- name: schedule_declare
+INSERT INTO jobledger_schedules (name, cohort, cron, time_zone, catch_up, max_catch_up,
+                                 grace_seconds, target, key_template, fan_out, cursor_at,
+                                 declared_at, created_at)
+VALUES (:name, :cohort, :cron, :time_zone, :catch_up, :max_catch_up, :grace_seconds, :target,
+        :key_template, :fan_out, :now, :now, :now)
+ON CONFLICT (name) DO UPDATE
+SET cohort = excluded.cohort, cron = excluded.cron, time_zone = excluded.time_zone,
+    catch_up = excluded.catch_up, max_catch_up = excluded.max_catch_up,
+    grace_seconds = excluded.grace_seconds, target = excluded.target,
+    key_template = excluded.key_template, fan_out = excluded.fan_out,
+    declared_at = excluded.declared_at
+
+-- name: schedule_list
+SELECT name, cohort, cron, time_zone, catch_up, max_catch_up, grace_seconds, target,
+       key_template, fan_out, cursor_at, skipped_ticks, paused, pause_changed_at,
+       pause_changed_by, pause_note, declared_at, created_at
+FROM jobledger_schedules ORDER BY name
+
+-- name: schedule_pause
+UPDATE jobledger_schedules
+SET paused = :paused, pause_changed_at = :now, pause_changed_by = :actor, pause_note = :note,
+    skipped_ticks = skipped_ticks + CASE WHEN :cursor > cursor_at THEN :skipped ELSE 0 END,
+    cursor_at = max(cursor_at, COALESCE(:cursor, cursor_at))
+WHERE name = :name
+
+-- name: schedule_advance
+UPDATE jobledger_schedules SET cursor_at = :cursor, skipped_ticks = skipped_ticks + :skipped
+WHERE name = :name AND cursor_at < :cursor
+
+-- name: schedule_tick_start
+INSERT INTO jobledger_ticks (schedule, tick_time, state, leader, term, runs, started_at)
+VALUES (:schedule, :tick_time, 'running', :leader, :term, 1, :now)
+ON CONFLICT (schedule, tick_time) DO UPDATE
+SET runs = jobledger_ticks.runs + 1, leader = excluded.leader, term = excluded.term, error = NULL
+WHERE jobledger_ticks.state = 'running'
+RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+          started_at, finished_at, error
+
+-- name: schedule_tick_get
+SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+       started_at, finished_at, error
+FROM jobledger_ticks WHERE schedule = :schedule AND tick_time = :tick_time
+
+-- name: schedule_tick_progress
+UPDATE jobledger_ticks
+SET jobs_created = jobs_created + :created, jobs_existing = jobs_existing + :existing,
+    conflicts = conflicts + :conflicts
+WHERE schedule = :schedule AND tick_time = :tick_time
+
+-- name: schedule_tick_finish
+UPDATE jobledger_ticks SET state = 'done', finished_at = :now, error = NULL
+WHERE schedule = :schedule AND tick_time = :tick_time AND state = 'running'
+RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+          started_at, finished_at, error
+
+-- name: schedule_tick_error
+UPDATE jobledger_ticks SET error = :error
+WHERE schedule = :schedule AND tick_time = :tick_time AND state = 'running'
+
+-- name: schedule_tick_list
+-- {where} is built from fixed clauses; {limit} is a literal.
+SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
+       started_at, finished_at, error
+FROM jobledger_ticks WHERE {where} ORDER BY tick_time DESC, schedule LIMIT {limit}
+-- name: tombstone_live
+SELECT job_id, task, payload_digest FROM jobledger_tombstones
+WHERE queue = :queue AND key = :key AND expires_at > :now
+
+-- name: job_prune_window
+-- The next {limit} jobs by id, oldest first: prune walks the primary key, so no index on the
+-- jobs table is needed for it.
+SELECT id, created_at FROM jobledger_jobs WHERE id > :after ORDER BY id LIMIT {limit}
+
+-- name: job_prune_pick
+-- Of one window, the jobs prune takes: in the given states ({states} is a literal list of state
+-- names), finished before the cut-off and
+-- older than the retention of their queue, if it is a declared queue.
+SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs AS j
+WHERE id > :after AND id <= :last AND state IN ({states}) AND finished_at < :before
+  AND (:queue IS NULL OR queue = :queue)
+  AND NOT EXISTS (
+      SELECT 1 FROM jobledger_queues q
+      WHERE q.name = j.queue AND j.finished_at >= :now - q.retention_seconds
+  )
+ORDER BY id
+
+-- name: job_delete
+DELETE FROM jobledger_jobs WHERE id = ?
+
+-- name: attempt_delete
+DELETE FROM jobledger_attempts WHERE job_id = ?
+
+-- name: event_delete
+DELETE FROM jobledger_events WHERE job_id = ?
+
+-- name: effect_delete
+DELETE FROM jobledger_effects WHERE queue = ? AND key = ?
+
+-- name: publish_request_delete
+DELETE FROM jobledger_publish_requests WHERE job_id = ?
+
+-- name: tombstone_record
+INSERT INTO jobledger_tombstones (queue, key, job_id, task, payload_digest, state, finished_at,
+                                  pruned_at, expires_at)
+VALUES (:queue, :key, :job_id, :task, :payload_digest, :state, :finished_at, :now, :expires_at)
+ON CONFLICT (queue, key) DO UPDATE
+SET job_id = excluded.job_id, task = excluded.task, payload_digest = excluded.payload_digest,
+    state = excluded.state, finished_at = excluded.finished_at, pruned_at = excluded.pruned_at,
+    expires_at = excluded.expires_at
+
+-- name: tombstone_prune
+DELETE FROM jobledger_tombstones WHERE (queue, key) IN (
+    SELECT queue, key FROM jobledger_tombstones
+    WHERE expires_at <= :now ORDER BY expires_at LIMIT {limit}
+)
+
+-- name: tombstone_find
+SELECT queue, key, job_id, task, state, finished_at, pruned_at, expires_at
+FROM jobledger_tombstones
+WHERE key = :key AND (:queue IS NULL OR queue = :queue)
+ORDER BY queue
+
+-- The HTTP API (migration 004) -------------------------------------------------------------------
+
+-- name: queue_exists
+SELECT 1 FROM jobledger_queues WHERE name = :name
+
+-- name: queue_put
+INSERT INTO jobledger_queues (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
+                              retention_seconds, require_key, created_at, updated_at)
+VALUES (:name, :task, :max_attempts, :lease_seconds, :backoff_base, :backoff_cap,
+        :retention_seconds, :require_key, :now, :now)
+ON CONFLICT (name) DO UPDATE SET
+    task = excluded.task, max_attempts = excluded.max_attempts,
+    lease_seconds = excluded.lease_seconds, backoff_base = excluded.backoff_base,
+    backoff_cap = excluded.backoff_cap, retention_seconds = excluded.retention_seconds,
+    require_key = excluded.require_key, updated_at = excluded.updated_at
+
+-- name: queue_select
+SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+       require_key, created_at, updated_at
+FROM jobledger_queues
+
+-- name: apikey_insert
+INSERT INTO jobledger_api_keys (id, digest, name, scopes, rate_per_second, burst, created_at)
+VALUES (:id, :digest, :name, :scopes, :rate_per_second, :burst, :now)
+
+-- name: apikey_select
+SELECT id, name, scopes, rate_per_second, burst, created_at, revoked_at FROM jobledger_api_keys
+
+-- name: apikey_revoke
+UPDATE jobledger_api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL
+
+-- name: ratelimit_take
+-- GCRA: a request of `cost` is allowed when the bucket's theoretical arrival time, advanced by
+-- cost * interval, stays within burst * interval of now. Refused requests change nothing.
+INSERT INTO jobledger_rate_limits (bucket, tat) VALUES (:bucket, :now + :cost * :interval)
+ON CONFLICT (bucket) DO UPDATE
+SET tat = max(jobledger_rate_limits.tat, :now) + :cost * :interval
+WHERE max(jobledger_rate_limits.tat, :now) + :cost * :interval - :now <= :burst * :interval
+RETURNING tat
+
+-- name: ratelimit_get
+SELECT tat FROM jobledger_rate_limits WHERE bucket = :bucket
+
+-- name: publish_existing
+SELECT j.id, j.payload, p.fingerprint
+FROM jobledger_jobs j
+LEFT JOIN jobledger_publish_requests p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
+WHERE j.queue = :queue AND j.key = :key
+
+-- name: publish_record
+INSERT INTO jobledger_publish_requests (queue, key, job_id, fingerprint, api_key_id, created_at)
+VALUES (:queue, :key, :job_id, :fingerprint, :api_key_id, :now)
+ON CONFLICT (queue, key) DO UPDATE SET
+    job_id = excluded.job_id, fingerprint = excluded.fingerprint,
+    api_key_id = excluded.api_key_id, created_at = excluded.created_at
+
+-- name: publish_job_state
+SELECT state, run_at FROM jobledger_jobs WHERE id = :id
 
 -- name: job_lease_tokens
 -- The current tokens of leased jobs among {ids} (a list of ? placeholders), read inside the

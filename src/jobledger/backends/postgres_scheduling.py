@@ -1,0 +1,297 @@
+"""The PostgreSQL side of scheduling: leader leases, schedules and ticks (migration 003).
+
+Mixed into ``PostgresBackend``. A fenced write runs ``leader_fence`` (``SELECT … FOR SHARE`` on
+the lease row) first in its transaction: a takeover's update of that row waits until the
+fenced transaction has committed, so nothing is written under a lease after it moved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from ..errors import LeadershipLost, NotFound
+from ..scheduling.records import (
+    CatchUp,
+    LeaderLease,
+    ScheduleDefinition,
+    ScheduleRow,
+    TickRow,
+    TickState,
+)
+
+__all__ = ["PostgresScheduling"]
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+def _utc_or_none(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+def _lease(row: Sequence[Any]) -> LeaderLease:
+    return LeaderLease(
+        name=row[0],
+        holder=row[1],
+        token=str(row[2]),
+        term=row[3],
+        until=_utc(row[4]),
+        acquired_at=_utc(row[5]),
+        renewed_at=_utc(row[6]),
+        now=_utc(row[7]),
+    )
+
+
+def _schedule(row: Sequence[Any]) -> ScheduleRow:
+    return ScheduleRow(
+        name=row[0],
+        cohort=row[1],
+        cron=row[2],
+        time_zone=row[3],
+        catch_up=CatchUp(row[4]),
+        max_catch_up=row[5],
+        grace_seconds=float(row[6]),
+        target=row[7],
+        key_template=row[8],
+        fan_out=bool(row[9]),
+        cursor=_utc(row[10]),
+        skipped_ticks=row[11],
+        paused=bool(row[12]),
+        pause_changed_at=_utc_or_none(row[13]),
+        pause_changed_by=row[14],
+        pause_note=row[15],
+        declared_at=_utc(row[16]),
+        created_at=_utc(row[17]),
+    )
+
+
+def _tick(row: Sequence[Any]) -> TickRow:
+    return TickRow(
+        schedule=row[0],
+        tick_time=_utc(row[1]),
+        state=TickState(row[2]),
+        leader=row[3],
+        term=row[4],
+        runs=row[5],
+        jobs_created=row[6],
+        jobs_existing=row[7],
+        conflicts=row[8],
+        started_at=_utc(row[9]),
+        finished_at=_utc_or_none(row[10]),
+        error=row[11],
+    )
+
+
+class PostgresScheduling:
+    """Scheduling methods of the Backend protocol, for PostgreSQL."""
+
+    if TYPE_CHECKING:
+        _sql: dict[str, str]
+        _tx: Callable[..., AbstractContextManager[psycopg.Connection[Any]]]
+        _run: Callable[..., list[Any]]
+
+    # -- leader leases ---------------------------------------------------------------------------
+
+    def leader_acquire(
+        self, name: str, holder: str, ttl: float, now: datetime | None = None
+    ) -> LeaderLease | None:
+        rows = self._run(
+            "leader_acquire", {"name": name, "holder": holder, "ttl": float(ttl), "now": now}
+        )
+        return _lease(rows[0]) if rows else None
+
+    def leader_renew(
+        self, lease: LeaderLease, ttl: float, now: datetime | None = None
+    ) -> LeaderLease | None:
+        rows = self._run(
+            "leader_renew",
+            {"name": lease.name, "token": lease.token, "ttl": float(ttl), "now": now},
+        )
+        return _lease(rows[0]) if rows else None
+
+    def leader_release(self, lease: LeaderLease, now: datetime | None = None) -> bool:
+        rows = self._run("leader_release", {"name": lease.name, "token": lease.token, "now": now})
+        return bool(rows)
+
+    def leader_list(self, now: datetime | None = None) -> list[LeaderLease]:
+        return [_lease(r) for r in self._run("leader_list", {"now": now})]
+
+    def leader_fence(
+        self, lease: LeaderLease, now: datetime | None = None, conn: Any = None
+    ) -> None:
+        with self._tx(conn) as c:
+            self._fence(c, lease, now)
+
+    def _fence(self, c: psycopg.Connection[Any], lease: LeaderLease, now: datetime | None) -> None:
+        held = c.execute(
+            self._sql["leader_fence"],
+            {"name": lease.name, "token": lease.token, "now": now},
+        ).fetchone()
+        if held is None:
+            raise LeadershipLost(lease.name, lease.holder)
+
+    # -- schedules -------------------------------------------------------------------------------
+
+    def schedule_declare(
+        self,
+        definitions: Sequence[ScheduleDefinition],
+        lease: LeaderLease,
+        now: datetime | None = None,
+    ) -> None:
+        params = {
+            "name": [d.name for d in definitions],
+            "cohort": [d.cohort for d in definitions],
+            "cron": [d.cron for d in definitions],
+            "time_zone": [d.time_zone for d in definitions],
+            "catch_up": [CatchUp(d.catch_up).value for d in definitions],
+            "max_catch_up": [d.max_catch_up for d in definitions],
+            "grace_seconds": [float(d.grace_seconds) for d in definitions],
+            "target": [d.target for d in definitions],
+            "key_template": [d.key_template for d in definitions],
+            "fan_out": [bool(d.fan_out) for d in definitions],
+            "now": now,
+        }
+        with self._tx() as c:
+            self._fence(c, lease, now)
+            c.execute(self._sql["schedule_declare"], params)
+
+    def schedule_list(self) -> list[ScheduleRow]:
+        return [_schedule(r) for r in self._run("schedule_list", {})]
+
+    def schedule_pause(
+        self,
+        name: str,
+        paused: bool,
+        actor: str,
+        note: str | None,
+        now: datetime | None = None,
+        cursor: datetime | None = None,
+        skipped: int = 0,
+    ) -> ScheduleRow:
+        rows = self._run(
+            "schedule_pause",
+            {
+                "name": name,
+                "paused": bool(paused),
+                "actor": actor,
+                "note": note,
+                "now": now,
+                "cursor": cursor,
+                "skipped": int(skipped),
+            },
+        )
+        if not rows:
+            raise NotFound(f"no schedule named {name!r} in the ledger")
+        return next(r for r in self.schedule_list() if r.name == name)
+
+    def schedule_advance(
+        self,
+        name: str,
+        cursor: datetime,
+        skipped: int,
+        lease: LeaderLease,
+        now: datetime | None = None,
+    ) -> None:
+        with self._tx() as c:
+            self._fence(c, lease, now)
+            c.execute(
+                self._sql["schedule_advance"],
+                {"name": name, "cursor": cursor, "skipped": int(skipped)},
+            )
+
+    # -- ticks -----------------------------------------------------------------------------------
+
+    def schedule_tick_start(
+        self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
+    ) -> TickRow:
+        params = {"schedule": name, "tick_time": tick_time}
+        with self._tx() as c:
+            self._fence(c, lease, now)
+            row = c.execute(
+                self._sql["schedule_tick_start"],
+                params | {"leader": lease.holder, "term": lease.term, "now": now},
+            ).fetchone()
+            if row is None:
+                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
+        assert row is not None, "a tick just written or found is there"
+        return _tick(row)
+
+    def schedule_tick_progress(
+        self,
+        name: str,
+        tick_time: datetime,
+        created: int,
+        existing: int,
+        conflicts: int,
+        conn: Any,
+    ) -> None:
+        self._run(
+            "schedule_tick_progress",
+            {
+                "schedule": name,
+                "tick_time": tick_time,
+                "created": created,
+                "existing": existing,
+                "conflicts": conflicts,
+            },
+            conn=conn,
+        )
+
+    def schedule_tick_finish(
+        self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
+    ) -> TickRow:
+        params = {"schedule": name, "tick_time": tick_time}
+        with self._tx() as c:
+            self._fence(c, lease, now)
+            row = c.execute(
+                self._sql["schedule_tick_finish"],
+                params | {"now": now},
+            ).fetchone()
+            if row is None:
+                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
+            c.execute(
+                self._sql["schedule_advance"],
+                {"name": name, "cursor": tick_time, "skipped": 0},
+            )
+        assert row is not None, "a tick just written or found is there"
+        return _tick(row)
+
+    def schedule_tick_error(
+        self, name: str, tick_time: datetime, error: str, now: datetime | None = None
+    ) -> None:
+        self._run(
+            "schedule_tick_error",
+            {"schedule": name, "tick_time": tick_time, "error": error[:4000]},
+        )
+
+    def schedule_tick_list(
+        self,
+        name: str | None = None,
+        limit: int = 20,
+        state: TickState | None = None,
+        after: datetime | None = None,
+    ) -> list[TickRow]:
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
+        if name is not None:
+            clauses.append("schedule = %(schedule)s")
+            params["schedule"] = name
+        if state is not None:
+            clauses.append("state = %(state)s")
+            params["state"] = TickState(state).value
+        if after is not None:
+            clauses.append("tick_time > %(after)s")
+            params["after"] = after
+        text = self._sql["schedule_tick_list"].replace("{where}", " AND ".join(clauses) or "1 = 1")
+        with self._tx() as c:
+            rows = c.execute(
+                text.replace("{limit}", str(max(1, int(limit)))),
+                params,
+            ).fetchall()
+        return [_tick(r) for r in rows]

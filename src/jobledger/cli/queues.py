@@ -1,0 +1,155 @@
+"""``jobledger queues create|list``: declared queues for the HTTP API."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import ConfigError
+from ..queues import DEFAULT_RETENTION_SECONDS, QueueInfo, QueueSettings
+from .base import cli, json_option, open_ledger, url_option
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``24h``, ``30d`` → seconds."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*", text)
+    if not match:
+        raise ConfigError(f"expected a duration such as 86400, 24h or 30d, got {text!r}")
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def queue_json(info: QueueInfo) -> dict[str, object]:
+    s = info.settings
+    return {
+        "name": s.name,
+        "task": s.task,
+        "max_attempts": s.max_attempts,
+        "lease_seconds": s.lease_seconds,
+        "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
+        "retention_seconds": s.retention_seconds,
+        "require_idempotency_key": s.require_key,
+        "created_at": info.created_at.isoformat(),
+        "updated_at": info.updated_at.isoformat(),
+    }
+
+
+@cli.group()
+def queues() -> None:
+    """Declared queues: what jobs published over HTTP get (attempts, lease, backoff, retention).
+
+    A queue must be declared before anything is published to it over HTTP. Declaring it again
+    replaces its settings; jobs already in it keep theirs.
+    """
+
+
+@queues.command("create")
+@url_option
+@click.argument("name")
+@click.option("--task", default="", help="Task name stored in published jobs (default: NAME).")
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Deliveries per message (lease expiries included) before it is dead.",
+)
+@click.option(
+    "--lease-seconds",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="How long a received message stays leased unless extended.",
+)
+@click.option(
+    "--backoff-base",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="Seconds; a nack without a delay waits up to base * 2^(attempt-1), full jitter.",
+)
+@click.option(
+    "--backoff-cap",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds; the longest such wait.",
+)
+@click.option(
+    "--retention",
+    default=f"{DEFAULT_RETENTION_SECONDS / 86400:g}d",
+    show_default=True,
+    help="How long finished jobs are kept and Idempotency-Keys replayed (at least 24h).",
+)
+@click.option(
+    "--require-key/--no-require-key",
+    default=False,
+    show_default=True,
+    help="Refuse publishes without an Idempotency-Key.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the queue as JSON.")
+def create(
+    url: str,
+    name: str,
+    task: str,
+    max_attempts: int,
+    lease_seconds: float,
+    backoff_base: float,
+    backoff_cap: float,
+    retention: str,
+    require_key: bool,
+    as_json: bool,
+) -> None:
+    """Declare queue NAME (or replace its settings)."""
+    settings = QueueSettings(
+        name=name,
+        task=task,
+        max_attempts=max_attempts,
+        lease_seconds=lease_seconds,
+        backoff_base=backoff_base,
+        backoff_cap=backoff_cap,
+        retention_seconds=parse_duration(retention),
+        require_key=require_key,
+    )
+    ledger = open_ledger(url, write=True)
+    try:
+        info, created = ledger.backend.queue_put(settings)
+    finally:
+        ledger.close()
+    if as_json:
+        click.echo(json.dumps({"created": created, **queue_json(info)}))
+        return
+    click.echo(f"{'declared' if created else 'updated'} queue {info.name}")
+
+
+@queues.command("list")
+@url_option
+@json_option
+def list_queues(url: str, as_json: bool) -> None:
+    """List declared queues and their settings."""
+    ledger = open_ledger(url)
+    try:
+        infos = ledger.backend.queue_list()
+    finally:
+        ledger.close()
+    if as_json:
+        click.echo(json.dumps([queue_json(i) for i in infos]))
+        return
+    table = Table("name", "task", "attempts", "lease s", "backoff s", "retention", "key required")
+    for info in infos:
+        s = info.settings
+        table.add_row(
+            s.name,
+            s.task,
+            str(s.max_attempts),
+            f"{s.lease_seconds:g}",
+            f"{s.backoff_base:g}..{s.backoff_cap:g}",
+            f"{s.retention_seconds / 86400:g}d",
+            "yes" if s.require_key else "no",
+        )
+    Console().print(table)

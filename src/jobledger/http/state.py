@@ -1,0 +1,169 @@
+"""What the server shares between requests: settings, the ledger, wake-ups, keys in flight, and
+the services that run beside the routes (the rescuer; later push delivery)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..errors import BackendUnavailable, ConfigError
+from .wakeups import Wakeups
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..ledger import Ledger
+
+__all__ = ["InFlight", "Rescuer", "ServerSettings", "ServerState", "Service"]
+
+log = logging.getLogger("jobledger.http")
+
+KIB = 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How ``jobledger serve`` behaves. Validated when built.
+
+    - ``default_rate`` / ``default_burst``: the publish rate limit (messages per second, and how
+      many may go at once) of keys created without one; None: no limit.
+    - ``max_wait_seconds``: the longest long poll a receive may ask for (the API allows 20).
+    - ``rescue_interval``: seconds between scans for expired leases (pull consumers that died).
+    - ``poll_interval``: the longest pause between claims of a waiting receive; default 1 s on
+      PostgreSQL (LISTEN/NOTIFY wakes it sooner), 0.25 s on SQLite.
+    - ``publish_limit`` / ``batch_limit`` / ``body_limit``: request body limits in bytes for
+      publish, publish-batch and every other route.
+    """
+
+    default_rate: float | None = None
+    default_burst: float | None = None
+    max_wait_seconds: float = 20.0
+    rescue_interval: float = 5.0
+    poll_interval: float | None = None
+    publish_limit: int = 256 * KIB
+    batch_limit: int = 4096 * KIB
+    body_limit: int = 64 * KIB
+
+    def __post_init__(self) -> None:
+        if self.default_rate is not None and not self.default_rate > 0:
+            raise ConfigError(f"default rate must be > 0 per second, got {self.default_rate!r}")
+        if self.default_burst is not None:
+            if self.default_rate is None:
+                raise ConfigError("a default burst needs a default rate")
+            if not self.default_burst >= 1:
+                raise ConfigError(f"default burst must be >= 1, got {self.default_burst!r}")
+        if not 0 <= self.max_wait_seconds <= 20:
+            raise ConfigError(f"max_wait_seconds must be 0..20, got {self.max_wait_seconds!r}")
+        if not self.rescue_interval > 0:
+            raise ConfigError(f"rescue_interval must be > 0, got {self.rescue_interval!r}")
+        if self.poll_interval is not None and not self.poll_interval > 0:
+            raise ConfigError(f"poll_interval must be > 0, got {self.poll_interval!r}")
+
+    def rate_for(self, rate: float | None, burst: float | None) -> tuple[float, float] | None:
+        """The (rate, burst) a key publishes under, or None for no limit."""
+        if rate is not None:
+            return rate, burst if burst is not None else max(1.0, rate)
+        if self.default_rate is not None:
+            return self.default_rate, self.default_burst or max(1.0, self.default_rate)
+        return None
+
+
+class InFlight:
+    """The (queue, key) pairs this server process is publishing right now.
+
+    Together with the database's own check (a try-lock on PostgreSQL; SQLite's single writer),
+    this is how a second request with a key still in flight is answered 409 instead of waiting.
+    Touched only from the event loop, so a plain set is enough.
+    """
+
+    def __init__(self) -> None:
+        self._keys: set[tuple[str, str]] = set()
+
+    def claim(self, idents: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Register ``idents``; return the ones already in flight (which are not registered)."""
+        busy = set()
+        for ident in idents:
+            if ident in self._keys:
+                busy.add(ident)
+            else:
+                self._keys.add(ident)
+        return busy
+
+    def release(self, idents: Iterable[tuple[str, str]]) -> None:
+        for ident in idents:
+            self._keys.discard(ident)
+
+    def __contains__(self, ident: object) -> bool:
+        return ident in self._keys
+
+
+class Service(Protocol):
+    """Something the server runs beside its routes, started with it and stopped before it ends
+    (called from a worker thread, so it may block briefly)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Rescuer:
+    """Moves expired leases back to pending (or to dead) every ``interval`` seconds, so that a
+    pull consumer that received messages and died does not hold them forever. Idempotent: any
+    number of servers and workers may run it at once."""
+
+    def __init__(self, backend: Backend, interval: float):
+        self._backend = backend
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="jobledger-rescuer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                for r in self._backend.job_rescue():
+                    log.warning(
+                        "lease expired: job %d (%s/%s) attempt %d -> %s",
+                        r.job_id,
+                        r.queue,
+                        r.key,
+                        r.attempt,
+                        r.state.value,
+                    )
+            except BackendUnavailable as exc:
+                log.warning("rescue failed: %s", exc)
+            except Exception:  # a bug: keep the server up, say so loudly
+                log.exception("rescue failed")
+
+
+ServiceFactory = Callable[["ServerState"], "Service | None"]
+
+
+class ServerState:
+    """Everything a route handler may need, as ``call.state``."""
+
+    def __init__(self, ledger: Ledger, settings: ServerSettings):
+        self.ledger = ledger
+        self.settings = settings
+        self.in_flight = InFlight()
+        self.wakeups: Wakeups | None = None
+        self.services: list[Service] = []
+
+    @property
+    def backend(self) -> Backend:
+        return self.ledger.backend
+
+    @property
+    def poll_interval(self) -> float:
+        if self.settings.poll_interval is not None:
+            return self.settings.poll_interval
+        return 1.0 if self.backend.supports_listen else 0.25

@@ -1,0 +1,98 @@
+"""Wake-ups for long-polling receives: "a job may have arrived in queue Q".
+
+A receive that found nothing waits here, not in a thread. It is woken by a publish in this
+process at once, and on PostgreSQL by ``LISTEN/NOTIFY`` for publishes and enqueues from any
+process: one listening connection per queue that someone is waiting on, shared by all its
+waiters. Without a listener (SQLite), waiters fall back to polling; the caller bounds each wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+
+__all__ = ["Wakeups"]
+
+log = logging.getLogger("jobledger.http")
+
+
+class Wakeups:
+    """Per-queue events on one event loop, fed by publishes here and by database listeners."""
+
+    def __init__(self, backend: Backend, loop: asyncio.AbstractEventLoop):
+        self._backend = backend
+        self._loop = loop
+        self._events: dict[str, asyncio.Event] = {}
+        self._listeners: dict[str, threading.Thread] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def notify(self, queue: str) -> None:
+        """Wake everyone waiting on ``queue`` (call from the event loop)."""
+        event = self._events.pop(queue, None)
+        if event is not None:
+            event.set()
+
+    def notify_threadsafe(self, queue: str) -> None:
+        if not self._stop.is_set():
+            self._loop.call_soon_threadsafe(self.notify, queue)
+
+    def arm(self, queue: str) -> asyncio.Event:
+        """The event the next wake-up on ``queue`` will set. Arm it *before* looking for work,
+        so that a publish between the look and the wait is not missed."""
+        self._listen(queue)
+        event = self._events.get(queue)
+        if event is None:
+            event = self._events[queue] = asyncio.Event()
+        return event
+
+    @staticmethod
+    async def wait(event: asyncio.Event, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for an armed event; True when woken."""
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def _listen(self, queue: str) -> None:
+        if not self._backend.supports_listen or self._stop.is_set():
+            return
+        with self._lock:
+            if queue in self._listeners:
+                return
+            thread = threading.Thread(
+                target=self._listen_loop,
+                args=(queue,),
+                name=f"jobledger-listen-{queue}",
+                daemon=True,
+            )
+            self._listeners[queue] = thread
+        thread.start()
+
+    def _listen_loop(self, queue: str) -> None:
+        listener = self._backend.listener([queue])
+        if listener is None:
+            return
+        try:
+            while not self._stop.is_set():
+                if listener.wait(0.5):
+                    self.notify_threadsafe(queue)
+        except Exception:  # never take the server down with a listener
+            log.exception("listener for queue %r failed", queue)
+        finally:
+            listener.close()
+            with self._lock:
+                self._listeners.pop(queue, None)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            threads = list(self._listeners.values())
+        for thread in threads:
+            thread.join(2.0)

@@ -1,0 +1,142 @@
+"""Every CLI error path: wrong flags, unknown keys, malformed JSON, an unreachable database —
+one line on stderr, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ..support.processes import ROOT
+from .conftest import assert_one_line_error
+
+REFUSED_PG = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=3"
+
+# One invocation of each command that would work on a reachable, migrated database.
+EVERY_COMMAND = [
+    ("status",),
+    ("jobs",),
+    ("show", "some-key"),
+    ("redrive", "--all", "--reason", "r"),
+    ("resolve", "some-key", "--done", "--note", "n"),
+    ("cancel", "some-key", "--reason", "r"),
+    ("enqueue", "send", "--key", "k", "--payload", "{}"),
+    ("prune", "--older-than", "30d"),
+    ("migrate",),
+    ("drill",),
+]
+
+
+@pytest.mark.parametrize("command", EVERY_COMMAND, ids=lambda c: c[0])
+def test_unreachable_postgres(cli, command):
+    assert_one_line_error(cli(*command, "--url", REFUSED_PG), "PostgreSQL", "unavailable")
+
+
+@pytest.mark.parametrize("command", EVERY_COMMAND, ids=lambda c: c[0])
+def test_missing_sqlite_file(cli, tmp_path, command):
+    url = f"sqlite:///{tmp_path}/no-such-dir/jobs.db"
+    assert_one_line_error(cli(*command, "--url", url), "SQLite database")
+
+
+def test_url_from_the_environment(cli, monkeypatch):
+    monkeypatch.setenv("JOBLEDGER_URL", REFUSED_PG)
+    assert_one_line_error(cli("status"), "127.0.0.1:1")
+
+
+@pytest.mark.parametrize(
+    "url, fragment",
+    [
+        ("mysql://x/y", "unsupported scheme"),
+        ("sqlite://host/x.db", "host part"),
+        ("postgresql://u:secret@127.0.0.1:1/x?schema=Bad-Name", "schema"),
+    ],
+)
+def test_bad_urls(cli, url, fragment):
+    run = cli("status", "--url", url)
+    assert_one_line_error(run, fragment)
+    assert "secret" not in run.err
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("jobs", "--bogus"), "No such option"),
+        (("nosuchcommand",), "No such command"),
+        (("jobs", "--state", "sleeping"), "sleeping"),
+        (("jobs", "--limit", "many"), "many"),
+        (("jobs", "--since", "the day before"), "not a time"),
+        (("prune",), "--older-than"),
+        (("prune", "--older-than", "30x"), "not a duration"),
+        (("prune", "--older-than", "30d", "--batch", "0"), "--batch"),
+        (("redrive", "--all"), "--reason"),
+        (("redrive", "--reason", "r"), "name the jobs"),
+        (("redrive", "--all", "--reason", "r", "--rate", "-1"), "--rate"),
+        (("resolve", "k", "--note", "n"), "--done or --pending"),
+        (("resolve", "k", "--done"), "--note"),
+        (("cancel", "k"), "--reason"),
+        (("enqueue", "send"), "--key"),
+        (("enqueue", "send", "--key", "k", "--delay", "1h", "--run-at", "now"), "not both"),
+        (("enqueue", "send", "--key", "k", "--priority", "x"), "--priority"),
+        (("status", "--late-after", "soon"), "not a duration"),
+        (("show",), "JOB"),
+    ],
+)
+def test_wrong_flags(cli, tmp_path, args, fragment):
+    # A database that exists, so that only the flags are wrong.
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    assert cli("migrate", "--url", url).code == 0
+    assert_one_line_error(cli(*args, "--url", url), fragment)
+
+
+@pytest.mark.parametrize(
+    "payload, fragment",
+    [
+        ('{"customer_id": ', "not valid JSON"),
+        ("customer_id=1", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('"text"', "JSON object"),
+        ('{"n": NaN}', "NaN is not a JSON number"),
+    ],
+)
+def test_malformed_json(cli, db_url, ledger, payload, fragment):
+    run = cli("enqueue", "send", "--url", db_url, "--key", "k", "--payload", payload)
+    assert_one_line_error(run, fragment)
+    assert ledger.jobs() == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("show", "no-such-key"),
+        ("show", "424242"),
+        ("resolve", "no-such-key", "--done", "--note", "n"),
+        ("cancel", "no-such-key", "--reason", "r"),
+        ("redrive", "no-such-key", "--reason", "r"),
+    ],
+    ids=lambda a: a[0],
+)
+def test_unknown_keys(cli, db_url, ledger, args):
+    assert_one_line_error(cli(*args, "--url", db_url), "no job")
+
+
+def test_no_traceback_from_a_real_process(tmp_path):
+    """The same contract from the installed command, in a process of its own."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("JOBLEDGER_URL", None)
+    for args in (
+        ["status", "--url", REFUSED_PG],
+        ["enqueue", "t", "--key", "k", "--payload", "{oops", "--url", f"sqlite:///{tmp_path}/x.db"],
+        ["show", "k", "--url", f"sqlite:///{tmp_path}/missing.db"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "jobledger", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "Traceback" not in proc.stderr

@@ -1,0 +1,316 @@
+"""Prune: finished jobs go in batches with their history; their keys keep blocking duplicates
+until the tombstone's horizon, also against an enqueue that races the prune."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from jobledger import JobFilter, JobState, KeyConflict, NotFound
+from jobledger.backends import Failure
+from jobledger.payload import encode_payload, payload_digest
+
+from ..support.processes import wait_until
+from .conftest import T0, at, enqueue, lease_of
+
+DAY = 24 * 3600.0
+
+
+def finish(ledger, n: int, *, ok: bool = True, now=T0) -> int:
+    """Enqueue job ``k<n>`` and run it to done (or dead) at ``now``, recording an effect."""
+    job_id = enqueue(ledger, n, now=now)
+    [job] = [j for j in ledger.backend.job_claim(["q"], "w", 100, now=now) if j.id == job_id]
+    ledger.backend.effect_record("q", job.key, "email", lease_of(job), now=now)
+    if ok:
+        ledger.backend.job_complete([lease_of(job)], now=now)
+    else:
+        ledger.backend.job_fail([Failure(lease_of(job), False, None, "HTTP 400", "no")], now=now)
+    return job_id
+
+
+def test_prune_removes_old_finished_jobs_with_their_history(ledger, tasks):
+    old_done = finish(ledger, 1)
+    old_dead = finish(ledger, 2, ok=False)
+    old_cancelled = enqueue(ledger, 3)
+    ledger.cancel(old_cancelled, actor="ana", reason="not needed", now=T0)
+    old_pending = enqueue(ledger, 4)
+    recent_done = finish(ledger, 5, now=at(29 * DAY))
+
+    result = ledger.prune(timedelta(days=30), now=at(31 * DAY))
+
+    assert (result.jobs, result.by_state) == (2, {"done": 1, "cancelled": 1})
+    assert (result.attempts, result.events, result.effects, result.tombstones) == (1, 1, 1, 2)
+    left = {j.id for j in ledger.jobs()}
+    assert left == {old_dead, old_pending, recent_done}
+    assert ledger.backend.attempt_list(old_done) == []
+    assert ledger.backend.event_list(old_cancelled) == []
+    assert ledger.backend.effect_list("q", "k1") == []
+    assert ledger.backend.effect_list("q", "k5") != []
+
+
+def test_dead_jobs_are_pruned_only_when_asked(ledger, tasks):
+    dead = finish(ledger, 1, ok=False)
+    assert ledger.prune(30 * DAY, now=at(31 * DAY)).jobs == 0
+    assert ledger.job(dead).state is JobState.DEAD
+    result = ledger.prune(30 * DAY, include_dead=True, now=at(31 * DAY))
+    assert result.by_state == {"dead": 1}
+    with pytest.raises(NotFound):
+        ledger.job(dead)
+
+
+def test_prune_by_queue(ledger, tasks):
+    finish(ledger, 1)
+    other = ledger.enqueue("elsewhere", {"n": 9}, key="k9", now=T0).id
+    ledger.cancel(other, actor="ana", reason="r", now=T0)
+    assert ledger.prune(DAY, queue="other", now=at(2 * DAY)).jobs == 1
+    assert [j.key for j in ledger.jobs()] == ["k1"]
+
+
+def test_dry_run_counts_and_removes_nothing(ledger, tasks):
+    for n in range(3):
+        finish(ledger, n)
+    preview = ledger.prune(DAY, dry_run=True, now=at(2 * DAY))
+    assert (preview.jobs, preview.by_state) == (3, {"done": 3, "cancelled": 0})
+    assert len(ledger.jobs()) == 3
+
+
+def test_prune_works_in_batches(ledger, tasks):
+    for n in range(5):
+        finish(ledger, n, now=at(n))
+    seen = []
+    result = ledger.prune(DAY, batch=2, now=at(2 * DAY), progress=lambda r: seen.append(r.jobs))
+    assert result.jobs == 5 and seen == [2, 4, 5]
+    assert ledger.jobs() == []
+
+
+def test_a_pruned_key_keeps_blocking_duplicates(ledger, tasks):
+    job_id = finish(ledger, 1)
+    ledger.prune(DAY, keep_keys=timedelta(days=365), now=at(2 * DAY))
+
+    again = ledger.enqueue("work", {"n": 1}, key="k1", now=at(3 * DAY))
+    assert (again.id, again.created) == (job_id, False)
+    [result] = ledger.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}], now=at(3 * DAY))
+    assert result.pruned and not result.created and result.id == job_id
+    with pytest.raises(KeyConflict):
+        ledger.enqueue("work", {"n": 2}, key="k1", now=at(3 * DAY))
+    with pytest.raises(KeyConflict):
+        ledger.enqueue("elsewhere", {"n": 1}, key="k1", queue="q", now=at(3 * DAY))
+    report = ledger.enqueue_many(
+        "work",
+        [{"payload": {"n": 2}, "key": "k1"}, {"payload": {"n": 3}, "key": "k3"}],
+        on_conflict="report",
+        now=at(3 * DAY),
+    )
+    assert [(r.created, r.conflict, r.pruned) for r in report] == [
+        (False, True, True),
+        (True, False, False),
+    ]
+    assert [j.key for j in ledger.jobs()] == ["k3"]
+    with pytest.raises(NotFound, match="pruned"):
+        ledger.find("k1")
+
+
+def test_the_key_is_free_again_after_the_horizon(ledger, tasks):
+    finish(ledger, 1)  # finished at T0
+    result = ledger.prune(DAY, keep_keys=10 * DAY, now=at(2 * DAY))
+    assert result.tombstones == 1
+    assert not ledger.enqueue("work", {"n": 1}, key="k1", now=at(9 * DAY)).created
+    # The horizon counts from when the job finished: T0 + 10 days.
+    assert ledger.enqueue("work", {"n": 1}, key="k1", now=at(10 * DAY + 1)).created
+    # A later prune deletes the expired tombstone.
+    assert ledger.prune(DAY, now=at(10 * DAY + 2)).expired_tombstones == 1
+    assert ledger.backend.tombstone_find("k1") == []
+
+
+def test_without_keep_keys_the_key_is_free_at_once(ledger, tasks):
+    finish(ledger, 1)
+    result = ledger.prune(DAY, keep_keys=None, now=at(2 * DAY))
+    assert (result.jobs, result.tombstones) == (1, 0)
+    assert ledger.enqueue("work", {"n": 2}, key="k1", now=at(2 * DAY)).created
+
+
+def test_a_key_pruned_again_gets_a_fresh_tombstone(ledger, tasks):
+    finish(ledger, 1)
+    ledger.prune(DAY, keep_keys=2.5 * DAY, now=at(2 * DAY))
+    # The horizon passed; the tombstone is still in the table until a prune deletes it.
+    second = ledger.enqueue("work", {"n": 1}, key="k1", now=at(3 * DAY)).id
+    assert len(ledger.backend.tombstone_find("k1")) == 1
+    [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(3 * DAY))
+    ledger.backend.job_complete([lease_of(job)], now=at(3 * DAY))
+    ledger.prune(DAY, keep_keys=3 * DAY, now=at(5 * DAY))
+    [tomb] = ledger.backend.tombstone_find("k1")
+    assert tomb.job_id == second and tomb.expires_at == at(6 * DAY)
+
+
+def test_prune_validates_its_arguments(ledger, tasks):
+    from jobledger import ConfigError
+
+    with pytest.raises(ConfigError):
+        ledger.prune(-1)
+    with pytest.raises(ConfigError):
+        ledger.prune(DAY, keep_keys=-5)
+    with pytest.raises(ConfigError):
+        ledger.prune(DAY, batch=0)
+
+
+def _prune_without_commit(ledger, db_url, key: str, now):
+    """Open a connection that deletes the job of ``key`` and writes its tombstone, as prune
+    does, and return it with the transaction still open."""
+    backend = ledger.backend
+    job = ledger.job_by_key(key, "q")
+    horizon = (now + timedelta(days=365)).timestamp()
+    if backend.dialect == "sqlite":
+        conn = sqlite3.connect(backend.path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO jobledger_tombstones VALUES (?, ?, ?, ?, ?, 'done', ?, ?, ?)",
+            (
+                "q",
+                key,
+                job.id,
+                job.task,
+                payload_digest(encode_payload(job.payload)),
+                now.timestamp(),
+                now.timestamp(),
+                horizon,
+            ),
+        )
+        conn.execute("DELETE FROM jobledger_jobs WHERE id = ?", (job.id,))
+        return conn
+    conn = psycopg.connect(db_url.split("?")[0])
+    schema = ledger.url.schema
+    conn.execute(
+        f'INSERT INTO "{schema}".jobledger_tombstones'
+        " SELECT queue, key, id, task, md5(payload::text), state, finished_at, %s, %s"
+        f' FROM "{schema}".jobledger_jobs WHERE id = %s',
+        (now, now + timedelta(days=365), job.id),
+    )
+    conn.execute(f'DELETE FROM "{schema}".jobledger_jobs WHERE id = %s', (job.id,))
+    return conn
+
+
+def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(ledger, db_url, tasks):
+    """The enqueue starts while the prune's transaction holds the key, and goes on when the
+    prune commits: it must see the tombstone, not the now free key."""
+    job_id = finish(ledger, 1)
+    prune = _prune_without_commit(ledger, db_url, "k1", at(2 * DAY))
+    results = []
+    started = threading.Event()
+
+    def go() -> None:
+        started.set()
+        results.append(ledger.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}]))
+
+    enqueuer = threading.Thread(target=go)
+    enqueuer.start()
+    started.wait()
+    if ledger.url.dialect == "postgres":
+        with psycopg.connect(db_url.split("?")[0], autocommit=True) as watch:
+            wait_until(
+                lambda: watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%INSERT INTO%%'"
+                ).fetchone()[0],
+                what="the enqueue to wait on the key's lock",
+            )
+    else:
+        # SQLite: the enqueue waits for the write lock (BEGIN IMMEDIATE); nothing to observe,
+        # and the outcome below must hold whether it started waiting already or not.
+        enqueuer.join(0.2)
+    prune.commit()
+    prune.close()
+    enqueuer.join(10)
+    [[result]] = results
+    assert (result.id, result.created, result.pruned) == (job_id, False, True)
+    assert ledger.jobs(JobFilter(queue="q")) == []
+
+
+def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(ledger, tasks):
+    """No index on the jobs table for prune: it walks ids from the oldest job, one window per
+    transaction, and stops at the first window of jobs created after the cut-off."""
+    for n in range(4):
+        finish(ledger, n)  # created and finished at T0
+    for n in range(4, 8):
+        enqueue(ledger, n, now=at(10 * DAY))
+    backend = ledger.backend
+    windows, after = [], 0
+    while after is not None:
+        result, after = backend.job_prune(
+            at(5 * DAY), [JobState.DONE], None, limit=2, after_id=after, now=at(5 * DAY)
+        )
+        windows.append((result.jobs, after))
+    kept = ledger.jobs()
+    assert [j.key for j in kept] == ["k4", "k5", "k6", "k7"]
+    first = kept[0].id  # k0..k3 had the four ids before it
+    assert windows == [(2, first - 3), (2, first - 1), (0, None)]
+
+
+def test_the_prune_window_reads_the_primary_key(ledger, tasks):
+    backend = ledger.backend
+    text = backend._sql["job_prune_window"].replace("{limit}", "1000")
+    with backend.transaction() as conn:
+        if backend.dialect == "sqlite":
+            plan = " ".join(
+                str(r[-1]) for r in conn.execute("EXPLAIN QUERY PLAN " + text, {"after": 0})
+            )
+            assert "PRIMARY KEY" in plan, plan
+        else:
+            conn.execute("SET LOCAL enable_seqscan = off")
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, {"after": 0}))
+            assert "jobledger_jobs_pkey" in plan, plan
+
+
+def test_prune_keeps_jobs_within_their_queues_retention(ledger, tasks):
+    """A declared queue promises its retention (the Idempotency-Key replay window of the HTTP
+    API): prune never takes its jobs earlier, whatever --older-than says."""
+    from jobledger.queues import QueueSettings
+
+    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
+    kept = finish(ledger, 1)
+    other = finish(ledger, 2, now=T0)
+    result = ledger.prune(timedelta(days=30), now=at(31 * DAY))
+    assert result.jobs == 0 and {kept, other} <= {j.id for j in ledger.jobs()}
+    result = ledger.prune(timedelta(days=30), now=at(61 * DAY))
+    assert result.jobs == 2
+
+
+def test_prune_deletes_the_publish_record_with_its_job(ledger, tasks):
+    from jobledger.backends.base import NewJob, PublishItem
+    from jobledger.queues import QueueSettings
+
+    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    job = NewJob("q", "pub-1", "work", encode_payload({"n": 1}), 0, T0, 3, 30.0)
+    [outcome] = ledger.backend.job_publish([PublishItem(job, "fingerprint-1")], now=T0)
+    [claimed] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    ledger.backend.job_complete([lease_of(claimed)], now=T0)
+    assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
+    with ledger.backend.transaction() as conn:
+        table = "jobledger_publish_requests"
+        if ledger.url.dialect == "postgres":
+            table = f"{ledger.url.schema}.{table}"
+        assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
+    assert outcome.status == "created"
+
+
+def test_publishing_a_pruned_key_replays_or_conflicts(ledger, tasks):
+    """The HTTP publish path honours tombstones like enqueue: no second job for a pruned key."""
+    from jobledger.backends.base import NewJob, PublishItem
+    from jobledger.queues import QueueSettings
+
+    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    job_id = finish(ledger, 1)  # key k1, task "work", payload {"n": 1}
+    assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
+
+    def publish(payload):
+        job = NewJob("q", "k1", "work", encode_payload(payload), 0, None, 3, 30.0)
+        [outcome] = ledger.backend.job_publish([PublishItem(job, "fp")], now=at(3 * DAY))
+        return outcome
+
+    again = publish({"n": 1})
+    assert (again.status, again.job_id, again.state) == ("replayed", job_id, JobState.DONE)
+    assert publish({"n": 2}).status == "conflict"
+    assert ledger.jobs() == []

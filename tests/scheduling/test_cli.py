@@ -1,0 +1,95 @@
+"""``jobledger schedules``: list with next/last tick and leader, ticks, pause and resume."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobledger import Ledger
+from jobledger.cli import main
+
+from ..apps.schedule_app import declare
+
+MONDAY = datetime(2026, 8, 10, 4, 0, tzinfo=UTC)
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+@pytest.fixture
+def ticked(db_url: str) -> Ledger:
+    led = Ledger(db_url)
+    declare(led, 3, 2)
+    s = led.scheduler(name="host:1:abc", lease_seconds=3600)
+    s.run_once(MONDAY - timedelta(days=1))
+    s.run_once(MONDAY + timedelta(minutes=1))
+    yield led
+    led.close()
+
+
+def test_schedules_json_lists_next_and_last_tick_and_the_leader(ticked, db_url, capsys):
+    code, out, err = run(capsys, "schedules", "--url", db_url, "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    [schedule] = data["schedules"]
+    assert schedule["name"] == "weekly-digest" and schedule["cron"] == "0 6 * * MON"
+    assert schedule["time_zone"] == "Europe/Berlin" and schedule["key"] == "{entity}:{week}"
+    assert schedule["next_tick"] == "2026-08-17T04:00:00Z"
+    assert schedule["last_tick"]["tick_time"] == "2026-08-10T04:00:00Z"
+    assert schedule["last_tick"]["jobs_created"] == 3
+    assert schedule["paused"] is False
+    [lease] = data["leaders"]
+    assert lease["holder"] == "host:1:abc" and lease["name"] == "scheduler:default"
+
+
+def test_schedules_table_and_ticks(ticked, db_url, capsys):
+    code, out, _ = run(capsys, "schedules", "--url", db_url)
+    assert code == 0
+    assert "weekly-digest" in out and "cohort default" in out and "host:1:abc" in out
+    code, out, _ = run(capsys, "schedules", "ticks", "weekly-digest", "--url", db_url, "--json")
+    assert code == 0
+    [tick] = json.loads(out)
+    assert tick["jobs_created"] == 3 and tick["state"] == "done" and tick["runs"] == 1
+
+
+def test_pause_and_resume_from_the_command_line(ticked, db_url, capsys):
+    code, out, _ = run(
+        capsys,
+        "schedules",
+        "pause",
+        "weekly-digest",
+        "--url",
+        db_url,
+        "--actor",
+        "ops",
+        "--note",
+        "x",
+    )
+    assert code == 0 and "paused weekly-digest" in out
+    row = ticked.schedules.row("weekly-digest")
+    assert row.paused and row.pause_changed_by == "ops" and row.pause_note == "x"
+    # The group's --url applies to the subcommand too.
+    code, out, _ = run(
+        capsys, "schedules", "--url", db_url, "resume", "weekly-digest", "--skip-missed"
+    )
+    assert code == 0 and "resumed weekly-digest; skipped" in out
+    assert not ticked.schedules.row("weekly-digest").paused
+
+
+def test_errors_are_one_line(ticked, db_url, capsys):
+    code, out, err = run(capsys, "schedules", "pause", "nope", "--url", db_url)
+    assert code == 2 and err == "error: no schedule named 'nope' in the ledger\n"
+    code, out, err = run(capsys, "schedules", "ticks", "nope", "--url", db_url)
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_an_empty_ledger_says_so(db_url, capsys):
+    Ledger(db_url).migrate()
+    code, out, _ = run(capsys, "schedules", "--url", db_url)
+    assert code == 0 and "no schedules in this ledger" in out and "leader: none yet" in out

@@ -1,0 +1,62 @@
+"""The PostgreSQL wake-up listener survives a lost connection and does not hammer a database
+that is down (during a failover only a read-only standby may answer)."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from jobledger import Ledger
+from jobledger.backends.postgres import _PgListener
+from jobledger.backends.url import DatabaseURL
+
+pytestmark = pytest.mark.postgres_only
+
+
+class _Unreachable:
+    url = DatabaseURL.parse("postgresql://postgres@127.0.0.1:1/postgres")
+    channel = "jobledger_public"
+
+
+def test_reconnecting_to_a_database_that_is_down_backs_off(monkeypatch):
+    listener = _PgListener(_Unreachable(), {"q"})  # type: ignore[arg-type]
+    attempts = 0
+    connect = listener._connect
+
+    def counting_connect():
+        nonlocal attempts
+        attempts += 1
+        return connect()
+
+    monkeypatch.setattr(listener, "_connect", counting_connect)
+    started = time.monotonic()
+    while time.monotonic() - started < 1.0:
+        assert listener.wait(0.2) is False
+    # Backoff 0.1, 0.2, 0.4, 0.8 s (jittered down to half): at most 5 tries in a second, where
+    # retrying as fast as the refusals come made thousands.
+    assert 2 <= attempts <= 5
+
+
+def test_listener_wakes_after_its_connection_is_killed_and_listens_again(pg):
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    ledger.migrate()
+    try:
+        listener = ledger.backend.listener(["q"])
+        assert listener.wait(0.1) is True  # connected: a wake-up may have been missed before
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            pid = listener._conn.info.backend_pid
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            assert listener.wait(2.0) is True  # broken: wake up, someone must look
+            deadline = time.monotonic() + 10
+            while listener._conn is None and time.monotonic() < deadline:
+                listener.wait(0.1)  # reconnects after a short pause
+            assert listener._conn is not None
+            admin.execute("SELECT pg_notify(%s, 'q')", (ledger.backend.channel,))
+            assert listener.wait(5.0) is True
+        listener.close()
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)
