@@ -109,7 +109,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin):
             min_size=0,
             max_size=url.pool_size,
             kwargs={"connect_timeout": _CONNECT_TIMEOUT},
-            configure=self._configure_quick,
+            configure=self._configure,
             timeout=_CONNECT_TIMEOUT,
             open=True,
             name="jobledger-quick",
@@ -140,16 +140,6 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin):
         # Several statements that must commit together use ``_tx`` (an explicit transaction).
         conn.autocommit = True
         conn.execute("SET TIME ZONE 'UTC'")
-
-    @classmethod
-    def _configure_quick(cls, conn: psycopg.Connection[Any]) -> None:
-        """Connections of the quick pool run a few statements over and over (claim, enqueue,
-        heartbeat): prepared at once and planned once. Planning the enqueue statement costs
-        more than running it for one job; their generic plans walk the indexes (the claim's is
-        checked by tests/test_claim_plan.py)."""
-        cls._configure(conn)
-        conn.execute("SET plan_cache_mode = force_generic_plan")
-        conn.prepare_threshold = 0
 
     @contextmanager
     def _translate(self) -> Iterator[None]:
