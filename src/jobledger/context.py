@@ -35,7 +35,6 @@ class LeaseHold:
         "started",
         "released",
         "finished",
-        "returned",
         "lock",
         "started_at",
     )
@@ -49,8 +48,6 @@ class LeaseHold:
         self.started = False
         self.released = False
         self.finished = False
-        self.returned = False
-        """True once the handler returned and its outcome went to the completer."""
         self.started_at = 0.0
         self.lock = threading.Lock()
 

@@ -472,7 +472,6 @@ class Worker:
             self._log_outcome(hold, "done", duration, failure)
             return
         fault_point("worker.before_finish")
-        hold.returned = True
         self._completer.submit(_Outcome(hold, failure is None, failure, duration))
 
     def _run_async(self, task: Task, ctx: JobContext, payload: dict[str, Any]) -> None:
@@ -627,9 +626,7 @@ class Worker:
                 hold.lease_until = until
                 hold.renewed_at = started
                 renewed.append((hold.job, until))
-            elif not (hold.lost or hold.finished or hold.released or hold.returned):
-                # A job whose handler returned has its outcome with the completer: a refusal
-                # here means it was just written (or the write will report the loss itself).
+            elif not (hold.lost or hold.finished or hold.released):
                 self._lease_lost(hold, "heartbeat")
         if renewed and self._observers:
             self._notify("on_heartbeat", renewed)
