@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: test demo tour lint clean
+.PHONY: test demo tour lint clean bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,12 @@ demo: $(BIN)/.installed
 ## tour: the README's five-minute tour, on a throw-away SQLite file
 tour: $(BIN)/.installed
 	$(BIN)/python examples/quick_tour.py
+
+## bench: the benchmark on SQLite and PostgreSQL (127.0.0.1:5432) with the other queues beside
+## it; prints a table and writes bench/results.json (BENCH_ARGS=--quick for a short run)
+BENCH_ARGS ?= --compare
+bench: $(BIN)/.installed
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 ## lint: style, types and layer contracts
 lint: $(BIN)/.installed

@@ -14,10 +14,18 @@ def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
         ledger.task(lambda ctx, n: None, name="t", queue="q")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
         backend = ledger.backend
-        claim = backend._sql["job_claim"].replace("{limit}", "100")
         with psycopg.connect(pg.url) as conn:
             conn.execute(f"ANALYZE {schema}.jobledger_jobs")
-            for mode in ("force_custom_plan", "force_generic_plan"):
+            for mode, limit in (
+                ("force_custom_plan", 100),
+                ("force_generic_plan", 100),
+                ("force_custom_plan", 1000),
+                ("force_generic_plan", 1000),
+            ):
+                claim = backend._sql["job_claim"].replace("{limit}", str(limit))
+                # Large batches: also when the planner would rather not loop over an index
+                # (as it decides at some table sizes), the claimed rows are found by key.
+                conn.execute(f"SET enable_nestloop = {'off' if limit > 100 else 'on'}")
                 conn.execute(f"SET plan_cache_mode = {mode}")
                 plan = "\n".join(
                     r[0]
@@ -28,6 +36,12 @@ def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
                 )
                 assert "jobledger_jobs_due" in plan, plan
                 assert "Seq Scan on jobledger_jobs" not in plan, plan
+                # The claimed rows are updated by primary key, not found again by reading
+                # every pending job's index entry.
+                assert "Index Scan on jobledger_jobs_pkey" in plan or (
+                    "Index Scan using jobledger_jobs_pkey" in plan
+                ), plan
+                assert "Bitmap Index Scan on jobledger_jobs_due" not in plan, plan
                 conn.rollback()
         ledger.close()
     finally:

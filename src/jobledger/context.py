@@ -82,9 +82,17 @@ class JobContext:
         self.payload: dict[str, Any] = job.payload
         self.correlation_id: str | None = job.correlation_id
         self.budget_left: int = job.budget_left
-        self.log = logging.LoggerAdapter(
-            log, {"job_id": job.id, "key": job.key, "queue": job.queue, "attempt": job.attempt}
-        )
+        self._log: logging.LoggerAdapter[logging.Logger] | None = None
+
+    @property
+    def log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose records carry the job's id, key, queue and attempt."""
+        if self._log is None:
+            job = self._hold.job
+            self._log = logging.LoggerAdapter(
+                log, {"job_id": job.id, "key": job.key, "queue": job.queue, "attempt": job.attempt}
+            )
+        return self._log
 
     def __repr__(self) -> str:
         return f"<JobContext job={self.job_id} key={self.key!r} queue={self.queue!r} attempt={self.attempt}>"

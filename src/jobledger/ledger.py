@@ -6,7 +6,6 @@ import os
 import signal
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -419,7 +418,7 @@ class Ledger:
                     run_at=_run_at(spec.delay, spec.run_at, clock, now),
                     max_attempts=max_attempts,
                     lease_seconds=lease_seconds,
-                    correlation_id=spec.correlation_id or uuid.uuid4().hex,
+                    correlation_id=spec.correlation_id or os.urandom(16).hex(),
                 )
             )
         results = self.backend.job_insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
@@ -731,8 +730,11 @@ def _run_at(
     return explicit_now
 
 
+_SPEC_FIELDS = frozenset({"payload", "key", "delay", "run_at", "priority", "correlation_id"})
+
+
 def _spec_from_dict(item: dict[str, Any]) -> JobSpec:
-    unknown = set(item) - {"payload", "key", "delay", "run_at", "priority", "correlation_id"}
+    unknown = () if _SPEC_FIELDS.issuperset(item) else set(item) - _SPEC_FIELDS
     if unknown:
         raise ConfigError(
             f"unknown job fields {sorted(unknown)}; expected payload, key, delay, run_at, priority, correlation_id"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any
 
 from .errors import PayloadError
@@ -20,6 +21,12 @@ __all__ = [
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_KEY_LENGTH = 512
 
+# One encoder for every payload: ``json.dumps`` with options builds a new one per call.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
 
 def encode_payload(payload: Any) -> str:
     """The canonical JSON text of a payload (sorted keys, no spaces), or ``PayloadError``.
@@ -30,14 +37,13 @@ def encode_payload(payload: Any) -> str:
     if not isinstance(payload, dict):
         raise PayloadError(f"payload must be a JSON object (a dict), got {type(payload).__name__}")
     try:
-        text = json.dumps(
-            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
+        text = _ENCODER.encode(payload)
     except ValueError as exc:
         raise PayloadError(f"payload is not valid JSON: {exc}") from None
     except TypeError as exc:
         raise PayloadError(f"payload is not JSON-serialisable: {exc}") from None
-    size = len(text.encode("utf-8"))
+    # A character is at most 4 bytes in UTF-8: short texts need no encoding to be measured.
+    size = len(text) if len(text) * 4 <= MAX_PAYLOAD_BYTES else len(text.encode("utf-8"))
     if size > MAX_PAYLOAD_BYTES:
         raise PayloadError(
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB). "
@@ -54,7 +60,7 @@ def validate_key(key: Any) -> str:
         raise PayloadError("key must not be empty")
     if len(key) > MAX_KEY_LENGTH:
         raise PayloadError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in key):
+    if _CONTROL.search(key):
         raise PayloadError(f"key {key!r} contains a control character")
     return key
 

@@ -58,6 +58,7 @@ class Task:
     ledger: Ledger | None = field(default=None, repr=False)
     is_async: bool = field(init=False)
     _signature: inspect.Signature = field(init=False, repr=False)
+    _fits: tuple[frozenset[str], frozenset[str] | None, str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -82,12 +83,18 @@ class Task:
                 f"task {self.name!r}: the handler must take the job context as its first "
                 "argument, e.g. def handler(ctx, **payload)"
             )
+        self._fits = _payload_shape(self._signature)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
     def check_payload(self, payload: dict[str, Any]) -> None:
         """Raise ``PayloadError`` when the payload's fields do not fit the handler's arguments."""
+        required, allowed, context = self._fits
+        if required.issubset(payload) and (
+            allowed.issuperset(payload) if allowed is not None else context not in payload
+        ):
+            return  # the common case, without building a BoundArguments per job
         try:
             self._signature.bind(None, **payload)
         except TypeError as exc:
@@ -111,3 +118,22 @@ class Task:
         if self.ledger is None:
             raise ConfigError(f"task {self.name!r} is not registered with a ledger")
         return self.ledger.enqueue(self, payload, **options)
+
+
+def _payload_shape(
+    signature: inspect.Signature,
+) -> tuple[frozenset[str], frozenset[str] | None, str]:
+    """The keyword arguments a payload must have, those it may have (None: any but the context
+    argument's name, the handler takes ``**kwargs``), and the context argument's name. A payload
+    within these fits for sure; any other goes through ``Signature.bind`` for the exact error."""
+    first, *params = signature.parameters.values()
+    if params and params[0].kind is inspect.Parameter.VAR_POSITIONAL:
+        params = params[1:]
+    keyword = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    required = frozenset(p.name for p in keyword if p.default is inspect.Parameter.empty)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return required, None, first.name
+    if any(p.kind is inspect.Parameter.POSITIONAL_ONLY for p in params):
+        # Positional-only names cannot be filled from a payload: always ask bind.
+        return frozenset(["\0never"]), frozenset(), first.name
+    return required, frozenset(p.name for p in keyword), first.name

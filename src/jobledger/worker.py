@@ -2,14 +2,18 @@
 
 Threads of one worker, and what each one touches:
 
-- the **fetch loop** (the thread that calls ``run``) claims batches up to the free capacity,
-  runs the rescuer every ``rescue_interval``, and sleeps on a wake-up (LISTEN/NOTIFY, an
-  enqueue in this process) or a poll timeout;
+- the **fetch loop** (the thread that calls ``run``) claims batches up to the free capacity
+  (with ``prefetch``, runner threads whose handler has returned are free at once, even while
+  their outcome waits for the completer, and up to ``prefetch`` more jobs may wait claimed for a
+  runner; without, a runner is free once its job's outcome is written), runs the
+  rescuer every ``rescue_interval``, and sleeps on a wake-up (LISTEN/NOTIFY, an enqueue in this
+  process) or a poll timeout;
 - ``concurrency`` **runner** threads run handlers (async handlers on one shared event loop);
 - the **completer** writes outcomes in batches: whatever finished while the previous batch was
   being written goes in the next one, so there is no added delay when idle and large batches
   under load. Every write is fenced by the lease token;
-- the **heartbeat** thread renews leases that are a third through, in one statement.
+- the **heartbeat** thread renews leases that are a third through, in one statement (jobs
+  claimed and waiting for a runner included).
 
 Work never happens inside a database transaction of the claim: the claim commits first.
 """
@@ -90,7 +94,7 @@ class UnknownTask(Exception):
 class _Completer:
     """Writes outcomes in batches on its own thread ("group commit")."""
 
-    def __init__(self, worker: Worker, max_batch: int = 500):
+    def __init__(self, worker: Worker, max_batch: int = 1000):
         self._worker = worker
         self._max_batch = max_batch
         self._items: list[_Outcome] = []
@@ -161,6 +165,7 @@ class Worker:
         *,
         concurrency: int = 4,
         batch_size: int = 10,
+        prefetch: int = 0,
         burst: bool = False,
         name: str | None = None,
         poll_interval: float | None = None,
@@ -176,6 +181,8 @@ class Worker:
             raise ValueError(
                 f"batch_size must be a whole number from 1 to 1000, got {batch_size!r}"
             )
+        if not isinstance(prefetch, int) or not 0 <= prefetch <= 10_000:
+            raise ValueError(f"prefetch must be a whole number from 0 to 10000, got {prefetch!r}")
         self.ledger = ledger
         self.backend: Backend = ledger.backend
         self.queues = sorted({validate_queue_name(q) for q in (queues or ledger.queues())})
@@ -183,6 +190,8 @@ class Worker:
             raise ValueError("no queues to work on: register a task or pass queues=[...]")
         self.concurrency = concurrency
         self.batch_size = batch_size
+        self.prefetch = prefetch
+        self._claim_at_least = max(1, min(batch_size, concurrency + prefetch) // 2)
         self.burst = burst
         self.name = name or default_worker_name()
         listen = self.backend.supports_listen
@@ -200,6 +209,9 @@ class Worker:
 
         self._running: dict[int, LeaseHold] = {}
         self._running_lock = threading.Lock()
+        # Claimed jobs whose handler has not returned yet (waiting for a runner or running).
+        # ``_running`` also holds those whose outcome the completer has not written yet.
+        self._busy = 0
         self._slot_free = threading.Event()
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -287,6 +299,24 @@ class Worker:
         with self._running_lock:
             return len(self._running)
 
+    def _free(self) -> int:
+        """How many jobs to claim now: runner slots (plus ``prefetch``) not taken by a handler,
+        bounded so that outcomes waiting for the completer cannot pile up without limit.
+
+        While claimed jobs still wait for a runner, a claim waits until it can take at least
+        half a batch: many small claims cost the database more than a few large ones."""
+        room = self.concurrency + self.prefetch
+        with self._running_lock:
+            if not self.prefetch:
+                # Without prefetch a thread is free once its job's outcome is written: the
+                # claim never overtakes the completer (a crash loses at most one job's outcome).
+                return self.concurrency - len(self._running)
+            free = min(room - self._busy, 2 * room - len(self._running))
+            waiting = self._busy - self.concurrency
+        if waiting > 0 and free < self._claim_at_least:
+            return 0
+        return free
+
     def _fetch_loop(self) -> None:
         next_rescue = 0.0
         idle_wait = self.min_poll
@@ -295,7 +325,7 @@ class Worker:
             if time.monotonic() >= next_rescue:
                 self._rescue()
                 next_rescue = time.monotonic() + self.rescue_interval
-            free = self.concurrency - self._in_flight()
+            free = self._free()
             if free <= 0:
                 self._slot_free.wait(0.5)
                 self._slot_free.clear()
@@ -341,6 +371,7 @@ class Worker:
                 hold = LeaseHold(job)
                 self._running[job.id] = hold
                 holds.append(hold)
+            self._busy += len(holds)
         for hold in holds:
             self._runnable.put(hold)
 
@@ -387,15 +418,26 @@ class Worker:
             hold = self._runnable.get()
             if hold is None:
                 return
-            with hold.lock:
-                if hold.released:
-                    continue
-                hold.started = True
-                hold.started_at = time.perf_counter()
             try:
+                with hold.lock:
+                    if hold.released:
+                        continue
+                    hold.started = True
+                    hold.started_at = time.perf_counter()
                 self._execute(hold)
             except Exception:  # never lose a runner thread to a bug
                 log.exception("unexpected error running job %d", hold.job.id)
+            finally:
+                with self._running_lock:
+                    self._busy -= 1
+                    # Wake the fetch loop only when it may claim (see ``_free``), not once per
+                    # job: at thousands of jobs a second the wake-ups themselves would cost.
+                    wake = self.prefetch > 0 and (
+                        self._busy <= self.concurrency
+                        or self.concurrency + self.prefetch - self._busy >= self._claim_at_least
+                    )
+                if wake:
+                    self._slot_free.set()
 
     def _execute(self, hold: LeaseHold) -> None:
         job = hold.job
@@ -473,19 +515,23 @@ class Worker:
             self.backend.job_fail([o.failure for o in failed if o.failure], now) if failed else []
         )
         states = {r.job_id: r.state for r in results}
+        counts = {"completed": 0, "dead": 0, "retried": 0}
+        # Outcome lines are built only when someone will read them: at 30k jobs/s the records
+        # nobody logs would cost more than the database writes.
+        logged = bool(self._observers) or log.isEnabledFor(logging.INFO)
         for o in batch:
             job_id = o.hold.job.id
             if o.done and job_id not in stale:
-                self.stats.add(completed=1)
-                self._log_outcome(o.hold, "done", o.duration, None)
+                counts["completed"] += 1
+                if logged:
+                    self._log_outcome(o.hold, "done", o.duration, None)
             elif not o.done and states.get(job_id) is not None:
-                state = states[job_id]
-                self.stats.add(**({"dead": 1} if state is JobState.DEAD else {"retried": 1}))
-                self._log_outcome(
-                    o.hold, "dead" if state is JobState.DEAD else "retry", o.duration, o.failure
-                )
+                dead = states[job_id] is JobState.DEAD
+                counts["dead" if dead else "retried"] += 1
+                self._log_outcome(o.hold, "dead" if dead else "retry", o.duration, o.failure)
             else:
                 self._lease_lost(o.hold, "complete" if o.done else "fail")
+        self.stats.add(**counts)
         fault_point("worker.after_finish")
         self._finished([o.hold for o in batch])
 
@@ -580,7 +626,7 @@ class Worker:
                 hold.lease_until = until
                 hold.renewed_at = started
                 renewed.append((hold.job, until))
-            elif not hold.lost and not hold.finished:
+            elif not (hold.lost or hold.finished or hold.released):
                 self._lease_lost(hold, "heartbeat")
         if renewed and self._observers:
             self._notify("on_heartbeat", renewed)
@@ -601,12 +647,14 @@ class Worker:
             if holds:
                 tick = max(0.02, min(1.0, base, min(h.job.lease_seconds for h in holds) / 6))
             now = time.monotonic()
+            # Jobs claimed and still waiting for a runner (prefetch) are renewed too: the
+            # worker holds them, and their leases must not run out in the queue.
             due = [
                 h
                 for h in holds
                 if not h.lost
                 and not h.finished
-                and h.started
+                and not h.released
                 and now - h.renewed_at >= h.job.lease_seconds / 3
             ]
             if not due:

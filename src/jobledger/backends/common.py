@@ -127,7 +127,6 @@ def resolve_inserts(
     conflict_queue = ""
     for job in jobs:
         ident = (job.queue, job.key)
-        payload = json.loads(job.payload_json)
         if ident in created and ident not in first:
             first[ident] = job
             results.append(InsertResult(created[ident], True))
@@ -140,6 +139,7 @@ def resolve_inserts(
                 conflict_queue = conflict_queue or job.queue
             results.append(InsertResult(job_id, False, conflict=not same, pruned=True))
             continue
+        payload = json.loads(job.payload_json)
         if ident in first:
             other = first[ident]
             same = other.task == job.task and json.loads(other.payload_json) == payload

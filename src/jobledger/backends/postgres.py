@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
+from json import loads
 from typing import Any
 
 import psycopg
@@ -42,6 +44,10 @@ from .url import DatabaseURL
 __all__ = ["PostgresBackend"]
 
 _CONNECT_TIMEOUT = 10
+
+_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+)
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -107,8 +113,21 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
             open=True,
             name="jobledger",
         )
+        # Idempotent statements skip the liveness round trip (see ``_quick``). No connection
+        # is opened until one is needed.
+        self._quick_pool = psycopg_pool.ConnectionPool(
+            url.conninfo,
+            min_size=0,
+            max_size=url.pool_size,
+            kwargs={"connect_timeout": _CONNECT_TIMEOUT},
+            configure=self._configure,
+            timeout=_CONNECT_TIMEOUT,
+            open=True,
+            name="jobledger-quick",
+        )
         self._closed = False
         self._lock = threading.Lock()
+        self._statements: dict[tuple[str, int], str] = {}
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -127,9 +146,11 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
 
     @staticmethod
     def _configure(conn: psycopg.Connection[Any]) -> None:
+        # Autocommit: a single-statement write on the hot path (claim, complete, fail,
+        # heartbeat) is its own transaction, one round trip instead of BEGIN, it, COMMIT.
+        # Several statements that must commit together use ``_tx`` (an explicit transaction).
         conn.autocommit = True
         conn.execute("SET TIME ZONE 'UTC'")
-        conn.autocommit = False
 
     @contextmanager
     def _translate(self) -> Iterator[None]:
@@ -182,11 +203,47 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
             cur = c.execute(text, params)  # type: ignore[arg-type]
             return cur.fetchall() if cur.description else []
 
+    def _statement(self, name: str, limit: int) -> str:
+        """A named query with ``{limit}`` written in as a literal (cached per value)."""
+        text = self._statements.get((name, limit))
+        if text is None:
+            text = self._sql[name].replace("{limit}", str(int(limit)))
+            self._statements[(name, limit)] = text
+        return text
+
+    def _quick(self, text: str, params: dict[str, Any]) -> list[Any]:
+        """A statement that is safe to send twice, on a connection handed out without the round
+        trip that proves it alive. If the server closed the connection (a restart, a terminated
+        session) the statement goes again on another (twice at most). Safe to send twice: an enqueue by key
+        (the second finds the first), a lease renewal, a claim (had the first committed before
+        its reply was lost, its jobs wait for their leases to expire, as after a worker crash;
+        they are never run twice). Completions and failures are not sent here: a second one
+        would be refused and reported as a lost lease."""
+        with self._translate():
+            for attempt in range(3):
+                with self._quick_pool.connection() as c:
+                    try:
+                        cur = c.execute(text, params)  # type: ignore[arg-type]
+                        return cur.fetchall() if cur.description else []
+                    except (psycopg.OperationalError, psycopg.InterfaceError):
+                        if attempt == 2 or not c.broken:
+                            raise
+                self._quick_pool.check()  # drop the other connections that broke too
+        raise AssertionError("unreachable")
+
+    def _hot(self, text: str, params: dict[str, Any]) -> list[Any]:
+        """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
+        COMMIT round trips). psycopg prepares it server-side after a few executions."""
+        with self._translate(), self._pool.connection() as c:
+            cur = c.execute(text, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
     def close(self) -> None:
         with self._lock:
             if not self._closed:
                 self._closed = True
                 self._pool.close()
+                self._quick_pool.close()
 
     # -- schema ----------------------------------------------------------------------------------
 
@@ -286,6 +343,36 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
     ) -> list[InsertResult]:
         if not jobs:
             return []
+        if conn is None and _consistent(jobs):
+            created = self._insert_fresh(jobs, now)
+            if created is not None:
+                return resolve_inserts(jobs, created, {}, on_conflict)
+        return self._insert_checked(jobs, now, conn, on_conflict)
+
+    def _insert_fresh(
+        self, jobs: Sequence[NewJob], now: datetime | None
+    ) -> dict[tuple[str, str], int] | None:
+        """The common enqueue in one statement, one round trip: every key new (no job and no
+        live tombstone has it). Returns the ids created, or None when a key is known — then
+        nothing was written, and ``_insert_checked`` does the whole work."""
+        params = _array_params(jobs) | {"channel": self.channel, "now": now}
+        try:
+            rows = self._quick(self._sql["job_insert_fresh"], params)
+        except psycopg.errors.InvalidTextRepresentation as exc:
+            if "jobledger: not all keys were new" in str(exc):
+                return None  # another transaction inserted one of them meanwhile
+            raise
+        created = {(r[2], r[3]): r[1] for r in rows if r[0] == "c"}
+        return None if any(r[0] == "v" and r[1] < 0 for r in rows) else created
+
+    def _insert_checked(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None,
+        conn: Any,
+        on_conflict: OnConflict,
+    ) -> list[InsertResult]:
+        """Any enqueue, in a transaction: insert, then look at tombstones and existing keys."""
         params = {
             "queue": [j.queue for j in jobs],
             "key": [j.key for j in jobs],
@@ -360,10 +447,9 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
         now: datetime | None = None,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
-        rows = self._run(
-            "job_claim",
+        rows = self._quick(
+            self._statement("job_claim", max(1, int(limit))),
             {"queues": list(queues), "worker": worker, "now": now, "lease_seconds": lease_seconds},
-            limit=max(1, int(limit)),
         )
         claimed = [
             ClaimedJob(
@@ -371,9 +457,9 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
                 queue=r[1],
                 key=r[2],
                 task=r[3],
-                payload=r[4],
+                payload=loads(r[4]),
                 attempt=r[5],
-                lease_token=str(r[6]),
+                lease_token=r[6],
                 lease_until=_utc(r[7]),  # type: ignore[arg-type]
                 lease_seconds=float(r[8]),
                 run_at=_utc(r[9]),  # type: ignore[arg-type]
@@ -388,9 +474,13 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
 
     @staticmethod
     def _lease_params(leases: Sequence[Lease]) -> dict[str, Any]:
+        """Ids and tokens as array literals: one string each, which costs a fraction of what
+        binding a list element by element does. A token that is not a UUID cannot be any job's
+        current token, so it is left out (its lease is reported stale)."""
+        held = [lease for lease in leases if _UUID.fullmatch(lease.token)]
         return {
-            "ids": [lease.job_id for lease in leases],
-            "tokens": [lease.token for lease in leases],
+            "ids": "{" + ",".join([str(int(lease.job_id)) for lease in held]) + "}",
+            "tokens": "{" + ",".join([lease.token for lease in held]) + "}",
         }
 
     def job_heartbeat(
@@ -402,14 +492,18 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
         if not leases:
             return {}
         params = self._lease_params(leases) | {"now": now, "lease_seconds": lease_seconds}
-        return {r[0]: _utc(r[1]) for r in self._run("job_heartbeat", params)}  # type: ignore[misc]
+        return {r[0]: _utc(r[1]) for r in self._quick(self._sql["job_heartbeat"], params)}  # type: ignore[misc]
 
     def job_complete(
         self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
     ) -> list[int]:
         if not leases:
             return []
-        rows = self._run("job_complete", self._lease_params(leases) | {"now": now}, conn=conn)
+        params = self._lease_params(leases) | {"now": now}
+        if conn is None:
+            rows = self._hot(self._sql["job_complete"], params)
+        else:
+            rows = self._run("job_complete", params, conn=conn)
         done = {r[0] for r in rows}
         return [lease.job_id for lease in leases if lease.job_id not in done]
 
@@ -418,17 +512,18 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
     ) -> list[FailResult]:
         if not failures:
             return []
+        sent = [f for f in failures if _UUID.fullmatch(f.lease.token)]
         params = {
-            "ids": [f.lease.job_id for f in failures],
-            "tokens": [f.lease.token for f in failures],
-            "retry": [f.retry for f in failures],
-            "run_at": [f.run_at for f in failures],
-            "error_class": [f.error_class for f in failures],
-            "message": [f.message for f in failures],
-            "traceback": [f.traceback for f in failures],
+            "ids": [f.lease.job_id for f in sent],
+            "tokens": [f.lease.token for f in sent],
+            "retry": [f.retry for f in sent],
+            "run_at": [f.run_at for f in sent],
+            "error_class": [f.error_class for f in sent],
+            "message": [f.message for f in sent],
+            "traceback": [f.traceback for f in sent],
             "now": now,
         }
-        moved = {r[0]: JobState(r[1]) for r in self._run("job_fail", params)}
+        moved = {r[0]: JobState(r[1]) for r in self._hot(self._sql["job_fail"], params)}
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def job_release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
@@ -816,3 +911,42 @@ class _PgListener:
             with suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None
+
+
+def _consistent(jobs: Sequence[NewJob]) -> bool:
+    """False when one key appears twice in the batch with another task or payload (a conflict
+    the database cannot see within one statement)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    for j in jobs:
+        first = seen.setdefault((j.queue, j.key), (j.task, j.payload_json))
+        if first != (j.task, j.payload_json):
+            return False
+    return True
+
+
+def _text(value: str | None) -> str:
+    if value is None:
+        return "NULL"
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _array(values: Iterable[str]) -> str:
+    return "{" + ",".join(values) + "}"
+
+
+def _array_params(jobs: Sequence[NewJob]) -> dict[str, str]:
+    """The columns of a batch as PostgreSQL array literals: building one string per column
+    costs far less than binding each element of a list."""
+    return {
+        "queue": _array([_text(j.queue) for j in jobs]),
+        "key": _array([_text(j.key) for j in jobs]),
+        "task": _array([_text(j.task) for j in jobs]),
+        "payload": _array([_text(j.payload_json) for j in jobs]),
+        "priority": _array([str(int(j.priority)) for j in jobs]),
+        "run_at": _array(
+            ["NULL" if j.run_at is None else _text(j.run_at.isoformat()) for j in jobs]
+        ),
+        "max_attempts": _array([str(int(j.max_attempts)) for j in jobs]),
+        "lease_seconds": _array([repr(float(j.lease_seconds)) for j in jobs]),
+        "correlation_id": _array([_text(j.correlation_id) for j in jobs]),
+    }

@@ -72,6 +72,7 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
         self._local = threading.local()
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._writer = threading.Lock()
         self._closed = False
         if not create and not self.path.exists():
             raise BackendUnavailable(
@@ -145,15 +146,25 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
                     # Inside our own transaction() block: join it.
                     yield own
                     return
-                own.execute("BEGIN IMMEDIATE")
-                committed = False
+                # Threads of this process take turns here rather than in SQLite's busy handler,
+                # which sleeps (1, 2, 5, 10 … ms) between tries instead of waking on release.
+                if not self._writer.acquire(timeout=self.url.busy_timeout_ms / 1000):
+                    raise BackendUnavailable(
+                        f"SQLite database {self.url.redacted} is locked by another thread of "
+                        f"this process (waited {self.url.busy_timeout_ms} ms)"
+                    )
                 try:
-                    yield own
-                    own.execute("COMMIT")
-                    committed = True
+                    own.execute("BEGIN IMMEDIATE")
+                    committed = False
+                    try:
+                        yield own
+                        own.execute("COMMIT")
+                        committed = True
+                    finally:
+                        if not committed and own.in_transaction:
+                            own.execute("ROLLBACK")
                 finally:
-                    if not committed and own.in_transaction:
-                        own.execute("ROLLBACK")
+                    self._writer.release()
                 return
             if not isinstance(conn, sqlite3.Connection):
                 raise TypeError(f"conn must be a sqlite3 Connection, got {type(conn)!r}")
@@ -395,16 +406,45 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
         if not leases:
             return []
         clock = _ts(now)
-        stale = []
         with self._write(conn) as c:
-            complete = self._sql["job_complete"]
-            for lease in leases:
-                cur = c.execute(complete, {"id": lease.job_id, "token": lease.token, "now": clock})
-                if cur.rowcount == 1:
-                    self._close_attempt(c, lease, clock, "done")
-                else:
-                    stale.append(lease.job_id)
-        return stale
+            held = self._held(c, leases)
+            c.executemany(
+                self._sql["job_complete"],
+                [{"id": lease.job_id, "token": lease.token, "now": clock} for lease in held],
+            )
+            c.executemany(
+                self._sql["attempt_close"],
+                [
+                    {
+                        "id": lease.job_id,
+                        "attempt": lease.attempt,
+                        "now": clock,
+                        "outcome": "done",
+                        "error_class": None,
+                        "message": None,
+                        "traceback": None,
+                    }
+                    for lease in held
+                ],
+            )
+        done = {lease.job_id for lease in held}
+        return [lease.job_id for lease in leases if lease.job_id not in done]
+
+    def _held(self, c: sqlite3.Connection, leases: Sequence[Lease]) -> list[Lease]:
+        """The leases that are current, read in the caller's write transaction (which holds
+        the database's write lock, so they stay current until it commits). Each job once."""
+        tokens: dict[int, str] = {}
+        ids = list(dict.fromkeys(lease.job_id for lease in leases))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            text = self._sql["job_lease_tokens"].replace("{ids}", ",".join("?" * len(chunk)))
+            tokens.update(c.execute(text, chunk).fetchall())
+        held = []
+        for lease in leases:
+            if tokens.get(lease.job_id) == lease.token:
+                held.append(lease)
+                del tokens[lease.job_id]
+        return held
 
     def job_fail(
         self, failures: Sequence[Failure], now: datetime | None = None

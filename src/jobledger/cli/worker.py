@@ -9,6 +9,7 @@ from ..history import install as install_history
 from ..ledger import Ledger
 from .base import cli, load_app, split_csv, url_option
 from .logs import announce, log_format_option, setup_logging
+from .supervise import supervise
 
 
 @cli.command()
@@ -56,6 +57,21 @@ def migrate(url: str) -> None:
     default=10,
     show_default=True,
     help="Jobs claimed per statement.",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(0, 10000),
+    default=0,
+    show_default=True,
+    help="Jobs that may wait claimed for a free thread (their leases are renewed). More "
+    "jobs per claim for short jobs; 0 claims only what the threads can start at once.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Worker processes on this host, each with CONCURRENCY threads (use the cores).",
 )
 @click.option("--burst", is_flag=True, help="Run what is due, then exit.")
 @click.option(
@@ -125,6 +141,8 @@ def worker(
     queues: tuple[str, ...],
     concurrency: int,
     batch_size: int,
+    prefetch: int,
+    processes: int,
     burst: bool,
     grace: float,
     poll_interval: float | None,
@@ -143,8 +161,30 @@ def worker(
     handlers on an event loop), renews leases while handlers run, writes outcomes fenced by
     lease token, and rescues expired leases of crashed workers. SIGTERM or Ctrl-C stops
     claiming and lets running jobs finish within --grace seconds; a second signal stops at once.
+
+    --processes N starts N such worker processes under this one (each with CONCURRENCY threads),
+    so that Python uses more than one core; signals are passed on to all of them.
     """
     setup_logging(log_level, log_format)
+    if processes > 1:
+        child = ["worker", app, "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
+        child += ["--prefetch", str(prefetch), "--grace", str(grace), "--log-level", log_level]
+        child += ["--log-format", log_format]
+        child += [f"--queues={q}" for q in queues]
+        child += ["--burst"] if burst else []
+        child += ["--poll-interval", str(poll_interval)] if poll_interval is not None else []
+        child += ["--rescue-interval", str(rescue_interval)] if rescue_interval else []
+        child += ["--no-scheduler"] if no_scheduler else []
+        child += ["--history", history_path] if history_path else []
+        if metrics_port is not None:
+            raise click.UsageError(
+                "--metrics-port cannot be shared by --processes children; run each worker "
+                "process with its own port, or scrape the server's /metrics"
+            )
+        # The URL goes to the children in their environment, not on their command line.
+        status = supervise(child, processes, burst, env={"JOBLEDGER_URL": url} if url else None)
+        click.echo(f"{processes} worker processes done", err=True)
+        raise SystemExit(status)
     ledger = load_app(app, url)
     if metrics_port is not None:
         from ..observability.metrics import install_metrics
@@ -157,6 +197,7 @@ def worker(
         split_csv(queues) or None,
         concurrency=concurrency,
         batch_size=batch_size,
+        prefetch=prefetch,
         burst=burst,
         grace_seconds=grace,
         poll_interval=poll_interval,

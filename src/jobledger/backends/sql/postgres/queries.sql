@@ -54,22 +54,29 @@ WITH picked AS (
         lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
         leased_by = %(worker)s,
         updated_at = {now}
-    FROM picked
-    WHERE j.id = picked.id AND j.state = 'pending'
+    -- "= ANY(ARRAY(…))": the rows are fetched by primary key (a join with the CTE is planned
+    -- for an unknown number of rows: a hash join over every pending job). No "state =
+    -- 'pending'" here: "picked" locked these rows after checking it, and a condition on state
+    -- would let the planner read the whole index of pending jobs for it.
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
               j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit
 ), opened AS (
     INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
 )
-SELECT * FROM claimed
+-- Payload and token as text: the worker parses the JSON itself, and a token stays a string.
+SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
+       lease_seconds, run_at, priority, correlation_id, attempt_limit
+FROM claimed
 
 -- name: job_heartbeat
 UPDATE {jobs} AS j
 SET lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
     updated_at = {now}
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'leased'
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+  AND j.state = 'leased'
 RETURNING j.id, j.lease_until
 
 -- name: job_complete
@@ -77,7 +84,10 @@ WITH done AS (
     UPDATE {jobs} AS j
     SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now}
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-    WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'leased'
+    -- "j.id = ANY(…)" lets the planner fetch the batch by primary key instead of joining
+    -- with every leased job.
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+      AND j.state = 'leased'
     RETURNING j.id, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'done'
@@ -103,7 +113,8 @@ WITH f AS (
         last_error_class = f.error_class,
         last_traceback = f.traceback
     FROM f
-    WHERE j.id = f.id AND j.lease_token = f.token AND j.state = 'leased'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = f.id AND j.lease_token = f.token
+      AND j.state = 'leased'
     RETURNING j.id, j.state, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a
@@ -121,7 +132,8 @@ WITH released AS (
     SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
         updated_at = {now}
     FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-    WHERE j.id = l.id AND j.lease_token = l.token AND j.state = 'leased'
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+      AND j.state = 'leased'
     RETURNING j.id, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
@@ -147,8 +159,8 @@ WITH expired AS (
         last_traceback = NULL,
         lease_until = NULL,
         updated_at = {now}
-    FROM expired
-    WHERE j.id = expired.id AND j.state = 'leased' AND j.lease_until < {now}
+    WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.state = 'leased'
+      AND j.lease_until < {now}
     RETURNING j.id, j.queue, j.key, j.state, j.attempts, j.last_error
 ), closed AS (
     UPDATE {attempts} AS a
@@ -735,3 +747,45 @@ SET last_attempt_at = {now},
     delivered = delivered + CASE WHEN %(ok)s THEN 1 ELSE 0 END,
     failed = failed + CASE WHEN %(ok)s THEN 0 ELSE 1 END
 WHERE id = %(id)s
+-- name: job_insert_fresh
+-- The common enqueue in one statement (one round trip, its own transaction; the arrays come as
+-- literals): every key new — no job has it and no live tombstone holds it. If one is known,
+-- nothing is inserted and the 'v' row is -1: the caller takes the checked path (job_insert in
+-- a transaction). If another transaction inserted one of the keys meanwhile, the statement
+-- fails through a cast that cannot succeed, so that nothing of the batch is written then either.
+WITH new AS (
+    SELECT * FROM unnest(
+        %(queue)s::text[], %(key)s::text[], %(task)s::text[], %(payload)s::jsonb[],
+        %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
+        %(lease_seconds)s::float8[], %(correlation_id)s::text[]
+    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id)
+), known AS (
+    SELECT 1 FROM new AS n
+    WHERE EXISTS (SELECT 1 FROM {jobs} AS j WHERE j.queue = n.queue AND j.key = n.key)
+       OR EXISTS (SELECT 1 FROM {tombstones} AS t
+                  WHERE t.queue = n.queue AND t.key = n.key AND t.expires_at > {now})
+    LIMIT 1
+), inserted AS (
+    INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
+                        lease_seconds, created_at, updated_at, correlation_id)
+    SELECT queue, key, task, payload, priority, COALESCE(run_at, {now}), max_attempts,
+           max_attempts, lease_seconds, {now}, {now}, correlation_id
+    FROM new
+    WHERE NOT EXISTS (SELECT 1 FROM known)
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING id, queue, key
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
+), verdict AS (
+    SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM known) THEN -1
+        WHEN (SELECT count(*) FROM inserted)
+             < (SELECT count(*) FROM (SELECT DISTINCT queue, key FROM new) AS d)
+        THEN ('jobledger: not all keys were new in a batch of '
+              || (SELECT count(*) FROM new))::bigint
+        ELSE (SELECT count(*) FROM woken)
+    END AS v
+)
+SELECT 'c', id, queue, key FROM inserted
+UNION ALL
+SELECT 'v', v, NULL, NULL FROM verdict

@@ -560,3 +560,7 @@ SET last_attempt_at = :now,
     delivered = delivered + CASE WHEN :ok THEN 1 ELSE 0 END,
     failed = failed + CASE WHEN :ok THEN 0 ELSE 1 END
 WHERE id = :id
+-- name: job_lease_tokens
+-- The current tokens of leased jobs among {ids} (a list of ? placeholders), read inside the
+-- write transaction that then completes them: nothing can change in between.
+SELECT id, lease_token FROM jobledger_jobs WHERE state = 'leased' AND id IN ({ids})

@@ -1,0 +1,410 @@
+"""``python -m bench``: run the benchmark, print the table, write bench/results.json.
+
+    python -m bench                 # jobledger on SQLite and PostgreSQL, the floor, scale
+    python -m bench --compare       # ... and the other Python PostgreSQL queues, same run
+    python -m bench --quick         # a small version of everything (seconds, for CI)
+
+PostgreSQL: ``$BENCH_POSTGRES_URL`` or postgresql://postgres@127.0.0.1:5432/postgres; every
+workload runs in a database of its own, created and dropped by the bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import floor, peers, scale
+from .harness import (
+    ROOT,
+    BenchError,
+    System,
+    adapter,
+    fresh_database,
+    run_drain,
+    run_enqueue,
+    run_stream,
+)
+
+FULL = {
+    "jobs": 20_000,
+    "single": 2_000,
+    "bulk": 20_000,
+    "steady_seconds": 30.0,
+    "steady_rate": 2_000.0,
+    "idle_jobs": 100,
+    "scale": [10_000, 100_000, 1_000_000],
+    "scale_done": 1_000_000,
+    "claims": 200,
+    "floor_jobs": 50_000,
+}
+QUICK = {
+    "jobs": 1_000,
+    "single": 50,
+    "bulk": 1_000,
+    "steady_seconds": 1.0,
+    "steady_rate": 500.0,
+    "idle_jobs": 5,
+    "scale": [1_000],
+    "scale_done": 2_000,
+    "claims": 10,
+    "floor_jobs": 1_000,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="a small run of every workload")
+    p.add_argument("--compare", action="store_true", help="also run the other queues")
+    p.add_argument(
+        "--backends", default="sqlite,postgres", help="comma-separated: sqlite, postgres"
+    )
+    p.add_argument("--peers", default=",".join(peers.PEERS), help="which other queues")
+    p.add_argument("--peers-venv", type=Path, default=peers.default_venv())
+    p.add_argument("--only", default="", help="comma-separated workloads to run (default all)")
+    p.add_argument("--processes", default="1,2", help="worker processes for the drain")
+    p.add_argument(
+        "--rounds", type=int, default=None, help="times each workload runs (default 3; quick 1)"
+    )
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
+    args = p.parse_args(argv)
+    size = dict(QUICK if args.quick else FULL)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
+    workloads = set(filter(None, args.only.split(","))) or {
+        "enqueue",
+        "drain",
+        "steady",
+        "idle",
+        "floor",
+        "scale",
+    }
+    backends = [b for b in args.backends.split(",") if b]
+    processes = [int(n) for n in args.processes.split(",")]
+    notes: list[str] = []
+
+    systems = []
+    for dialect in backends:
+        systems.append(
+            System(f"jobledger/{dialect}", sys.executable, "bench.adapters.ours", dialect)
+        )
+    if args.compare and "postgres" in backends:
+        usable = peers.ensure(args.peers_venv, args.peers.split(","), notes)
+        python = str(args.peers_venv / "bin" / "python")
+        for name, version in usable.items():
+            systems.append(
+                System(
+                    name, python, f"bench.adapters.peer_{name}", "postgres", {"version": version}
+                )
+            )
+
+    results: dict[str, dict[str, Any]] = {}
+    live = []
+    for system in systems:
+        out = results.setdefault(system.name, {"dialect": system.dialect, **system.info})
+        try:
+            with fresh_database(system.dialect) as dsn:
+                system.info.update(adapter(system, "info", dsn))
+            live.append(system)
+        except (BenchError, OSError, TimeoutError) as exc:
+            _failed(system, out, exc, notes)
+    # Each workload runs for every queue in turn, ``--rounds`` times: on a shared machine the
+    # load drifts, and interleaving gives every queue the same conditions. Best round counts.
+    for workload in _WORKLOADS:
+        if workload not in workloads:
+            continue
+        # Steady state runs once: its 30 s already average over the machine's swings.
+        for round_no in range(1 if workload == "steady" else args.rounds):
+            for system in live:
+                out = results[system.name]
+                if "error" in out:
+                    continue
+                try:
+                    for key, value in _WORKLOADS[workload](system, size, processes).items():
+                        out.setdefault("rounds", {}).setdefault(key, []).append(value)
+                        _progress(f"{system.name} {key} (round {round_no + 1})", value)
+                except (BenchError, OSError, TimeoutError, subprocess.TimeoutExpired) as exc:
+                    # One workload failing leaves the others to run.
+                    notes.append(f"{system.name} {workload}: {str(exc).strip().splitlines()[0]}")
+                    out.setdefault("errors", {})[workload] = str(exc)[-2000:]
+                    traceback.print_exc()
+    for out in results.values():
+        for key, values in out.get("rounds", {}).items():
+            out[key] = _best(key, values)
+
+    extra: dict[str, Any] = {}
+    for dialect in backends:
+        if "floor" in workloads:
+            with fresh_database(dialect) as dsn:
+                fn = floor.floor_sqlite if dialect == "sqlite" else floor.floor_postgres
+                extra.setdefault("floor", {})[dialect] = fn(dsn, size["floor_jobs"], 500)
+            _progress(f"floor/{dialect}", extra["floor"][dialect])
+        if "scale" in workloads:
+            rows = {}
+            cases = [(f"{n:,} pending", n, 0) for n in size["scale"]]
+            cases.append(
+                (f"10,000 pending + {size['scale_done']:,} done", 10_000, size["scale_done"])
+            )
+            for label, pending, done in cases:
+                with fresh_database(dialect) as dsn:
+                    scale.fill(dsn, pending, done)
+                    rows[label] = scale.claim_latency(dsn, size["claims"], 10)
+                _progress(f"scale/{dialect} {label}", rows[label])
+            extra.setdefault("scale", {})[dialect] = rows
+
+    report = {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mode": "quick" if args.quick else "full",
+        "machine": _machine(),
+        "sizes": size,
+        "rounds": args.rounds,
+        "results": results,
+        **extra,
+        "ratios": _ratios(results, extra),
+        "notes": notes,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2, default=str))
+    print(render(report))
+    print(f"\nwritten to {args.out}")
+    return 1 if any("error" in r for r in results.values()) else 0
+
+
+def _enqueue(system: System, size: dict[str, Any], processes: list[int]) -> dict[str, Any]:
+    return run_enqueue(system, size["single"], size["bulk"], 1000)
+
+
+def _drain(system: System, size: dict[str, Any], processes: list[int]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for n in processes:
+        result = run_drain(system, size["jobs"], n)
+        found[f"drain_{n}p_per_s"] = result["drain_per_s"]
+        found[f"drain_{n}p_peak_rss_mb"] = result["worker_peak_rss_mb"]
+        found[f"drain_{n}p_unfinished"] = result["unfinished"]
+        found[f"drain_{n}p_worker_cpu_us"] = result["worker_cpu_us_per_job"]
+        found[f"drain_{n}p_database_cpu_us"] = result["database_cpu_us_per_job"]
+    return found
+
+
+def _steady(system: System, size: dict[str, Any], processes: list[int]) -> dict[str, Any]:
+    return {"steady": run_stream(system, size["steady_rate"], size["steady_seconds"], chunk=20)}
+
+
+def _idle(system: System, size: dict[str, Any], processes: list[int]) -> dict[str, Any]:
+    rate = 20.0
+    return {"idle": run_stream(system, rate, size["idle_jobs"] / rate, chunk=1)}
+
+
+_WORKLOADS = {"enqueue": _enqueue, "drain": _drain, "steady": _steady, "idle": _idle}
+
+
+def _best(key: str, values: list[Any]) -> Any:
+    """The best round: most jobs per second, lowest latency; memory: the highest peak."""
+    known = [v for v in values if v is not None]
+    if not known:
+        return None
+    if key == "steady":
+        return max(known, key=lambda r: r["completed_per_s"])
+    if key == "idle":
+        return min(known, key=lambda r: r["p50_ms"] if r["p50_ms"] is not None else 1e9)
+    if key.endswith("_mb") or key.endswith("_unfinished"):
+        return max(known)
+    if key.endswith("_cpu_us"):
+        return min(known)  # CPU per job: the least the work took (contention only adds)
+    return max(known)
+
+
+def _failed(system: System, out: dict[str, Any], exc: BaseException, notes: list[str]) -> None:
+    notes.append(f"{system.name}: {str(exc).strip().splitlines()[0]}")
+    out["error"] = str(exc)[-2000:]
+    traceback.print_exc()
+
+
+def _progress(what: str, result: Any) -> None:
+    print(
+        f"[{time.strftime('%H:%M:%S')}] {what}: {json.dumps(result, default=str)}", file=sys.stderr
+    )
+
+
+def _machine() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "loadavg_at_end": os.getloadavg(),
+    }
+    try:
+        import psycopg
+
+        from .harness import PG_ADMIN_URL
+
+        with psycopg.connect(PG_ADMIN_URL) as conn:
+            info["postgres"] = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+            info["postgres_synchronous_commit"] = conn.execute(
+                "SHOW synchronous_commit"
+            ).fetchone()[0]  # type: ignore[index]
+            info["postgres_fsync"] = conn.execute("SHOW fsync").fetchone()[0]  # type: ignore[index]
+    except Exception:  # noqa: BLE001 - the machine block is informative only
+        pass
+    import sqlite3
+
+    info["sqlite"] = sqlite3.sqlite_version
+    return info
+
+
+def _best_drain(r: dict[str, Any]) -> float | None:
+    values = [v for k, v in r.items() if k.startswith("drain_") and k.endswith("p_per_s") and v]
+    return max(values) if values else None
+
+
+def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[str, Any]:
+    ratios: dict[str, Any] = {}
+    for dialect in ("postgres", "sqlite"):
+        ours = results.get(f"jobledger/{dialect}")
+        floor_result = extra.get("floor", {}).get(dialect)
+        if ours and floor_result and _best_drain(ours):
+            ratios[f"{dialect}_drain_vs_floor"] = _best_drain(ours) / floor_result["drain_per_s"]
+        if ours and floor_result and ours.get("enqueue_bulk_per_s"):
+            ratios[f"{dialect}_bulk_enqueue_vs_floor"] = (
+                ours["enqueue_bulk_per_s"] / floor_result["enqueue_bulk_per_s"]
+            )
+    ours = results.get("jobledger/postgres")
+    others = {
+        k: v for k, v in results.items() if not k.startswith("jobledger/") and "error" not in v
+    }
+    if ours and others:
+        for metric, higher_is_better in (
+            ("drain", True),
+            ("enqueue_bulk_per_s", True),
+            ("enqueue_single_per_s", True),
+            ("idle_p50_ms", False),
+        ):
+            value = _metric(ours, metric)
+            peer_values = {k: _metric(v, metric) for k, v in others.items()}
+            peer_values = {k: v for k, v in peer_values.items() if v}
+            if not value or not peer_values:
+                continue
+            best_name = (max if higher_is_better else min)(peer_values, key=peer_values.get)  # type: ignore[arg-type]
+            best = peer_values[best_name]
+            ratios[f"postgres_{metric}_vs_fastest_peer"] = {
+                "peer": best_name,
+                "ratio": value / best if higher_is_better else best / value,
+            }
+    scale_pg = extra.get("scale", {}).get("postgres")
+    if scale_pg and len(scale_pg) > 1:
+        labels = list(scale_pg)
+        first, last = scale_pg[labels[0]], scale_pg[labels[-2] if len(labels) > 2 else labels[-1]]
+        ratios["postgres_claim_p50_largest_vs_smallest"] = (
+            last["claim_p50_ms"] / first["claim_p50_ms"]
+        )
+    return ratios
+
+
+def _metric(r: dict[str, Any], metric: str) -> float | None:
+    if metric == "drain":
+        return _best_drain(r)
+    if metric == "idle_p50_ms":
+        return (r.get("idle") or {}).get("p50_ms")
+    return r.get(metric)
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float | int):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def render(report: dict[str, Any]) -> str:
+    results = report["results"]
+    names = list(results)
+    rows: list[tuple[str, list[str]]] = []
+
+    def row(label: str, getter: Any, digits: int = 0) -> None:
+        rows.append((label, [_fmt(getter(results[n]), digits) for n in names]))
+
+    row("enqueue one by one, jobs/s", lambda r: r.get("enqueue_single_per_s"))
+    row("enqueue in batches of 1,000, jobs/s", lambda r: r.get("enqueue_bulk_per_s"))
+    for key in sorted({k for r in results.values() for k in r if k.endswith("p_per_s")}):
+        n = key.split("_")[1]
+        rows.append(
+            (
+                f"drain, {n[:-1]} process(es), jobs/s",
+                [
+                    _fmt(results[name].get(key))
+                    + ("*" if results[name].get(f"drain_{n}_unfinished") else "")
+                    for name in names
+                ],
+            )
+        )
+    for key in sorted({k for r in results.values() for k in r if k.endswith("peak_rss_mb")}):
+        n = key.split("_")[1]
+        row(f"worker peak RSS, drain {n[:-1]} proc., MB", lambda r, key=key: r.get(key))
+    for key in sorted({k for r in results.values() for k in r if k.endswith("p_worker_cpu_us")}):
+        n = key.split("_")[1]
+        row(f"drain {n[:-1]} proc.: worker CPU µs/job", lambda r, key=key: r.get(key), 1)
+        db_key = key.replace("worker", "database")
+        row(f"drain {n[:-1]} proc.: database CPU µs/job", lambda r, key=db_key: r.get(key), 1)
+    row("steady state: completed jobs/s", lambda r: (r.get("steady") or {}).get("completed_per_s"))
+    for q in ("p50", "p95", "p99"):
+        row(
+            f"steady state: enqueue→start {q}, ms",
+            lambda r, q=q: (r.get("steady") or {}).get(f"{q}_ms"),
+            1,
+        )
+    for q in ("p50", "p95"):
+        row(f"idle: enqueue→start {q}, ms", lambda r, q=q: (r.get("idle") or {}).get(f"{q}_ms"), 1)
+    width = max(len(label) for label, _ in rows) + 2
+    col = max(12, *(len(n) + 2 for n in names))
+    lines = [f"jobledger benchmark — {report['date']} ({report['mode']})", ""]
+    lines.append("".ljust(width) + "".join(n.rjust(col) for n in names))
+    for label, cells in rows:
+        lines.append(label.ljust(width) + "".join(c.rjust(col) for c in cells))
+    if "floor" in report:
+        lines.append("")
+        lines.append("floor (jobledger's SQL from one connection, batches of 500):")
+        for dialect, f in report["floor"].items():
+            lines.append(
+                f"  {dialect}: enqueue {_fmt(f['enqueue_bulk_per_s'])} jobs/s, "
+                f"drain {_fmt(f['drain_per_s'])} jobs/s"
+            )
+    if "scale" in report:
+        lines.append("")
+        lines.append("claim latency (10 jobs per claim), p50 / p95 ms:")
+        for dialect, cases in report["scale"].items():
+            for label, c in cases.items():
+                plan = ""
+                if "generic_plan_uses_index" in c:
+                    plan = f"  generic plan uses the index: {_fmt(c['generic_plan_uses_index'])}"
+                lines.append(
+                    f"  {dialect:8} {label:32} {_fmt(c['claim_p50_ms'], 2)} / "
+                    f"{_fmt(c['claim_p95_ms'], 2)}{plan}"
+                )
+    if report["ratios"]:
+        lines.append("")
+        lines.append("ratios:")
+        for key, value in report["ratios"].items():
+            if isinstance(value, dict):
+                lines.append(f"  {key}: {value['ratio']:.2f}x ({value['peer']})")
+            else:
+                lines.append(f"  {key}: {value:.2f}")
+    if any(r.get(k) for r in results.values() for k in r if k.endswith("_unfinished")):
+        lines.append("* did not finish within the drain's time limit: rated by the jobs done")
+    for note in report["notes"]:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,117 @@
+"""The jobledger adapter: the same subcommands as the other queues' adapters.
+
+Workers are ``jobledger worker bench.adapters.ours_app:ledger --processes N``, with the
+settings in ``WORKER_OPTIONS`` (the fastest we found for no-op jobs; see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from jobledger import Ledger
+
+from .common import emit, paced, parser, rate, timed
+
+QUEUE = "bench"
+
+#: Worker settings per dialect: threads, jobs per claim, claimed jobs that may wait for a thread.
+WORKER_OPTIONS = {
+    "postgres": ["--concurrency", "32", "--batch-size", "500", "--prefetch", "500"],
+    "sqlite": ["--concurrency", "32", "--batch-size", "500", "--prefetch", "500"],
+}
+#: SQLite has no LISTEN/NOTIFY: an idle worker polls this often (seconds).
+SQLITE_POLL = "0.01"
+
+
+def _ledger(dsn: str) -> Ledger:
+    from .ours_app import ledger
+
+    ledger.use_url(dsn)
+    return ledger
+
+
+def main() -> None:
+    args = parser("ours").parse_args()
+    if args.command == "setup":
+        _ledger(args.dsn).migrate()
+        emit({})
+    elif args.command == "info":
+        emit(
+            {
+                "name": "jobledger",
+                "remaining_sql": "SELECT count(*) FROM jobledger_jobs "
+                "WHERE state IN ('pending', 'leased')",
+                # Every command migrates the database on first use: no separate setup.
+                "self_setup": True,
+            }
+        )
+    elif args.command == "enqueue":
+        ledger = _ledger(args.dsn)
+        ledger.backend  # noqa: B018 - open (and migrate) before the clock starts
+        single = timed(
+            lambda: [ledger.enqueue("noop", {"n": i}, key=f"s{i}") for i in range(args.single)]
+        )
+        bulk = timed(lambda: _fill(ledger, args.bulk, args.batch, prefix="b"))
+        emit({"single": rate(args.single, single), "bulk": rate(args.bulk, bulk)})
+    elif args.command == "fill":
+        ledger = _ledger(args.dsn)
+        seconds = timed(lambda: _fill(ledger, args.n, args.batch, prefix="f"))
+        emit({"seconds": seconds})
+    elif args.command == "produce":
+        ledger = _ledger(args.dsn)
+        ledger.backend  # noqa: B018
+        sent = 0
+        for n in paced(args.rate, args.seconds, args.chunk):
+            t = time.time()
+            if args.chunk == 1:
+                ledger.enqueue("noop", {"n": sent, "t": t}, key=f"p{sent}")
+            else:
+                ledger.enqueue_many(
+                    "noop",
+                    [{"payload": {"n": i, "t": t}, "key": f"p{i}"} for i in range(sent, sent + n)],
+                )
+            sent += n
+        emit({"enqueued": sent})
+    elif args.command == "work":
+        _work(args)
+
+
+def _fill(ledger: Ledger, n: int, batch: int, prefix: str) -> None:
+    for start in range(0, n, batch):
+        ledger.enqueue_many(
+            "noop",
+            [
+                {"payload": {"n": i}, "key": f"{prefix}{i}"}
+                for i in range(start, min(n, start + batch))
+            ],
+        )
+
+
+def _work(args) -> None:  # type: ignore[no-untyped-def]
+    dialect = "sqlite" if args.dsn.startswith("sqlite") else "postgres"
+    command = [
+        sys.executable,
+        "-m",
+        "jobledger",
+        "worker",
+        "bench.adapters.ours_app:ledger",
+        "--url",
+        args.dsn,
+        "--processes",
+        str(args.processes),
+        "--log-level",
+        "warning",
+        "--grace",
+        "5",
+        *WORKER_OPTIONS[dialect],
+    ]
+    if dialect == "sqlite":
+        command += ["--poll-interval", SQLITE_POLL]
+    # Become the worker command (no extra process between the harness and the workers).
+    os.execve(sys.executable, command, dict(os.environ, BENCH_RUNDIR=args.rundir))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The floor: what the database itself does with jobledger's own SQL, sent as bare statements
+from one connection in batches (no queue library, no worker, no threads).
+
+Enqueue as ``enqueue_many`` does (PostgreSQL: one statement per batch with the columns as array
+literals; SQLite: the insert statement per row in one transaction), then drain: claim a batch
+(attempt rows opened), complete it (fenced by token, attempt rows closed), until nothing is left.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+import psycopg
+
+from jobledger import Ledger
+from jobledger.backends import NewJob
+from jobledger.backends.postgres import _array_params
+from jobledger.backends.sqlfiles import queries
+
+
+def _pg_sql(schema_tables: dict[str, str]) -> dict[str, str]:
+    named = {}
+    for name, text in queries("postgres").items():
+        for placeholder, table in schema_tables.items():
+            text = text.replace("{" + placeholder + "}", table)
+        named[name] = text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
+    return named
+
+
+def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
+    Ledger(dsn).migrate()
+    sql = _pg_sql(
+        {
+            "jobs": "public.jobledger_jobs",
+            "attempts": "public.jobledger_attempts",
+            "events": "public.jobledger_events",
+            "effects": "public.jobledger_effects",
+            "tombstones": "public.jobledger_tombstones",
+        }
+    )
+    claim = sql["job_claim"].replace("{limit}", str(batch))
+    payload = json.dumps({"n": 0})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        started = time.perf_counter()
+        for start in range(0, jobs, 1000):
+            batch = [
+                NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
+                for i in range(start, min(jobs, start + 1000))
+            ]
+            params = _array_params(batch) | {"channel": "bench", "now": None}
+            conn.execute(sql["job_insert_fresh"], params).fetchall()
+        inserted = time.perf_counter() - started
+        params: dict[str, Any] = {
+            "queues": ["bench"],
+            "worker": "floor",
+            "now": None,
+            "lease_seconds": None,
+        }
+        done = 0
+        started = time.perf_counter()
+        while True:
+            rows = conn.execute(claim, params).fetchall()
+            if not rows:
+                break
+            conn.execute(
+                sql["job_complete"],
+                {"ids": [r[0] for r in rows], "tokens": [r[6] for r in rows], "now": None},
+            )
+            done += len(rows)
+        drained = time.perf_counter() - started
+    return {"enqueue_bulk_per_s": jobs / inserted, "drain_per_s": done / drained}
+
+
+def floor_sqlite(dsn: str, jobs: int, batch: int) -> dict[str, float]:
+    Ledger(dsn).migrate()
+    sql = queries("sqlite")
+    conn = sqlite3.connect(dsn[len("sqlite:///") :], isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    payload = json.dumps({"n": 0})
+    started = time.perf_counter()
+    for start in range(0, jobs, 1000):
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        for i in range(start, min(jobs, start + 1000)):
+            conn.execute(
+                sql["job_insert"],
+                {
+                    "queue": "bench",
+                    "key": f"k{i}",
+                    "task": "noop",
+                    "payload": payload,
+                    "priority": 0,
+                    "run_at": now,
+                    "max_attempts": 3,
+                    "lease_seconds": 60.0,
+                    "now": now,
+                    "correlation_id": None,
+                },
+            ).fetchone()
+        conn.execute("COMMIT")
+    inserted = time.perf_counter() - started
+    claim = sql["job_claim"].replace("{queues}", ":q0").replace("{limit}", str(batch))
+    done = 0
+    started = time.perf_counter()
+    while True:
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        rows = conn.execute(
+            claim, {"q0": "bench", "now": now, "worker": "floor", "lease_seconds": None}
+        ).fetchall()
+        conn.executemany(sql["attempt_open"], [(r[0], r[5], r[6], "floor", now) for r in rows])
+        conn.execute("COMMIT")
+        if not rows:
+            break
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(
+            sql["job_complete"], [{"id": r[0], "token": r[6], "now": now} for r in rows]
+        )
+        conn.executemany(
+            sql["attempt_close"],
+            [
+                {
+                    "id": r[0],
+                    "attempt": r[5],
+                    "now": now,
+                    "outcome": "done",
+                    "error_class": None,
+                    "message": None,
+                    "traceback": None,
+                }
+                for r in rows
+            ],
+        )
+        conn.execute("COMMIT")
+        done += len(rows)
+    drained = time.perf_counter() - started
+    conn.close()
+    return {"enqueue_bulk_per_s": jobs / inserted, "drain_per_s": done / drained}

@@ -1,0 +1,283 @@
+"""The hot path's batching keeps every guarantee: large enqueue batches (COPY on PostgreSQL),
+prefetched jobs whose leases are renewed while they wait, tokens that cannot be anyone's,
+writers of one process taking turns on SQLite, and ``jobledger worker --processes N``."""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from jobledger import BackendUnavailable, JobSpec, JobState, KeyConflict, Ledger
+from jobledger.backends import Failure, Lease
+from jobledger.types import AttemptOutcome
+
+from ..support.processes import wait_exit, wait_until, worker_process
+from .conftest import T0, at, enqueue, lease_of
+
+BIG = 150  # above the size from which PostgreSQL enqueues through COPY
+
+
+def test_a_large_batch_is_written_with_its_fields(ledger, tasks):
+    specs = [JobSpec({"n": n}, key=f"k{n}", priority=n % 3, delay=n) for n in range(BIG)]
+    results = ledger.enqueue_many("work", specs, now=T0)
+    assert all(r.created for r in results) and len({r.id for r in results}) == BIG
+    rows = {j.key: j for j in ledger.jobs()}
+    assert len(rows) == BIG
+    row = rows["k7"]
+    assert (row.payload, row.priority, row.run_at, row.created_at) == ({"n": 7}, 1, at(7), T0)
+    assert row.max_attempts == 3 and row.lease_seconds == 30 and row.correlation_id
+
+
+def test_a_large_batch_with_a_conflict_writes_nothing(ledger, tasks):
+    enqueue(ledger, 1)
+    specs = [JobSpec({"n": n}, key=f"new{n}") for n in range(BIG)]
+    specs.append(JobSpec({"n": 99}, key="k1"))
+    with pytest.raises(KeyConflict):
+        ledger.enqueue_many("work", specs, now=T0)
+    assert [j.key for j in ledger.jobs()] == ["k1"]
+
+
+def test_a_large_batch_reports_existing_duplicate_and_conflicting_keys(ledger, tasks):
+    existing = enqueue(ledger, 1)
+    specs = [JobSpec({"n": n}, key=f"new{n}") for n in range(BIG)]
+    specs += [
+        JobSpec({"n": 1}, key="k1"),  # exists, same payload
+        JobSpec({"n": 2}, key="k1"),  # exists, other payload
+        JobSpec({"n": 0}, key="new0"),  # a duplicate of the batch's first job
+    ]
+    results = ledger.enqueue_many("work", specs, now=T0, on_conflict="report")
+    assert all(r.created and not r.conflict for r in results[:BIG])
+    assert [(r.id, r.created, r.conflict) for r in results[BIG:]] == [
+        (existing, False, False),
+        (existing, False, True),
+        (results[0].id, False, False),
+    ]
+    assert len(ledger.jobs()) == BIG + 1
+
+
+def test_a_token_that_is_not_a_token_is_stale_not_an_error(ledger, tasks):
+    job_id = enqueue(ledger, 1)
+    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    bogus = Lease(job_id, "not-a-token,}{", job.attempt)
+    assert ledger.backend.job_complete([bogus], now=T0) == [job_id]
+    assert ledger.backend.job_heartbeat([bogus], now=T0) == {}
+    [failed] = ledger.backend.job_fail([Failure(bogus, True, None, "E", "x")], now=T0)
+    assert failed.state is None
+    assert ledger.job(job_id).state is JobState.LEASED
+    assert ledger.backend.job_complete([lease_of(job)], now=T0) == []
+    assert ledger.job(job_id).state is JobState.DONE
+
+
+def test_completing_the_same_lease_twice_in_one_batch_completes_it_once(ledger, tasks):
+    job_id = enqueue(ledger, 1)
+    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    assert ledger.backend.job_complete([lease_of(job), lease_of(job)], now=at(1)) == []
+    [attempt] = ledger.backend.attempt_list(job_id)
+    assert attempt.outcome is AttemptOutcome.DONE and attempt.finished_at == at(1)
+
+
+def test_prefetched_jobs_keep_their_leases_while_they_wait(ledger):
+    release = threading.Event()
+
+    @ledger.task(queue="w", lease_seconds=0.6, max_attempts=3)
+    def slow(ctx, n: int) -> None:
+        if n == 0:
+            release.wait(10)
+
+    first, _ = ledger.enqueue(slow, {"n": 0}, key="first", priority=1)
+    waiting = [ledger.enqueue(slow, {"n": n}, key=f"w{n}").id for n in range(1, 4)]
+    # One thread, three more jobs claimed ahead: they wait behind the first for three lease
+    # periods, while an eager rescuer would hand out any lease that ran out.
+    worker = ledger.worker(["w"], concurrency=1, batch_size=4, prefetch=3, rescue_interval=0.05)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        wait_until(lambda: all(ledger.job(i).state is JobState.LEASED for i in waiting))
+        until = ledger.job(waiting[0]).lease_until
+        wait_until(
+            lambda: ledger.job(waiting[0]).lease_until >= until + timedelta(seconds=1.2),
+            what="the waiting jobs' leases to be renewed past three lease periods",
+        )
+        release.set()
+        wait_until(lambda: worker.stats.completed == 4, what="all four completions")
+    finally:
+        release.set()
+        worker.stop()
+        t.join(10)
+    assert [ledger.job(i).attempts for i in [first, *waiting]] == [1, 1, 1, 1]
+    assert worker.stats.lease_lost == 0 and worker.stats.rescued == 0
+
+
+def test_shutdown_gives_back_prefetched_jobs_uncharged(ledger):
+    release = threading.Event()
+    started = threading.Event()
+
+    @ledger.task(queue="w", lease_seconds=30)
+    def blocking(ctx, n: int) -> None:
+        if n == 0:
+            started.set()
+            release.wait(10)
+
+    ledger.enqueue(blocking, {"n": 0}, key="first", priority=1)
+    waiting = [ledger.enqueue(blocking, {"n": n}, key=f"w{n}").id for n in range(1, 4)]
+    worker = ledger.worker(["w"], concurrency=1, batch_size=4, prefetch=3)
+    t = threading.Thread(target=worker.run)
+    t.start()
+    try:
+        assert started.wait(10)
+        wait_until(lambda: all(ledger.job(i).state is JobState.LEASED for i in waiting))
+        worker.stop()
+        wait_until(
+            lambda: all(ledger.job(i).state is JobState.PENDING for i in waiting),
+            what="the prefetched jobs to be given back",
+        )
+        release.set()
+    finally:
+        release.set()
+        t.join(10)
+    for job_id in waiting:
+        row = ledger.job(job_id)
+        assert row.budget_left == row.max_attempts
+        outcomes = [a.outcome for a in ledger.backend.attempt_list(job_id)]
+        assert outcomes == [AttemptOutcome.RELEASED]
+    assert worker.stats.released == 3 and worker.stats.completed == 1
+
+
+def test_sqlite_writers_of_one_process_still_time_out(tmp_path):
+    ledger = Ledger(f"sqlite:///{tmp_path}/ledger.db?busy_timeout=200")
+    ledger.task(lambda ctx, n: None, name="t", queue="q")
+    ledger.migrate()
+    holding, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ledger.backend.transaction():
+            holding.set()
+            done.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(BackendUnavailable, match="locked"):
+            ledger.enqueue("t", {"n": 1}, key="k")
+    finally:
+        done.set()
+        t.join(10)
+    assert ledger.enqueue("t", {"n": 1}, key="k").created
+    ledger.close()
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def test_processes_share_the_work_of_one_worker_command(ledger, db_url, tmp_path):
+    barrier = tmp_path / "start"
+    ledger.task(lambda ctx, n: None, name="noop", queue="drill")
+    ledger.enqueue_many("noop", [{"payload": {"n": n}, "key": f"n{n}"} for n in range(1000)])
+    proc = worker_process(
+        "tests.apps.drill_app:ledger",
+        db_url,
+        "--burst",
+        "--processes",
+        "2",
+        "--concurrency",
+        "2",
+        env={"DRILL_START_BARRIER": str(barrier)},
+    )
+    # Both children import the app and wait at the barrier; the barrier releases them together.
+    wait_until(lambda: len(_children(proc.pid)) == 2, what="two worker processes")
+    barrier.touch()
+    code, _out, err = wait_exit(proc, 120)
+    assert code == 0, err
+    claimed = [int(n) for n in re.findall(r"claimed (\d+)", err)]
+    assert len(claimed) == 2 and sum(claimed) == 1000 and min(claimed) > 0, err
+    assert "2 worker processes done" in err
+    assert all(j.state is JobState.DONE and j.attempts == 1 for j in ledger.jobs())
+
+
+def test_processes_stop_together_on_sigterm(ledger, db_url, tmp_path):
+    started, go = tmp_path / "started", tmp_path / "go"
+    ledger.task(lambda ctx, n: None, name="send", queue="drill")
+    ledger.task(lambda ctx, n: None, name="noop", queue="drill")
+    jobs = [ledger.enqueue("send", {"n": n}, key=f"block{n}").id for n in range(2)]
+    proc = worker_process(
+        "tests.apps.lifecycle_app:ledger",
+        db_url,
+        "--processes",
+        "2",
+        "--concurrency",
+        "1",
+        "--poll-interval",
+        "0.05",
+        env={"LIFECYCLE_STARTED": str(started), "LIFECYCLE_GO": str(go)},
+    )
+    try:
+        # Each child runs one blocking job: both are up, with their signal handlers in place.
+        wait_until(
+            lambda: len({ledger.job(i).leased_by for i in jobs} - {None}) == 2,
+            timeout=60,
+            what="each worker process to hold one job",
+        )
+        proc.send_signal(signal.SIGTERM)
+        go.touch()
+        code, _out, err = wait_exit(proc, 60)
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 0, err
+    assert len(re.findall(r"worker done", err)) == 2, err
+    assert all(ledger.job(i).state is JobState.DONE for i in jobs)
+
+
+def test_a_batch_keeps_keys_and_payloads_with_quotes_braces_and_backslashes(ledger, tasks):
+    odd = ['a"b', "c\\d", "e,f", "{g}", "h i", "NULL", "ü:ß€", "'q'", 'back\\"slash', 'x{"a": 1}']
+    specs = [
+        JobSpec({"n": i, "text": key, "nested": {"k": [key, None, 1.5]}}, key=key)
+        for i, key in enumerate(odd)
+    ]
+    ledger.task(lambda ctx, **payload: None, name="blob", queue="q")
+    results = ledger.enqueue_many("blob", specs, now=T0)
+    assert all(r.created for r in results)
+    rows = {j.key: j for j in ledger.jobs()}
+    assert sorted(rows) == sorted(odd)
+    for i, key in enumerate(odd):
+        assert rows[key].payload == {"n": i, "text": key, "nested": {"k": [key, None, 1.5]}}
+    again = ledger.enqueue_many("blob", specs, now=T0)
+    assert [r.id for r in again] == [r.id for r in results] and not any(r.created for r in again)
+
+
+def test_postgres_hot_path_reconnects_after_sessions_are_cut(pg):
+    import psycopg
+
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    try:
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"a{n}"} for n in range(3)])
+        ledger.backend.job_claim(["q"], "w", 1)  # every pool has a connection now
+        for step in ("enqueue", "enqueue_many", "claim"):
+            with psycopg.connect(pg.url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (pg.dbname,),
+                )
+            # The statement is sent again on a new connection, once.
+            if step == "enqueue":
+                assert ledger.enqueue("t", {"n": 9}, key="b").created
+            elif step == "enqueue_many":
+                results = ledger.enqueue_many("t", [{"payload": {"n": 8}, "key": "c"}] * 2)
+                assert results[0].created and results[1].id == results[0].id
+            else:
+                assert len(ledger.backend.job_claim(["q"], "w", 10)) == 4
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)
