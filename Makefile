@@ -15,8 +15,9 @@ $(BIN)/.installed: pyproject.toml
 
 ## test: the whole suite, on SQLite and PostgreSQL (a bundled server starts when none answers)
 test: $(BIN)/.installed
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## demo: the weekly digest story with worker processes and a crash, on a throw-away SQLite file
@@ -33,10 +34,11 @@ BENCH_ARGS ?= --compare
 bench: $(BIN)/.installed
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-## lint: style, types and layer contracts
+## lint: style, types and layer contracts (make test runs them first)
 lint: $(BIN)/.installed
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import Backend, Failure
+from .backends.base import Backend, Failure, Listener
 from .context import JobContext, LeaseHold
 from .errors import BackendUnavailable, LeaseLost, PayloadError, Permanent
 from .faults import fault_point
@@ -221,7 +221,7 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
-        self._listener = None
+        self._listener: Listener | None = None
         self._observers: list[WorkerObserver] = list(ledger.observers)
         self._services: list[WorkerService] = []
 

@@ -61,7 +61,18 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, PostgresObservability, PostgresPushMixin):
+def _fill(text: str, tables: dict[str, str]) -> str:
+    """A named query with its placeholders filled: ``{now}`` is the caller's explicit time or the
+    database clock, ``{jobs}`` and the other table names are schema-qualified."""
+    text = text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
+    for name, qualified in tables.items():
+        text = text.replace("{" + name + "}", qualified)
+    return text
+
+
+class PostgresBackend(
+    PostgresScheduling, PostgresApiMixin, PostgresOutbox, PostgresObservability, PostgresPushMixin
+):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
@@ -80,27 +91,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
             + ("subscriptions",)
         }
         self._tables = tables
-        self._sql = {
-            name: text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
-            .replace("{jobs}", tables["jobs"])
-            .replace("{attempts}", tables["attempts"])
-            .replace("{events}", tables["events"])
-            .replace("{effects}", tables["effects"])
-            .replace("{tombstones}", tables["tombstones"])
-            .replace("{leaders}", tables["leaders"])
-            .replace("{schedules}", tables["schedules"])
-            .replace("{ticks}", tables["ticks"])
-            .replace("{queues}", tables["queues"])
-            .replace("{api_keys}", tables["api_keys"])
-            .replace("{rate_limits}", tables["rate_limits"])
-            .replace("{publish_requests}", tables["publish_requests"])
-            .replace("{routes}", tables["routes"])
-            .replace("{outbox}", tables["outbox"])
-            .replace("{minute_stats}", tables["minute_stats"])
-            .replace("{sessions}", tables["sessions"])
-            .replace("{subscriptions}", tables["subscriptions"])
-            for name, text in queries("postgres").items()
-        }
+        self._sql = {name: _fill(text, tables) for name, text in queries("postgres").items()}
         self._probe()
         self._pool = psycopg_pool.ConnectionPool(
             url.conninfo,
@@ -200,7 +191,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
         for lit, value in literals.items():
             text = text.replace("{" + lit + "}", str(int(value)))
         with self._tx(conn) as c:
-            cur = c.execute(text, params)  # type: ignore[arg-type]
+            cur = c.execute(text, params)
             return cur.fetchall() if cur.description else []
 
     def _statement(self, name: str, limit: int) -> str:
@@ -223,7 +214,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
             for attempt in range(3):
                 with self._quick_pool.connection() as c:
                     try:
-                        cur = c.execute(text, params)  # type: ignore[arg-type]
+                        cur = c.execute(text, params)
                         return cur.fetchall() if cur.description else []
                     except (psycopg.OperationalError, psycopg.InterfaceError):
                         if attempt == 2 or not c.broken:
@@ -235,7 +226,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
         """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
         COMMIT round trips). psycopg prepares it server-side after a few executions."""
         with self._translate(), self._pool.connection() as c:
-            cur = c.execute(text, params)  # type: ignore[arg-type]
+            cur = c.execute(text, params)
             return cur.fetchall() if cur.description else []
 
     def close(self) -> None:
@@ -389,7 +380,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
         idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
         for _ in range(3):
             with self._tx(conn) as c:
-                rows = c.execute(self._sql["job_insert"], params).fetchall()  # type: ignore[arg-type]
+                rows = c.execute(self._sql["job_insert"], params).fetchall()
                 created = {(r[1], r[2]): r[0] for r in rows}
                 pruned = self._tombstoned(c, idents, now)
                 undo = [created.pop(i) for i in list(created) if i in pruned]
@@ -401,7 +392,7 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
                 existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
                 if missing:
                     found = c.execute(
-                        self._sql["job_existing"],  # type: ignore[arg-type]
+                        self._sql["job_existing"],
                         {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
                     ).fetchall()
                     existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
@@ -595,9 +586,9 @@ class PostgresBackend(PostgresScheduling, PostgresApiMixin, PostgresOutbox, Post
         with self._tx() as c:
             clock = now or c.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
             params = {"now": clock, "late_after": float(late_after_seconds)}
-            counts = c.execute(self._sql["queue_counts"]).fetchall()  # type: ignore[arg-type]
-            oldest = c.execute(self._sql["queue_oldest_due"], params).fetchall()  # type: ignore[arg-type]
-            expiries = c.execute(self._sql["queue_lease_expiries"], params).fetchall()  # type: ignore[arg-type]
+            counts = c.execute(self._sql["queue_counts"]).fetchall()
+            oldest = c.execute(self._sql["queue_oldest_due"], params).fetchall()
+            expiries = c.execute(self._sql["queue_lease_expiries"], params).fetchall()
         stats: dict[str, QueueStats] = {}
         for queue, state, n, attempts in counts:
             entry = stats.setdefault(queue, QueueStats(queue))
