@@ -26,6 +26,7 @@ Driver exceptions (psycopg, sqlite3) never cross the backend boundary: backends 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 __all__ = [
     "BackendUnavailable",
@@ -143,6 +144,10 @@ class Retry(HandlerOutcome):
 
     Without ``after`` the task's backoff decides. The attempt still counts against the budget: a
     job that keeps asking to be retried ends up dead, like any other failure.
+
+    ``scope="group"`` (with ``after``) pauses the job's whole group until then: no worker claims
+    any of the group's jobs before that time (a downstream answered 429 with ``Retry-After``).
+    A job without a group is retried alone.
     """
 
     def __init__(
@@ -151,10 +156,16 @@ class Retry(HandlerOutcome):
         *,
         after: float | datetime | None = None,
         error_class: str | None = None,
+        scope: Literal["job", "group"] = "job",
     ):
+        if scope not in ("job", "group"):
+            raise ValueError(f"scope must be 'job' or 'group', got {scope!r}")
+        if scope == "group" and after is None:
+            raise ValueError("Retry(scope='group') needs after=: how long to pause the group")
         self.reason = reason
         self.after = after
         self.error_class = error_class or "Retry"
+        self.scope = scope
         super().__init__(reason)
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
 from .backends.base import Backend, InsertResult, PruneResult, QueueStats, RescueResult
 from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
+from .groups import GroupLimits, GroupStatus, validate_group
 from .hooks import WorkerObserver, WorkerService
 from .observability.rollup import install_rollups
 from .payload import encode_payload, finite_number, validate_key
@@ -154,6 +155,7 @@ class Ledger:
         backoff: Backoff | None = None,
         priority: int = 0,
         key: KeyRule = None,
+        group: KeyRule = None,
     ) -> Task: ...
 
     @overload
@@ -169,6 +171,7 @@ class Ledger:
         backoff: Backoff | None = None,
         priority: int = 0,
         key: KeyRule = None,
+        group: KeyRule = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -183,6 +186,7 @@ class Ledger:
         backoff: Backoff | None = None,
         priority: int = 0,
         key: KeyRule = None,
+        group: KeyRule = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler, sync or async: ``@ledger.task(queue="digests", max_attempts=8)``.
 
@@ -195,6 +199,8 @@ class Ledger:
         - ``priority``: default priority of its jobs (higher runs first).
         - ``key``: how to derive a job's key from its payload when ``enqueue`` is given none:
           a format string such as ``"{customer_id}:{week}"`` or a function of the payload.
+        - ``group``: the group (tenant) of a job when ``enqueue`` is given none, the same way:
+          e.g. ``"{customer_id}"``. Groups share a queue fairly; see ``set_group_limits``.
         """
 
         def register(func: Callable[..., Any]) -> Task:
@@ -207,6 +213,7 @@ class Ledger:
                 backoff=backoff or self.default_backoff,
                 priority=_priority(priority),
                 key=key,
+                group=group,
                 ledger=self,
             )
             existing = self._tasks.get(task.name)
@@ -324,6 +331,7 @@ class Ledger:
         queue: str | None = None,
         conn: Any = None,
         correlation_id: str | None = None,
+        group: str | None = None,
         now: datetime | None = None,
     ) -> Enqueued:
         """Put one job in the ledger; return ``(id, created)``.
@@ -332,6 +340,7 @@ class Ledger:
         ``created=False``; with a different task or payload it raises ``KeyConflict`` and changes
         nothing. With ``conn`` (an open psycopg or sqlite3 connection on the ledger's database)
         the job is written in the caller's transaction and exists only if that commits.
+        ``group`` (or the task's group rule) puts the job in a group: see ``set_group_limits``.
         """
         spec = JobSpec(
             payload if payload is not None else {},
@@ -340,6 +349,7 @@ class Ledger:
             run_at,
             priority if priority is not None else 0,
             correlation_id,
+            group,
         )
         results = self._insert(
             task, [spec], queue=queue, conn=conn, now=now, priority_given=priority is not None
@@ -357,7 +367,8 @@ class Ledger:
         now: datetime | None = None,
     ) -> list[InsertResult]:
         """Enqueue a batch in one transaction. Each item is a ``JobSpec`` or a dict with the same
-        fields (``payload``, ``key``, ``delay``, ``run_at``, ``priority``, ``correlation_id``).
+        fields (``payload``, ``key``, ``delay``, ``run_at``, ``priority``, ``correlation_id``,
+        ``group``).
 
         ``on_conflict="raise"``: one conflicting key raises ``KeyConflict`` and nothing of the
         batch is written. ``"report"``: the others are written and the conflicts are marked.
@@ -408,6 +419,9 @@ class Ledger:
             priority = spec.priority
             if not priority_given and isinstance(task, Task):
                 priority = task.priority
+            group = spec.group
+            if group is None and isinstance(task, Task):
+                group = task.derive_group(spec.payload)
             new_jobs.append(
                 NewJob(
                     queue=target_queue,
@@ -419,6 +433,7 @@ class Ledger:
                     max_attempts=max_attempts,
                     lease_seconds=lease_seconds,
                     correlation_id=spec.correlation_id or os.urandom(16).hex(),
+                    group=None if group is None else validate_group(group),
                 )
             )
         results = self.backend.job_insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
@@ -643,6 +658,65 @@ class Ledger:
             )
         return self.backend.job_cancel(row.id, actor, reason, now)
 
+    # -- groups ------------------------------------------------------------------------------------
+
+    def set_group_limits(
+        self,
+        queue: str,
+        *,
+        max_leased: int | None = None,
+        rate: float | None = None,
+        burst: float | None = None,
+        now: datetime | None = None,
+    ) -> GroupLimits:
+        """Limit what each group of ``queue`` may do; ``None`` lifts a limit.
+
+        ``max_leased``: at most this many of one group's jobs leased at once. ``rate``: one
+        group's jobs start at most this many times per second on average, in bursts of up to
+        ``burst`` (default one second's worth). Every claim enforces them (workers, the HTTP
+        API's pull and push), across processes and hosts. Takes effect at the next claim.
+        """
+        limits = GroupLimits(max_leased, rate, burst)
+        self.backend.group_limits_put(validate_queue_name(queue), limits, now)
+        return limits
+
+    def group_limits(self, queue: str) -> GroupLimits:
+        """The limits each group of ``queue`` has (no limits unless set)."""
+        return self.backend.group_limits_get(validate_queue_name(queue))
+
+    def groups(self, queue: str, now: datetime | None = None) -> list[GroupStatus]:
+        """The groups of ``queue`` with live jobs or a pause: pending, due, leased, paused-until."""
+        return self.backend.group_list(validate_queue_name(queue), now)
+
+    def pause_group(
+        self,
+        queue: str,
+        group: str,
+        *,
+        until: datetime | None = None,
+        seconds: float | None = None,
+        reason: str = "paused by an operator",
+        now: datetime | None = None,
+    ) -> datetime:
+        """Claim none of the group's jobs before ``until`` (or ``seconds`` from now). A pause
+        only ever extends: a shorter one than the group already has changes nothing. Returns
+        the time the group is paused until."""
+        if (until is None) == (seconds is None):
+            raise ConfigError("pause_group needs until= or seconds=, one of them")
+        if until is None:
+            if seconds is None or seconds <= 0:
+                raise ConfigError(f"seconds must be > 0, got {seconds!r}")
+            until = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
+        elif until.tzinfo is None:
+            raise ConfigError(f"until must be an aware datetime, got {until!r}")
+        return self.backend.group_pause(
+            validate_queue_name(queue), validate_group(group), until, reason, now
+        )
+
+    def resume_group(self, queue: str, group: str, now: datetime | None = None) -> bool:
+        """Lift a group's pause now. Returns False when the group was not paused."""
+        return self.backend.group_resume(validate_queue_name(queue), validate_group(group), now)
+
     def prune(
         self,
         older_than: float | timedelta,
@@ -730,14 +804,16 @@ def _run_at(
     return explicit_now
 
 
-_SPEC_FIELDS = frozenset({"payload", "key", "delay", "run_at", "priority", "correlation_id"})
+_SPEC_FIELDS = frozenset(
+    {"payload", "key", "delay", "run_at", "priority", "correlation_id", "group"}
+)
 
 
 def _spec_from_dict(item: dict[str, Any]) -> JobSpec:
     unknown = () if _SPEC_FIELDS.issuperset(item) else set(item) - _SPEC_FIELDS
     if unknown:
         raise ConfigError(
-            f"unknown job fields {sorted(unknown)}; expected payload, key, delay, run_at, priority, correlation_id"
+            f"unknown job fields {sorted(unknown)}; expected payload, key, delay, run_at, priority, correlation_id, group"
         )
     delay = item.get("delay")
     return JobSpec(
@@ -747,6 +823,7 @@ def _spec_from_dict(item: dict[str, Any]) -> JobSpec:
         run_at=item.get("run_at"),
         priority=item.get("priority", 0),
         correlation_id=item.get("correlation_id"),
+        group=item.get("group"),
     )
 
 

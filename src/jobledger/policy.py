@@ -77,6 +77,8 @@ class Decision:
     """Seconds until the next run; None lets the task's backoff decide."""
     error_class: str
     message: str
+    pause_group: bool = False
+    """True: pause the job's whole group for ``delay`` (``Retry(scope="group")``)."""
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -152,7 +154,7 @@ def classify(exc: BaseException, now: datetime | None = None) -> Decision:
             delay: float | None = max(0.0, (after - now).total_seconds())
         else:
             delay = None if after is None else max(0.0, float(after))
-        return Decision(True, delay, exc.error_class, exc.reason)
+        return Decision(True, delay, exc.error_class, exc.reason, exc.scope == "group")
     if isinstance(exc, Permanent):
         return Decision(False, None, exc.error_class, exc.reason)
     carried = _status_of(exc)

@@ -55,6 +55,7 @@ class Task:
     backoff: Backoff = DEFAULT_BACKOFF
     priority: int = 0
     key: KeyRule = None
+    group: KeyRule = None
     ledger: Ledger | None = field(default=None, repr=False)
     is_async: bool = field(init=False)
     _signature: inspect.Signature = field(init=False, repr=False)
@@ -69,8 +70,10 @@ class Task:
         self.lease_seconds = validate_lease_seconds(self.lease_seconds)
         if not isinstance(self.backoff, Backoff):
             raise ConfigError(f"task {self.name!r}: backoff must be a jobledger.Backoff")
-        if self.key is not None and not (isinstance(self.key, str) or callable(self.key)):
-            raise ConfigError(f"task {self.name!r}: key must be a format string or a function")
+        for rule in ("key", "group"):
+            value = getattr(self, rule)
+            if value is not None and not (isinstance(value, str) or callable(value)):
+                raise ConfigError(f"task {self.name!r}: {rule} must be a format string or a function")
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self._signature = inspect.signature(self.fn)
         positional = [
@@ -102,15 +105,22 @@ class Task:
 
     def derive_key(self, payload: dict[str, Any]) -> str | None:
         """The key the task's ``key`` rule gives for this payload, if it has one."""
-        if self.key is None:
+        return self._derive("key", self.key, payload)
+
+    def derive_group(self, payload: dict[str, Any]) -> str | None:
+        """The group the task's ``group`` rule gives for this payload, if it has one."""
+        return self._derive("group", self.group, payload)
+
+    def _derive(self, what: str, rule: KeyRule, payload: dict[str, Any]) -> str | None:
+        if rule is None:
             return None
-        if callable(self.key):
-            return str(self.key(payload))
+        if callable(rule):
+            return str(rule(payload))
         try:
-            return self.key.format(**payload)
+            return rule.format(**payload)
         except (KeyError, IndexError, ValueError) as exc:
             raise PayloadError(
-                f"task {self.name!r}: key template {self.key!r} cannot be filled from the payload: {exc}"
+                f"task {self.name!r}: {what} template {rule!r} cannot be filled from the payload: {exc}"
             ) from None
 
     def enqueue(self, payload: dict[str, Any] | None = None, **options: Any) -> Enqueued:

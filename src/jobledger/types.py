@@ -83,6 +83,7 @@ class JobSpec:
     run_at: datetime | None = None
     priority: int = 0
     correlation_id: str | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,8 @@ class JobRow:
     last_error_class: str | None
     last_traceback: str | None
     correlation_id: str | None
+    group: str | None = None
+    """The job's group (tenant, customer, downstream host), or None."""
 
     @property
     def budget_left(self) -> int:
@@ -135,6 +138,7 @@ class ClaimedJob:
     priority: int
     correlation_id: str | None
     budget_left: int = field(default=0)
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -493,6 +493,7 @@ class Worker:
             backoff = task.backoff if task is not None else self.ledger.default_backoff
             delay = backoff.delay(hold.job.attempt)
         run_at = now + timedelta(seconds=delay or 0.0) if decision.retry else None
+        grouped = decision.pause_group and hold.job.group is not None
         return Failure(
             lease=hold.lease,
             retry=decision.retry,
@@ -500,6 +501,7 @@ class Worker:
             error_class=decision.error_class,
             message=decision.message[:4000],
             traceback="".join(traceback.format_exception(exc))[-16000:],
+            pause_group_until=run_at if grouped else None,
         )
 
     # -- writing outcomes (completer thread) ---------------------------------------------------------

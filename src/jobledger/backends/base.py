@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxRecord, Route
+from ..groups import GroupLimits, GroupStatus
 from ..scheduling.records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
 from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState, Tombstone
 from .url import DatabaseURL
@@ -60,6 +61,7 @@ class NewJob:
     max_attempts: int
     lease_seconds: float
     correlation_id: str | None = None
+    group: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,8 @@ class Failure:
     error_class: str
     message: str
     traceback: str | None = None
+    pause_group_until: datetime | None = None
+    """Set by ``Retry(scope="group")``: the job's whole group is not claimed before then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,8 +321,14 @@ class Backend(Protocol):
         now: datetime | None = None,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
-        """Lease up to ``limit`` due pending jobs in one statement, highest priority first, then
-        oldest run time. Each gets a new lease token and an open attempt record."""
+        """Lease up to ``limit`` due pending jobs, highest priority first, then oldest run time.
+        Each gets a new lease token and an open attempt record.
+
+        Jobs with a group are taken round the groups with due jobs, least recently served
+        first, one per group per round, each group within its ``GroupLimits`` (counted and
+        spent under the group's lock) and never while it is paused. A claim over queues that
+        have both takes about half its batch from jobs without a group, half from groups,
+        alternating which half goes first (docs/groups.md)."""
         ...
 
     def job_heartbeat(
@@ -714,6 +724,31 @@ class Backend(Protocol):
         transaction is claiming right now is skipped, not waited for. Returns one ``KeyClaim``
         per item, in order: the claimed job, or the job as it is (or None when there is none).
         A pair named twice is claimed once."""
+    # -- groups: limits, state and pauses (008) -------------------------------------------------
+
+    def group_limits_put(self, queue: str, limits: GroupLimits, now: datetime | None = None) -> None:
+        """Set the limits of every group of a queue (no limits at all removes the row)."""
+        ...
+
+    def group_limits_get(self, queue: str) -> GroupLimits:
+        """The limits of the groups of a queue; no limits when none were set."""
+        ...
+
+    def group_list(self, queue: str, now: datetime | None = None) -> list[GroupStatus]:
+        """Groups of a queue with pending or leased jobs, or paused, by name. Counts are read
+        through the grouped partial indexes."""
+        ...
+
+    def group_pause(
+        self, queue: str, name: str, until: datetime, reason: str, now: datetime | None = None
+    ) -> datetime:
+        """Pause a group until ``until`` unless it is paused longer already; return its pause."""
+        ...
+
+    def group_resume(self, queue: str, name: str, now: datetime | None = None) -> bool:
+        """Lift a group's pause; False when it had none in force."""
+        ...
+
     # -- observability: queue depths, per-minute rollups, dashboard sessions (007) --------------
 
     def queue_depths(self, now: datetime | None = None) -> list[QueueDepth]:

@@ -8,13 +8,13 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import KeyConflict
-from ..types import JobRow, JobState
-from .base import InsertResult, JobFilter, NewJob, PublishItem, PublishStatus, QueueDepth
+from ..types import ClaimedJob, JobRow, JobState
+from .base import Failure, InsertResult, JobFilter, NewJob, PublishItem, PublishStatus, QueueDepth
 
 JOB_COLUMNS = (
     "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "
     "attempt_limit, lease_seconds, lease_until, lease_token, leased_by, created_at, updated_at, "
-    "finished_at, last_error, last_error_class, last_traceback, correlation_id"
+    "finished_at, last_error, last_error_class, last_traceback, correlation_id, group_name"
 )
 
 #: Orders a caller may ask ``job_list`` for.
@@ -24,6 +24,86 @@ ORDERS = {
     "updated": "updated_at DESC, id DESC",
     "run_at": "run_at, id",
 }
+
+
+def claimed_job(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> ClaimedJob:
+    """A row of a claim's RETURNING list (id, queue, key, task, payload, attempts, lease_token,
+    lease_until, lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name)."""
+    payload = row[4]
+    return ClaimedJob(
+        id=row[0],
+        queue=row[1],
+        key=row[2],
+        task=row[3],
+        payload=json.loads(payload) if isinstance(payload, str) else payload,
+        attempt=row[5],
+        lease_token=str(row[6]),
+        lease_until=to_time(row[7]),  # type: ignore[arg-type]
+        lease_seconds=float(row[8]),
+        run_at=to_time(row[9]),  # type: ignore[arg-type]
+        priority=row[10],
+        correlation_id=row[11],
+        budget_left=row[12] - row[5],
+        group=row[13],
+    )
+
+
+def insert_columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
+    """The columns of ``job_insert`` on PostgreSQL, one list each (the statement unnests them)."""
+    return {
+        "queue": [j.queue for j in jobs],
+        "key": [j.key for j in jobs],
+        "task": [j.task for j in jobs],
+        "payload": [j.payload_json for j in jobs],
+        "priority": [j.priority for j in jobs],
+        "run_at": [j.run_at for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "lease_seconds": [float(j.lease_seconds) for j in jobs],
+        "correlation_id": [j.correlation_id for j in jobs],
+        "group": [j.group for j in jobs],
+    }
+
+
+def insert_values(job: NewJob, run_at: float, now: float) -> dict[str, Any]:
+    """The values of ``job_insert`` on SQLite for one job (times as epoch seconds)."""
+    return {
+        "queue": job.queue,
+        "key": job.key,
+        "task": job.task,
+        "payload": job.payload_json,
+        "priority": job.priority,
+        "run_at": run_at,
+        "max_attempts": job.max_attempts,
+        "lease_seconds": float(job.lease_seconds),
+        "now": now,
+        "correlation_id": job.correlation_id,
+        "group": job.group,
+    }
+
+
+def pause_reason(failure: Failure) -> str:
+    """What a group paused by a failed attempt shows as its reason."""
+    return f"job {failure.lease.job_id}: {failure.error_class}: {failure.message}"[:500]
+
+
+def claim_in_turns(
+    plain: Callable[[int], list[Any]],
+    grouped: Callable[[int], list[Any]],
+    limit: int,
+    grouped_first: bool,
+) -> list[Any]:
+    """One claim over queues with jobs both without and with a group: the side whose turn it
+    is takes up to half the batch, the other side the rest, and the first side whatever the
+    second left. The caller alternates ``grouped_first``, so with one job per claim each side
+    gets every other claim: neither a flood of grouped jobs nor one of ungrouped jobs starves
+    the other."""
+    first, second = (grouped, plain) if grouped_first else (plain, grouped)
+    share = (limit + 1) // 2
+    head = first(share)
+    tail = second(limit - len(head)) if len(head) < limit else []
+    left = limit - len(head) - len(tail)
+    more = first(left) if left > 0 and len(head) == share else []
+    return head + tail + more
 
 
 def job_row(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> JobRow:
@@ -53,6 +133,7 @@ def job_row(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> Jo
         last_error_class=row[19],
         last_traceback=row[20],
         correlation_id=row[21],
+        group=row[22],
     )
 
 

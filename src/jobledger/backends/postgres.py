@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import re
@@ -10,7 +11,6 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from json import loads
 from typing import Any
 
 import psycopg
@@ -32,8 +32,19 @@ from .base import (
     QueueStats,
     RescueResult,
 )
-from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
+from .common import (
+    JOB_COLUMNS,
+    ORDERS,
+    claim_in_turns,
+    claimed_job,
+    filter_sql,
+    insert_columns,
+    job_row,
+    pause_reason,
+    resolve_inserts,
+)
 from .postgres_api import PostgresApiMixin
+from .postgres_groups import PostgresGroups
 from .postgres_observability import PostgresObservability
 from .postgres_outbox import PostgresOutbox
 from .postgres_push import PostgresPushMixin
@@ -71,7 +82,12 @@ def _fill(text: str, tables: dict[str, str]) -> str:
 
 
 class PostgresBackend(
-    PostgresScheduling, PostgresApiMixin, PostgresOutbox, PostgresObservability, PostgresPushMixin
+    PostgresScheduling,
+    PostgresApiMixin,
+    PostgresOutbox,
+    PostgresObservability,
+    PostgresPushMixin,
+    PostgresGroups,
 ):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
@@ -89,6 +105,7 @@ class PostgresBackend(
             + ("routes", "outbox")
             + ("minute_stats", "sessions")
             + ("subscriptions",)
+            + ("groups", "group_limits")
         }
         self._tables = tables
         self._sql = {name: _fill(text, tables) for name, text in queries("postgres").items()}
@@ -119,6 +136,9 @@ class PostgresBackend(
         self._closed = False
         self._lock = threading.Lock()
         self._statements: dict[tuple[str, int], str] = {}
+        self._turns = itertools.count()
+        self._groups_seen = {}
+        self._groups_seen_lock = threading.Lock()
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -364,19 +384,7 @@ class PostgresBackend(
         on_conflict: OnConflict,
     ) -> list[InsertResult]:
         """Any enqueue, in a transaction: insert, then look at tombstones and existing keys."""
-        params = {
-            "queue": [j.queue for j in jobs],
-            "key": [j.key for j in jobs],
-            "task": [j.task for j in jobs],
-            "payload": [j.payload_json for j in jobs],
-            "priority": [j.priority for j in jobs],
-            "run_at": [j.run_at for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs],
-            "lease_seconds": [float(j.lease_seconds) for j in jobs],
-            "correlation_id": [j.correlation_id for j in jobs],
-            "channel": self.channel,
-            "now": now,
-        }
+        params = insert_columns(jobs) | {"channel": self.channel, "now": now}
         idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
         for _ in range(3):
             with self._tx(conn) as c:
@@ -438,28 +446,20 @@ class PostgresBackend(
         now: datetime | None = None,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
-        rows = self._quick(
-            self._statement("job_claim", max(1, int(limit))),
-            {"queues": list(queues), "worker": worker, "now": now, "lease_seconds": lease_seconds},
-        )
-        claimed = [
-            ClaimedJob(
-                id=r[0],
-                queue=r[1],
-                key=r[2],
-                task=r[3],
-                payload=loads(r[4]),
-                attempt=r[5],
-                lease_token=r[6],
-                lease_until=_utc(r[7]),  # type: ignore[arg-type]
-                lease_seconds=float(r[8]),
-                run_at=_utc(r[9]),  # type: ignore[arg-type]
-                priority=r[10],
-                correlation_id=r[11],
-                budget_left=r[12] - r[5],
-            )
-            for r in rows
-        ]
+        limit = max(1, int(limit))
+        params = {"queues": list(queues), "worker": worker, "now": now, "lease_seconds": lease_seconds}
+
+        def plain(n: int) -> list[Any]:
+            return self._quick(self._statement("job_claim", n), params)
+
+        def grouped(n: int) -> list[Any]:
+            return self._claim_grouped(queues, worker, n, now, lease_seconds)
+
+        if self._groups_waiting(queues):
+            rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
+        else:
+            rows = plain(limit)
+        claimed = [claimed_job(r, _utc) for r in rows]
         claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return claimed
 
@@ -514,7 +514,15 @@ class PostgresBackend(
             "traceback": [f.traceback for f in sent],
             "now": now,
         }
-        moved = {r[0]: JobState(r[1]) for r in self._hot(self._sql["job_fail"], params)}
+        rows = self._hot(self._sql["job_fail"], params)
+        moved = {r[0]: JobState(r[1]) for r in rows}
+        pauses = {f.lease.job_id: f for f in sent if f.pause_group_until is not None}
+        for job_id, _, group, queue in rows:
+            # A second statement: had the process died in between, the job would still be
+            # retried at its time, its group just not paused.
+            failure = pauses.get(job_id)
+            if failure is not None and group is not None and failure.pause_group_until:
+                self.group_pause(queue, group, failure.pause_group_until, pause_reason(failure))
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def job_release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
@@ -940,4 +948,5 @@ def _array_params(jobs: Sequence[NewJob]) -> dict[str, str]:
         "max_attempts": _array([str(int(j.max_attempts)) for j in jobs]),
         "lease_seconds": _array([repr(float(j.lease_seconds)) for j in jobs]),
         "correlation_id": _array([_text(j.correlation_id) for j in jobs]),
+        "group": _array([_text(j.group) for j in jobs]),
     }

@@ -18,8 +18,8 @@ import psycopg
 from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxReason, OutboxRecord, Route
 from ..errors import NotFound
 from ..scheduling.records import LeaderLease
-from ..types import ClaimedJob, JobRow
-from .common import JOB_COLUMNS, job_row
+from ..types import JobRow
+from .common import JOB_COLUMNS, claimed_job, job_row
 
 __all__ = ["PostgresOutbox"]
 
@@ -172,7 +172,7 @@ class PostgresOutbox:
         params = pairs | {"worker": worker, "now": now, "lease_seconds": lease_seconds}
         with self._tx() as c:
             rows = c.execute(self._sql["job_claim_keys"], params).fetchall()
-            claimed = {(r[1], r[2]): _claimed(r) for r in rows}
+            claimed = {(r[1], r[2]): claimed_job(r, _utc_or_none) for r in rows}
             # The others as they are now (and a pair named twice: claimed for its first mention).
             rest = [p for p in dict.fromkeys(wanted) if p not in claimed or wanted.count(p) > 1]
             current: dict[tuple[str, str], JobRow] = {}
@@ -192,21 +192,3 @@ class PostgresOutbox:
 
 def _utc_or_none(value: datetime | None) -> datetime | None:
     return None if value is None else _utc(value)
-
-
-def _claimed(r: Sequence[Any]) -> ClaimedJob:
-    return ClaimedJob(
-        id=r[0],
-        queue=r[1],
-        key=r[2],
-        task=r[3],
-        payload=r[4],
-        attempt=r[5],
-        lease_token=str(r[6]),
-        lease_until=_utc(r[7]),
-        lease_seconds=float(r[8]),
-        run_at=_utc(r[9]),
-        priority=r[10],
-        correlation_id=r[11],
-        budget_left=r[12] - r[5],
-    )

@@ -7,6 +7,7 @@ processes can never lease the same job. Each thread gets its own connection.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import threading
@@ -31,9 +32,20 @@ from .base import (
     QueueStats,
     RescueResult,
 )
-from .common import JOB_COLUMNS, ORDERS, filter_sql, job_row, resolve_inserts
+from .common import (
+    JOB_COLUMNS,
+    ORDERS,
+    claim_in_turns,
+    claimed_job,
+    filter_sql,
+    insert_values,
+    job_row,
+    pause_reason,
+    resolve_inserts,
+)
 from .sqlfiles import migrations, queries, schema_problem
 from .sqlite_api import SqliteApiMixin
+from .sqlite_groups import SqliteGroups
 from .sqlite_observability import SqliteObservability
 from .sqlite_outbox import SqliteOutbox
 from .sqlite_push import SqlitePushMixin
@@ -60,7 +72,14 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObservability, SqlitePushMixin):
+class SqliteBackend(
+    SqliteScheduling,
+    SqliteApiMixin,
+    SqliteOutbox,
+    SqliteObservability,
+    SqlitePushMixin,
+    SqliteGroups,
+):
     """jobledger in one SQLite file. Safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"
@@ -73,6 +92,7 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
         self._all: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._writer = threading.Lock()
+        self._turns = itertools.count()
         self._closed = False
         if not create and not self.path.exists():
             raise BackendUnavailable(
@@ -274,18 +294,7 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
                     continue
                 row = c.execute(
                     insert,
-                    {
-                        "queue": job.queue,
-                        "key": job.key,
-                        "task": job.task,
-                        "payload": job.payload_json,
-                        "priority": job.priority,
-                        "run_at": clock if job.run_at is None else _ts(job.run_at),
-                        "max_attempts": job.max_attempts,
-                        "lease_seconds": float(job.lease_seconds),
-                        "now": clock,
-                        "correlation_id": job.correlation_id,
-                    },
+                    insert_values(job, clock if job.run_at is None else _ts(job.run_at), clock),
                 ).fetchone()
                 if row is not None:
                     created[ident] = row[0]
@@ -315,40 +324,30 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
         clock = _ts(now)
+        limit = max(1, int(limit))
         params: dict[str, Any] = {"now": clock, "worker": worker, "lease_seconds": lease_seconds}
         names = []
         for i, queue in enumerate(queues):
             names.append(f":q{i}")
             params[f"q{i}"] = queue
-        text = (
-            self._sql["job_claim"]
-            .replace("{queues}", ", ".join(names) or "NULL")
-            .replace("{limit}", str(max(1, int(limit))))
-        )
+        text = self._sql["job_claim"].replace("{queues}", ", ".join(names) or "NULL")
+
+        def plain(n: int) -> list[Any]:
+            return c.execute(text.replace("{limit}", str(n)), params).fetchall()
+
+        def grouped(n: int) -> list[Any]:
+            return self._claim_grouped(c, queues, worker, n, clock, lease_seconds)
+
         with self._write() as c:
-            rows = c.execute(text, params).fetchall()
+            if self._groups_waiting(c, queues):
+                rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
+            else:
+                rows = plain(limit)
             if rows:
                 c.executemany(
                     self._sql["attempt_open"], [(r[0], r[5], r[6], worker, clock) for r in rows]
                 )
-        claimed = [
-            ClaimedJob(
-                id=r[0],
-                queue=r[1],
-                key=r[2],
-                task=r[3],
-                payload=json.loads(r[4]),
-                attempt=r[5],
-                lease_token=r[6],
-                lease_until=_dt(r[7]),  # type: ignore[arg-type]
-                lease_seconds=float(r[8]),
-                run_at=_dt(r[9]),  # type: ignore[arg-type]
-                priority=r[10],
-                correlation_id=r[11],
-                budget_left=r[12] - r[5],
-            )
-            for r in rows
-        ]
+        claimed = [claimed_job(r, _dt) for r in rows]
         claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return claimed
 
@@ -472,6 +471,16 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
                     results.append(FailResult(f.lease.job_id, None))
                     continue
                 state = JobState(row[0])
+                if f.pause_group_until is not None and row[1] is not None:
+                    c.execute(
+                        self._sql["group_pause"],
+                        {
+                            "queue": row[2],
+                            "name": row[1],
+                            "until": _ts(f.pause_group_until),
+                            "reason": pause_reason(f),
+                        },
+                    )
                 outcome = "dead" if state is JobState.DEAD else "retry"
                 self._close_attempt(
                     c, f.lease, clock, outcome, f.error_class, f.message, f.traceback

@@ -21,6 +21,7 @@ from ..payload import payload_digest
 from ..queues import QueueInfo, QueueSettings
 from ..types import JobState, Tombstone
 from .base import PublishItem, PublishOutcome
+from .common import insert_values
 from .common import publish_compare as _compare
 
 
@@ -172,18 +173,7 @@ class SqliteApiMixin:
                 job = item.job
                 row = c.execute(
                     self._sql["job_insert"],
-                    {
-                        "queue": job.queue,
-                        "key": job.key,
-                        "task": job.task,
-                        "payload": job.payload_json,
-                        "priority": job.priority,
-                        "run_at": clock if job.run_at is None else _ts(job.run_at),
-                        "max_attempts": job.max_attempts,
-                        "lease_seconds": float(job.lease_seconds),
-                        "now": clock,
-                        "correlation_id": job.correlation_id,
-                    },
+                    insert_values(job, clock if job.run_at is None else _ts(job.run_at), clock),
                 ).fetchone()
                 if row is not None:
                     job_id, status = row[0], "created"

@@ -7,7 +7,6 @@ is one ``BEGIN IMMEDIATE`` transaction, so routing a queue cannot interleave wit
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -18,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxReason, OutboxRecord, Route
 from ..errors import NotFound
 from ..scheduling.records import LeaderLease
-from ..types import ClaimedJob
-from .common import JOB_COLUMNS, job_row
+from .common import JOB_COLUMNS, claimed_job, job_row
 
 __all__ = ["SqliteOutbox"]
 
@@ -202,7 +200,7 @@ class SqliteOutbox:
                 r = c.execute(self._sql["job_claim_keys"], params).fetchone()
                 if r is not None:
                     c.execute(self._sql["attempt_open"], (r[0], r[5], r[6], worker, clock))
-                    results.append(KeyClaim(_claimed(r)))
+                    results.append(KeyClaim(claimed_job(r, _dt_or_none)))
                     continue
                 row = c.execute(
                     f"SELECT {JOB_COLUMNS} FROM jobledger_jobs WHERE queue = ? AND key = ?",
@@ -214,21 +212,3 @@ class SqliteOutbox:
 
 def _dt_or_none(value: float | None) -> datetime | None:
     return None if value is None else _dt(value)
-
-
-def _claimed(r: Sequence[Any]) -> ClaimedJob:
-    return ClaimedJob(
-        id=r[0],
-        queue=r[1],
-        key=r[2],
-        task=r[3],
-        payload=json.loads(r[4]),
-        attempt=r[5],
-        lease_token=r[6],
-        lease_until=_dt(r[7]),
-        lease_seconds=float(r[8]),
-        run_at=_dt(r[9]),
-        priority=r[10],
-        correlation_id=r[11],
-        budget_left=r[12] - r[5],
-    )

@@ -8,13 +8,14 @@ WITH new AS (
     SELECT * FROM unnest(
         %(queue)s::text[], %(key)s::text[], %(task)s::text[], %(payload)s::text[],
         %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
-        %(lease_seconds)s::float8[], %(correlation_id)s::text[]
-    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id)
+        %(lease_seconds)s::float8[], %(correlation_id)s::text[], %(group)s::text[]
+    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id,
+           group_name)
 ), inserted AS (
     INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
-                        lease_seconds, created_at, updated_at, correlation_id)
+                        lease_seconds, created_at, updated_at, correlation_id, group_name)
     SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
-           max_attempts, lease_seconds, {now}, {now}, correlation_id
+           max_attempts, lease_seconds, {now}, {now}, correlation_id, group_name
     FROM new
     WHERE NOT EXISTS (
         SELECT 1 FROM {tombstones} AS t
@@ -39,7 +40,7 @@ WITH picked AS (
     SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {jobs}
-        WHERE state = 'pending' AND queue = q.name AND run_at <= {now}
+        WHERE state = 'pending' AND group_name IS NULL AND queue = q.name AND run_at <= {now}
         ORDER BY priority DESC, run_at, id
         LIMIT {limit}
         FOR UPDATE SKIP LOCKED
@@ -60,14 +61,15 @@ WITH picked AS (
     -- would let the planner read the whole index of pending jobs for it.
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
-              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit
+              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
+              j.group_name
 ), opened AS (
     INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
 )
 -- Payload and token as text: the worker parses the JSON itself, and a token stays a string.
 SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
-       lease_seconds, run_at, priority, correlation_id, attempt_limit
+       lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name
 FROM claimed
 
 -- name: job_heartbeat
@@ -115,7 +117,7 @@ WITH f AS (
     FROM f
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = f.id AND j.lease_token = f.token
       AND j.state = 'leased'
-    RETURNING j.id, j.state, j.attempts
+    RETURNING j.id, j.state, j.attempts, j.group_name, j.queue
 ), closed AS (
     UPDATE {attempts} AS a
     SET finished_at = {now},
@@ -124,7 +126,7 @@ WITH f AS (
     FROM moved JOIN f ON f.id = moved.id
     WHERE a.job_id = moved.id AND a.attempt = moved.attempts
 )
-SELECT id, state FROM moved
+SELECT id, state, group_name, queue FROM moved
 
 -- name: job_release
 WITH released AS (
@@ -250,13 +252,17 @@ SELECT job_id, at, kind, actor, note, detail FROM {events} WHERE job_id = %(job_
 SELECT queue, state, count(*), sum(attempts) FROM {jobs} GROUP BY queue, state
 
 -- name: queue_oldest_due
-SELECT q.queue,
-       (SELECT min(run_at) FROM {jobs} j
-        WHERE j.queue = q.queue AND j.state = 'pending' AND j.run_at <= {now}),
-       (SELECT count(*) FROM {jobs} j
-        WHERE j.queue = q.queue AND j.state = 'pending'
-          AND j.run_at <= {now} - make_interval(secs => %(late_after)s))
-FROM (SELECT DISTINCT queue FROM {jobs} WHERE state = 'pending') AS q
+-- Pending jobs live in two partial indexes (without a group, with one): one arm each.
+SELECT queue, min(run_at), count(*) FILTER (
+           WHERE run_at <= {now} - make_interval(secs => %(late_after)s))
+FROM (
+    SELECT queue, run_at FROM {jobs}
+    WHERE state = 'pending' AND group_name IS NULL AND run_at <= {now}
+    UNION ALL
+    SELECT queue, run_at FROM {jobs}
+    WHERE state = 'pending' AND group_name IS NOT NULL AND run_at <= {now}
+) AS p
+GROUP BY queue
 
 -- name: queue_lease_expiries
 SELECT j.queue, count(*) FROM {attempts} a JOIN {jobs} j ON j.id = a.job_id
@@ -540,8 +546,13 @@ RETURNING queue
 -- name: route_backfill
 -- Pending jobs of a queue just routed: they were enqueued before the route existed.
 INSERT INTO {outbox} (job_id, queue, key, reason, available_at, created_at)
-SELECT id, queue, key, 'route', run_at, {now} FROM {jobs}
-WHERE queue = %(queue)s AND state = 'pending'
+SELECT id, queue, key, 'route', run_at, {now} FROM (
+    SELECT id, queue, key, run_at FROM {jobs}
+    WHERE queue = %(queue)s AND state = 'pending' AND group_name IS NULL
+    UNION ALL
+    SELECT id, queue, key, run_at FROM {jobs}
+    WHERE queue = %(queue)s AND state = 'pending' AND group_name IS NOT NULL
+) AS p
 ORDER BY run_at, id
 
 -- name: route_remove
@@ -594,9 +605,16 @@ WHERE id IN (SELECT id FROM {outbox}
 -- record waiting to be published: the broker lost their message (or it was purged). One new
 -- record each.
 INSERT INTO {outbox} (job_id, queue, key, reason, available_at, created_at)
-SELECT j.id, j.queue, j.key, 'republish', {now}, {now} FROM {jobs} AS j
-WHERE j.state = 'pending' AND j.queue = %(queue)s AND j.run_at <= %(due_before)s
-  AND j.queue IN (SELECT queue FROM {routes})
+SELECT j.id, j.queue, j.key, 'republish', {now}, {now} FROM (
+    SELECT id, queue, key, run_at FROM {jobs}
+    WHERE state = 'pending' AND group_name IS NULL AND queue = %(queue)s
+      AND run_at <= %(due_before)s
+    UNION ALL
+    SELECT id, queue, key, run_at FROM {jobs}
+    WHERE state = 'pending' AND group_name IS NOT NULL AND queue = %(queue)s
+      AND run_at <= %(due_before)s
+) AS j
+WHERE j.queue IN (SELECT queue FROM {routes})
   AND NOT EXISTS (SELECT 1 FROM {outbox} AS o
                   WHERE o.job_id = j.id AND o.published_at IS NULL AND o.superseded_at IS NULL)
 ORDER BY j.run_at, j.id
@@ -623,7 +641,8 @@ WITH picked AS (
     FROM (SELECT DISTINCT id FROM picked) AS p
     WHERE j.id = p.id AND j.state = 'pending'
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
-              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit
+              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
+              j.group_name
 ), opened AS (
     INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
@@ -636,7 +655,12 @@ SELECT * FROM claimed
 -- (how many are due, and the oldest due run time), leased (how many leases have expired), dead.
 SELECT queue, 'pending', count(*), count(*) FILTER (WHERE run_at <= {now}),
        min(run_at) FILTER (WHERE run_at <= {now}), {now}
-FROM {jobs} WHERE state = 'pending' GROUP BY queue
+FROM (
+    SELECT queue, run_at FROM {jobs} WHERE state = 'pending' AND group_name IS NULL
+    UNION ALL
+    SELECT queue, run_at FROM {jobs} WHERE state = 'pending' AND group_name IS NOT NULL
+) AS p
+GROUP BY queue
 UNION ALL
 SELECT queue, 'leased', count(*), count(*) FILTER (WHERE lease_until <= {now}), NULL, {now}
 FROM {jobs} WHERE state = 'leased' GROUP BY queue
@@ -757,8 +781,9 @@ WITH new AS (
     SELECT * FROM unnest(
         %(queue)s::text[], %(key)s::text[], %(task)s::text[], %(payload)s::jsonb[],
         %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
-        %(lease_seconds)s::float8[], %(correlation_id)s::text[]
-    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id)
+        %(lease_seconds)s::float8[], %(correlation_id)s::text[], %(group)s::text[]
+    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id,
+           group_name)
 ), known AS (
     SELECT 1 FROM new AS n
     WHERE EXISTS (SELECT 1 FROM {jobs} AS j WHERE j.queue = n.queue AND j.key = n.key)
@@ -767,9 +792,9 @@ WITH new AS (
     LIMIT 1
 ), inserted AS (
     INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
-                        lease_seconds, created_at, updated_at, correlation_id)
+                        lease_seconds, created_at, updated_at, correlation_id, group_name)
     SELECT queue, key, task, payload, priority, COALESCE(run_at, {now}), max_attempts,
-           max_attempts, lease_seconds, {now}, {now}, correlation_id
+           max_attempts, lease_seconds, {now}, {now}, correlation_id, group_name
     FROM new
     WHERE NOT EXISTS (SELECT 1 FROM known)
     ON CONFLICT (queue, key) DO NOTHING
@@ -789,3 +814,185 @@ WITH new AS (
 SELECT 'c', id, queue, key FROM inserted
 UNION ALL
 SELECT 'v', v, NULL, NULL FROM verdict
+
+-- Groups (008). {groups} and {group_limits} are the schema-qualified tables.
+
+-- name: group_waiting
+-- Which of these queues have pending jobs with a group (one probe of the grouped index each).
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+WHERE EXISTS (SELECT 1 FROM {jobs} AS j
+              WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name)
+
+-- name: group_candidates
+-- A grouped claim, first statement: the groups with due jobs, not paused, under their leased
+-- limit and with a token (as of this statement's snapshot), least recently served first; the
+-- first {limit} of them that no other claim holds are locked for this transaction. The groups
+-- are found by a skip scan of the grouped index (one probe per group, however many jobs each
+-- has), never by reading the jobs.
+WITH RECURSIVE walk AS (
+    SELECT q.name AS queue,
+           (SELECT j.group_name FROM {jobs} AS j
+            WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name
+            ORDER BY j.group_name LIMIT 1) AS name
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    UNION ALL
+    SELECT w.queue,
+           (SELECT j.group_name FROM {jobs} AS j
+            WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = w.queue
+              AND j.group_name > w.name
+            ORDER BY j.group_name LIMIT 1)
+    FROM walk AS w WHERE w.name IS NOT NULL
+), viable AS MATERIALIZED (
+    SELECT w.queue, w.name, g.served_at
+    FROM walk AS w
+    LEFT JOIN {groups} AS g ON g.queue = w.queue AND g.name = w.name
+    LEFT JOIN {group_limits} AS l ON l.queue = w.queue
+    WHERE w.name IS NOT NULL
+      AND (g.paused_until IS NULL OR g.paused_until <= {now})
+      AND (SELECT min(j.run_at) FROM {jobs} AS j
+           WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = w.queue
+             AND j.group_name = w.name) <= {now}
+      AND (l.max_leased IS NULL OR l.max_leased > (
+           SELECT count(*) FROM (
+               SELECT 1 FROM {jobs} AS j
+               WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = w.queue
+                 AND j.group_name = w.name
+               LIMIT l.max_leased) AS x))
+      AND (l.rate IS NULL OR g.tokens IS NULL
+           OR g.tokens + l.rate * extract(epoch FROM {now} - g.refilled_at) >= 1)
+    ORDER BY g.served_at NULLS FIRST, w.queue, w.name
+    LIMIT {limit}
+)
+SELECT queue, name, served_at FROM viable
+WHERE pg_try_advisory_xact_lock(%(lock_space)s, hashtext(queue || '/' || name))
+
+-- name: group_state
+-- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
+-- after the locks: every claim that held one of them before has committed), with the clock.
+SELECT a.queue, a.name,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {jobs} AS j
+            WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = a.queue
+              AND j.group_name = a.name
+            LIMIT COALESCE(l.max_leased, 0)) AS x),
+       g.tokens, g.refilled_at, g.paused_until, l.max_leased, l.rate, l.burst, {now}
+FROM unnest(%(queues)s::text[], %(names)s::text[]) AS a(queue, name)
+LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
+LEFT JOIN {group_limits} AS l ON l.queue = a.queue
+
+-- name: group_claim
+-- A grouped claim, third statement: up to "take" due jobs of each locked group, one per group
+-- per round in the groups' order, {limit} in all; leased as job_claim leases.
+WITH picked AS (
+    SELECT c.id
+    FROM unnest(%(queues)s::text[], %(names)s::text[], %(take)s::int[], %(ord)s::int[])
+        AS a(queue, name, take, ord)
+    CROSS JOIN LATERAL (
+        SELECT s.id, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
+        FROM (
+            SELECT id, priority, run_at FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
+              AND group_name = a.name AND run_at <= {now}
+            ORDER BY priority DESC, run_at, id
+            LIMIT a.take
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+    ) AS c
+    ORDER BY c.rn, a.ord
+    LIMIT {limit}
+), claimed AS (
+    UPDATE {jobs} AS j
+    SET state = 'leased',
+        attempts = j.attempts + 1,
+        lease_token = gen_random_uuid(),
+        lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
+        leased_by = %(worker)s,
+        updated_at = {now}
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
+              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
+              j.group_name
+), opened AS (
+    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
+    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
+)
+SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
+       lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name
+FROM claimed
+
+-- name: group_served
+-- A claim took some of these groups' jobs: each bucket as left, and each group's turn.
+INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
+SELECT queue, name, tokens, %(at)s, %(at)s
+FROM unnest(%(queues)s::text[], %(names)s::text[], %(tokens)s::float8[]) AS a(queue, name, tokens)
+ON CONFLICT (queue, name) DO UPDATE
+SET tokens = excluded.tokens, refilled_at = excluded.refilled_at, served_at = excluded.served_at
+
+-- name: group_pause
+-- A pause only ever extends; the reason is the one of the pause in force.
+INSERT INTO {groups} AS g (queue, name, paused_until, paused_reason)
+VALUES (%(queue)s, %(name)s, %(until)s, %(reason)s)
+ON CONFLICT (queue, name) DO UPDATE
+SET paused_reason = CASE WHEN g.paused_until IS NULL OR g.paused_until < excluded.paused_until
+                         THEN excluded.paused_reason ELSE g.paused_reason END,
+    paused_until = GREATEST(g.paused_until, excluded.paused_until)
+RETURNING paused_until
+
+-- name: group_resume
+UPDATE {groups} SET paused_until = NULL, paused_reason = NULL
+WHERE queue = %(queue)s AND name = %(name)s AND paused_until > {now}
+RETURNING name
+
+-- name: group_limits_put
+INSERT INTO {group_limits} (queue, max_leased, rate, burst, updated_at)
+VALUES (%(queue)s, %(max_leased)s, %(rate)s, %(burst)s, {now})
+ON CONFLICT (queue) DO UPDATE
+SET max_leased = excluded.max_leased, rate = excluded.rate, burst = excluded.burst,
+    updated_at = excluded.updated_at
+
+-- name: group_limits_delete
+DELETE FROM {group_limits} WHERE queue = %(queue)s
+
+-- name: group_limits_get
+SELECT max_leased, rate, burst FROM {group_limits} WHERE queue = %(queue)s
+
+-- name: group_list
+-- Groups with pending or leased jobs (two skip scans) or a pause in force, with their counts.
+WITH RECURSIVE pending AS (
+    SELECT (SELECT group_name FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = %(queue)s
+            ORDER BY group_name LIMIT 1) AS name
+    UNION ALL
+    SELECT (SELECT group_name FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = %(queue)s
+              AND group_name > p.name
+            ORDER BY group_name LIMIT 1)
+    FROM pending AS p WHERE p.name IS NOT NULL
+), leased AS (
+    SELECT (SELECT group_name FROM {jobs}
+            WHERE state = 'leased' AND group_name IS NOT NULL AND queue = %(queue)s
+            ORDER BY group_name LIMIT 1) AS name
+    UNION ALL
+    SELECT (SELECT group_name FROM {jobs}
+            WHERE state = 'leased' AND group_name IS NOT NULL AND queue = %(queue)s
+              AND group_name > l.name
+            ORDER BY group_name LIMIT 1)
+    FROM leased AS l WHERE l.name IS NOT NULL
+), names AS (
+    SELECT name FROM pending WHERE name IS NOT NULL
+    UNION SELECT name FROM leased WHERE name IS NOT NULL
+    UNION SELECT name FROM {groups} WHERE queue = %(queue)s AND paused_until > {now}
+)
+SELECT n.name,
+       (SELECT count(*) FROM {jobs} AS j
+        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = %(queue)s
+          AND j.group_name = n.name),
+       (SELECT count(*) FROM {jobs} AS j
+        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = %(queue)s
+          AND j.group_name = n.name AND j.run_at <= {now}),
+       (SELECT count(*) FROM {jobs} AS j
+        WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = %(queue)s
+          AND j.group_name = n.name),
+       g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at, {now}
+FROM names AS n LEFT JOIN {groups} AS g ON g.queue = %(queue)s AND g.name = n.name
+ORDER BY n.name

@@ -28,12 +28,23 @@ CREATE TABLE jobledger_jobs (
     last_error_class text,
     last_traceback   text,
     correlation_id   text,
+    group_name       text,
     CONSTRAINT jobledger_jobs_queue_key UNIQUE (queue, key)
 );
 
--- The claim walks this index in order: due pending jobs of a queue, highest priority first.
+-- The claim walks this index in order: due pending jobs of a queue without a group, highest
+-- priority first. Grouped jobs are claimed through the next three (008_groups.sql).
 CREATE INDEX jobledger_jobs_due ON jobledger_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'pending';
+    WHERE state = 'pending' AND group_name IS NULL;
+-- A group's jobs in the order they are claimed.
+CREATE INDEX jobledger_jobs_group_due ON jobledger_jobs (queue, group_name, priority DESC, run_at, id)
+    WHERE state = 'pending' AND group_name IS NOT NULL;
+-- Which groups have pending jobs (one probe per group) and when each group's next job is due.
+CREATE INDEX jobledger_jobs_group_next ON jobledger_jobs (queue, group_name, run_at)
+    WHERE state = 'pending' AND group_name IS NOT NULL;
+-- How many of a group's jobs are leased (bounded by the group's limit).
+CREATE INDEX jobledger_jobs_group_leased ON jobledger_jobs (queue, group_name)
+    WHERE state = 'leased' AND group_name IS NOT NULL;
 -- The rescuer finds expired leases here without touching other rows.
 CREATE INDEX jobledger_jobs_leased ON jobledger_jobs (lease_until) WHERE state = 'leased';
 -- Dead letters are listed and redriven by queue.
@@ -326,4 +337,27 @@ CREATE TABLE jobledger_subscriptions (
     consecutive_failures integer          NOT NULL DEFAULT 0,
     delivered            bigint           NOT NULL DEFAULT 0,
     failed               bigint           NOT NULL DEFAULT 0
+);
+
+-- Per queue: the limits every group of the queue gets. NULL: no limit of that kind.
+CREATE TABLE jobledger_group_limits (
+    queue      text             PRIMARY KEY,
+    max_leased integer          CHECK (max_leased > 0),
+    rate       double precision CHECK (rate > 0),
+    burst      double precision CHECK (burst >= 1),
+    updated_at timestamptz      NOT NULL
+);
+
+-- Per group: its token bucket, when a claim last took its jobs (the round's order), and a
+-- pause. Written by the claims (under a per-group lock) and by pauses; a group without a row
+-- has a full bucket, was never served, and is not paused.
+CREATE TABLE jobledger_groups (
+    queue         text             NOT NULL,
+    name          text             NOT NULL,
+    tokens        double precision,
+    refilled_at   timestamptz,
+    served_at     timestamptz,
+    paused_until  timestamptz,
+    paused_reason text,
+    PRIMARY KEY (queue, name)
 );

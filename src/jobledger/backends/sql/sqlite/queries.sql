@@ -5,9 +5,10 @@
 -- name: job_insert
 -- A key with a live tombstone (its job was pruned) is not inserted: it still names that job.
 INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
-                            attempt_limit, lease_seconds, created_at, updated_at, correlation_id)
+                            attempt_limit, lease_seconds, created_at, updated_at, correlation_id,
+                            group_name)
 SELECT :queue, :key, :task, :payload, :priority, :run_at, :max_attempts, :max_attempts,
-       :lease_seconds, :now, :now, :correlation_id
+       :lease_seconds, :now, :now, :correlation_id, :group
 WHERE NOT EXISTS (
     SELECT 1 FROM jobledger_tombstones
     WHERE queue = :queue AND key = :key AND expires_at > :now
@@ -28,12 +29,12 @@ SET state = 'leased',
     updated_at = :now
 WHERE id IN (
     SELECT id FROM jobledger_jobs
-    WHERE state = 'pending' AND queue IN ({queues}) AND run_at <= :now
+    WHERE state = 'pending' AND group_name IS NULL AND queue IN ({queues}) AND run_at <= :now
     ORDER BY priority DESC, run_at, id
     LIMIT {limit}
 )
 RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
-          run_at, priority, correlation_id, attempt_limit
+          run_at, priority, correlation_id, attempt_limit, group_name
 
 -- name: attempt_open
 INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at)
@@ -68,7 +69,7 @@ SET state = CASE WHEN :retry AND attempts < attempt_limit THEN 'pending' ELSE 'd
     last_error_class = :error_class,
     last_traceback = :traceback
 WHERE id = :id AND lease_token = :token AND state = 'leased'
-RETURNING state
+RETURNING state, group_name, queue
 
 -- name: job_release
 UPDATE jobledger_jobs
@@ -148,8 +149,14 @@ SELECT job_id, at, kind, actor, note, detail FROM jobledger_events WHERE job_id 
 SELECT queue, state, count(*), sum(attempts) FROM jobledger_jobs GROUP BY queue, state
 
 -- name: queue_oldest_due
-SELECT queue, min(run_at), sum(run_at <= :now - :late_after) FROM jobledger_jobs
-WHERE state = 'pending' AND run_at <= :now
+-- Pending jobs live in two partial indexes (without a group, with one): one arm each.
+SELECT queue, min(run_at), sum(run_at <= :now - :late_after) FROM (
+    SELECT queue, run_at FROM jobledger_jobs
+    WHERE state = 'pending' AND group_name IS NULL AND run_at <= :now
+    UNION ALL
+    SELECT queue, run_at FROM jobledger_jobs
+    WHERE state = 'pending' AND group_name IS NOT NULL AND run_at <= :now
+)
 GROUP BY queue
 
 -- name: queue_lease_expiries
@@ -379,8 +386,13 @@ ON CONFLICT (queue) DO NOTHING
 -- name: route_backfill
 -- Pending jobs of a queue just routed: they were enqueued before the route existed.
 INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
-SELECT id, queue, key, 'route', run_at, :now FROM jobledger_jobs
-WHERE queue = :queue AND state = 'pending'
+SELECT id, queue, key, 'route', run_at, :now FROM (
+    SELECT id, queue, key, run_at FROM jobledger_jobs
+    WHERE queue = :queue AND state = 'pending' AND group_name IS NULL
+    UNION ALL
+    SELECT id, queue, key, run_at FROM jobledger_jobs
+    WHERE queue = :queue AND state = 'pending' AND group_name IS NOT NULL
+)
 ORDER BY run_at, id
 
 -- name: route_remove
@@ -428,9 +440,15 @@ WHERE id IN (SELECT id FROM jobledger_outbox
 -- record waiting to be published: the broker lost their message (or it was purged). One new
 -- record each.
 INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
-SELECT j.id, j.queue, j.key, 'republish', :now, :now FROM jobledger_jobs AS j
-WHERE j.state = 'pending' AND j.queue = :queue AND j.run_at <= :due_before
-  AND j.queue IN (SELECT queue FROM jobledger_routes)
+SELECT j.id, j.queue, j.key, 'republish', :now, :now FROM (
+    SELECT id, queue, key, run_at FROM jobledger_jobs
+    WHERE state = 'pending' AND group_name IS NULL AND queue = :queue AND run_at <= :due_before
+    UNION ALL
+    SELECT id, queue, key, run_at FROM jobledger_jobs
+    WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
+      AND run_at <= :due_before
+) AS j
+WHERE j.queue IN (SELECT queue FROM jobledger_routes)
   AND NOT EXISTS (SELECT 1 FROM jobledger_outbox AS o
                   WHERE o.job_id = j.id AND o.published_at IS NULL AND o.superseded_at IS NULL)
 ORDER BY j.run_at, j.id
@@ -447,7 +465,7 @@ SET state = 'leased',
     updated_at = :now
 WHERE queue = :queue AND key = :key AND state = 'pending' AND run_at <= :now
 RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
-          run_at, priority, correlation_id, attempt_limit
+          run_at, priority, correlation_id, attempt_limit, group_name
 -- Observability (007).
 
 -- name: queue_depths
@@ -457,7 +475,14 @@ RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lea
 -- holds every job, to save a sort.
 SELECT queue, 'pending', count(*), sum(run_at <= :now),
        min(CASE WHEN run_at <= :now THEN run_at END)
-FROM jobledger_jobs INDEXED BY jobledger_jobs_due WHERE state = 'pending' GROUP BY queue
+FROM (
+    SELECT queue, run_at FROM jobledger_jobs INDEXED BY jobledger_jobs_due
+    WHERE state = 'pending' AND group_name IS NULL
+    UNION ALL
+    SELECT queue, run_at FROM jobledger_jobs INDEXED BY jobledger_jobs_group_next
+    WHERE state = 'pending' AND group_name IS NOT NULL
+)
+GROUP BY queue
 UNION ALL
 SELECT queue, 'leased', count(*), sum(lease_until <= :now), NULL
 FROM jobledger_jobs INDEXED BY jobledger_jobs_leased WHERE state = 'leased' GROUP BY queue
@@ -564,3 +589,131 @@ WHERE id = :id
 -- The current tokens of leased jobs among {ids} (a list of ? placeholders), read inside the
 -- write transaction that then completes them: nothing can change in between.
 SELECT id, lease_token FROM jobledger_jobs WHERE state = 'leased' AND id IN ({ids})
+
+-- Groups (008).
+
+-- name: group_waiting
+-- Whether any of these queues has pending jobs with a group (one probe of the grouped index).
+SELECT 1 FROM jobledger_jobs
+WHERE state = 'pending' AND group_name IS NOT NULL AND queue IN ({queues}) LIMIT 1
+
+-- name: group_candidates
+-- The groups of a queue with due jobs, not paused, least recently served first (never served
+-- first of all). The groups are found by a skip scan of the grouped index (one probe per
+-- group, however many jobs each has), never by reading the jobs.
+WITH RECURSIVE walk(name) AS (
+    SELECT min(group_name) FROM jobledger_jobs
+    WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
+    UNION ALL
+    SELECT (SELECT min(group_name) FROM jobledger_jobs
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
+              AND group_name > walk.name)
+    FROM walk WHERE walk.name IS NOT NULL
+)
+SELECT walk.name, g.served_at, g.tokens, g.refilled_at
+FROM walk LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = walk.name
+WHERE walk.name IS NOT NULL
+  AND (g.paused_until IS NULL OR g.paused_until <= :now)
+  AND (SELECT min(run_at) FROM jobledger_jobs AS j
+       WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue
+         AND j.group_name = walk.name) <= :now
+ORDER BY g.served_at IS NOT NULL, g.served_at, walk.name
+
+-- name: group_leased
+-- A group's leased jobs, counted up to its limit (no further: the claim needs no more).
+SELECT count(*) FROM (
+    SELECT 1 FROM jobledger_jobs
+    WHERE state = 'leased' AND group_name IS NOT NULL AND queue = :queue AND group_name = :name
+    LIMIT :cap
+)
+
+-- name: group_due_jobs
+-- A group's next due jobs, in claim order.
+SELECT id FROM jobledger_jobs
+WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue AND group_name = :name
+  AND run_at <= :now
+ORDER BY priority DESC, run_at, id
+LIMIT :n
+
+-- name: job_lease_ids
+UPDATE jobledger_jobs
+SET state = 'leased',
+    attempts = attempts + 1,
+    lease_token = lower(hex(randomblob(16))),
+    lease_until = :now + COALESCE(:lease_seconds, lease_seconds),
+    leased_by = :worker,
+    updated_at = :now
+WHERE id IN ({ids}) AND state = 'pending'
+RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
+          run_at, priority, correlation_id, attempt_limit, group_name
+
+-- name: group_served
+-- A claim took some of the group's jobs: its bucket as left, and its turn in the round.
+INSERT INTO jobledger_groups (queue, name, tokens, refilled_at, served_at)
+VALUES (:queue, :name, :tokens, :now, :now)
+ON CONFLICT (queue, name) DO UPDATE
+SET tokens = excluded.tokens, refilled_at = excluded.refilled_at, served_at = excluded.served_at
+
+-- name: group_pause
+-- A pause only ever extends; the reason is the one of the pause in force.
+INSERT INTO jobledger_groups (queue, name, paused_until, paused_reason)
+VALUES (:queue, :name, :until, :reason)
+ON CONFLICT (queue, name) DO UPDATE
+SET paused_reason = CASE WHEN COALESCE(jobledger_groups.paused_until, 0) < excluded.paused_until
+                         THEN excluded.paused_reason ELSE jobledger_groups.paused_reason END,
+    paused_until = max(COALESCE(jobledger_groups.paused_until, 0), excluded.paused_until)
+RETURNING paused_until
+
+-- name: group_resume
+UPDATE jobledger_groups SET paused_until = NULL, paused_reason = NULL
+WHERE queue = :queue AND name = :name AND paused_until > :now
+
+-- name: group_limits_put
+INSERT INTO jobledger_group_limits (queue, max_leased, rate, burst, updated_at)
+VALUES (:queue, :max_leased, :rate, :burst, :now)
+ON CONFLICT (queue) DO UPDATE
+SET max_leased = excluded.max_leased, rate = excluded.rate, burst = excluded.burst,
+    updated_at = excluded.updated_at
+
+-- name: group_limits_delete
+DELETE FROM jobledger_group_limits WHERE queue = :queue
+
+-- name: group_limits_get
+SELECT max_leased, rate, burst FROM jobledger_group_limits WHERE queue = :queue
+
+-- name: group_list
+-- Groups with pending or leased jobs (two skip scans) or a pause in force, with their counts.
+WITH RECURSIVE pending(name) AS (
+    SELECT min(group_name) FROM jobledger_jobs
+    WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
+    UNION ALL
+    SELECT (SELECT min(group_name) FROM jobledger_jobs
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
+              AND group_name > pending.name)
+    FROM pending WHERE pending.name IS NOT NULL
+), leased(name) AS (
+    SELECT min(group_name) FROM jobledger_jobs
+    WHERE state = 'leased' AND group_name IS NOT NULL AND queue = :queue
+    UNION ALL
+    SELECT (SELECT min(group_name) FROM jobledger_jobs
+            WHERE state = 'leased' AND group_name IS NOT NULL AND queue = :queue
+              AND group_name > leased.name)
+    FROM leased WHERE leased.name IS NOT NULL
+), names(name) AS (
+    SELECT name FROM pending WHERE name IS NOT NULL
+    UNION SELECT name FROM leased WHERE name IS NOT NULL
+    UNION SELECT name FROM jobledger_groups WHERE queue = :queue AND paused_until > :now
+)
+SELECT n.name,
+       (SELECT count(*) FROM jobledger_jobs AS j
+        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue
+          AND j.group_name = n.name),
+       (SELECT count(*) FROM jobledger_jobs AS j
+        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue
+          AND j.group_name = n.name AND j.run_at <= :now),
+       (SELECT count(*) FROM jobledger_jobs AS j
+        WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = :queue
+          AND j.group_name = n.name),
+       g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at
+FROM names AS n LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = n.name
+ORDER BY n.name

@@ -28,12 +28,23 @@ CREATE TABLE jobledger_jobs (
     last_error_class TEXT,
     last_traceback   TEXT,
     correlation_id   TEXT,
+    group_name       TEXT,
     CONSTRAINT jobledger_jobs_queue_key UNIQUE (queue, key)
 );
 
--- The claim walks this index in order: due pending jobs of a queue, highest priority first.
+-- The claim walks this index in order: due pending jobs of a queue without a group, highest
+-- priority first. Grouped jobs are claimed through the next three (008_groups.sql).
 CREATE INDEX jobledger_jobs_due ON jobledger_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'pending';
+    WHERE state = 'pending' AND group_name IS NULL;
+-- A group's jobs in the order they are claimed.
+CREATE INDEX jobledger_jobs_group_due ON jobledger_jobs (queue, group_name, priority DESC, run_at, id)
+    WHERE state = 'pending' AND group_name IS NOT NULL;
+-- Which groups have pending jobs (one probe per group) and when each group's next job is due.
+CREATE INDEX jobledger_jobs_group_next ON jobledger_jobs (queue, group_name, run_at)
+    WHERE state = 'pending' AND group_name IS NOT NULL;
+-- How many of a group's jobs are leased (bounded by the group's limit).
+CREATE INDEX jobledger_jobs_group_leased ON jobledger_jobs (queue, group_name)
+    WHERE state = 'leased' AND group_name IS NOT NULL;
 -- The rescuer finds expired leases here without touching other rows.
 CREATE INDEX jobledger_jobs_leased ON jobledger_jobs (lease_until) WHERE state = 'leased';
 -- Dead letters are listed and redriven by queue.
@@ -306,3 +317,26 @@ CREATE TABLE jobledger_subscriptions (
     delivered            INTEGER NOT NULL DEFAULT 0,
     failed               INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+
+-- Per queue: the limits every group of the queue gets. NULL: no limit of that kind.
+CREATE TABLE jobledger_group_limits (
+    queue         TEXT    PRIMARY KEY,
+    max_leased    INTEGER CHECK (max_leased > 0),
+    rate          REAL    CHECK (rate > 0),
+    burst         REAL    CHECK (burst >= 1),
+    updated_at    REAL    NOT NULL
+);
+
+-- Per group: its token bucket, when a claim last took its jobs (the round's order), and a
+-- pause. Written by the claims (under the write lock) and by pauses; a group without a row
+-- has a full bucket, was never served, and is not paused.
+CREATE TABLE jobledger_groups (
+    queue         TEXT    NOT NULL,
+    name          TEXT    NOT NULL,
+    tokens        REAL,
+    refilled_at   REAL,
+    served_at     REAL,
+    paused_until  REAL,
+    paused_reason TEXT,
+    PRIMARY KEY (queue, name)
+);

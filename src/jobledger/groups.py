@@ -1,0 +1,163 @@
+"""Groups: tenant isolation within a queue.
+
+A job may carry a ``group`` (a tenant, a customer, a downstream host). Per queue, ``GroupLimits``
+caps how many of one group's jobs are leased at once and how fast one group's jobs start (a token
+bucket per group). The claim itself enforces both, on every backend, for every worker, server and
+host: it takes a group's jobs only under that group's lock, counting its leases and spending its
+tokens there. Claims go round the groups with due jobs, least recently served first, one job per
+group per round, so a group with 100,000 due jobs gets one turn like a group with one. A group can
+be paused as a whole until a time (``Retry(after=…, scope="group")``, or an operator).
+
+This module holds the plain parts the backends share: the records, the validation, and the
+arithmetic of the bucket and of one claim's allowance per group. See docs/groups.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .errors import ConfigError, PayloadError
+
+__all__ = [
+    "GroupLimits",
+    "GroupState",
+    "GroupStatus",
+    "allowance",
+    "tokens_now",
+    "validate_group",
+]
+
+MAX_GROUP_LENGTH = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def validate_group(group: Any) -> str:
+    """A group name is 1-200 characters without control characters."""
+    if not isinstance(group, str):
+        raise PayloadError(f"group must be a string, got {type(group).__name__}")
+    if not group:
+        raise PayloadError("group must not be empty (leave it out for a job without a group)")
+    if len(group) > MAX_GROUP_LENGTH:
+        raise PayloadError(f"group is {len(group)} characters; the limit is {MAX_GROUP_LENGTH}")
+    if _CONTROL.search(group):
+        raise PayloadError(f"group {group!r} contains a control character")
+    return group
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLimits:
+    """What each group of a queue may do. ``None``: no limit of that kind.
+
+    ``max_leased``: at most this many of one group's jobs leased at once.
+    ``rate``: one group's jobs start at most this many times per second on average,
+    with bursts of up to ``burst`` (default: one second's worth, at least 1).
+    """
+
+    max_leased: int | None = None
+    rate: float | None = None
+    burst: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_leased is not None and (
+            isinstance(self.max_leased, bool)
+            or not isinstance(self.max_leased, int)
+            or self.max_leased < 1
+        ):
+            raise ConfigError(f"max_leased must be a whole number ≥ 1, got {self.max_leased!r}")
+        for name in ("rate", "burst"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        if self.burst is not None and self.burst < 1:
+            raise ConfigError(f"burst must be at least 1 (one job), got {self.burst!r}")
+        if self.burst is not None and self.rate is None:
+            raise ConfigError("burst needs a rate: it is the size of the rate's bucket")
+
+    @property
+    def bucket_size(self) -> float:
+        """How many tokens a group's bucket holds when full."""
+        if self.rate is None:
+            return math.inf
+        return float(self.burst) if self.burst is not None else max(1.0, float(self.rate))
+
+    @property
+    def unlimited(self) -> bool:
+        return self.max_leased is None and self.rate is None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupState:
+    """One group as a claim sees it under the group's lock."""
+
+    queue: str
+    name: str
+    leased: int
+    tokens: float | None
+    """The bucket's tokens when last written (None: never written, so full)."""
+    refilled_at: datetime | None
+    limits: GroupLimits
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """A group of a queue, for operators: its jobs by state and whether it is paused."""
+
+    queue: str
+    name: str
+    pending: int
+    due: int
+    leased: int
+    paused_until: datetime | None
+    paused_reason: str | None
+    served_at: datetime | None
+    tokens: float | None
+    """Tokens in the bucket now (None: the queue sets no rate)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        def iso(t: datetime | None) -> str | None:
+            return None if t is None else t.isoformat().replace("+00:00", "Z")
+
+        return {
+            "queue": self.queue,
+            "group": self.name,
+            "pending": self.pending,
+            "due": self.due,
+            "leased": self.leased,
+            "paused_until": iso(self.paused_until),
+            "paused_reason": self.paused_reason,
+            "served_at": iso(self.served_at),
+            "tokens": None if self.tokens is None else round(self.tokens, 3),
+        }
+
+
+def tokens_now(
+    limits: GroupLimits, tokens: float | None, refilled_at: datetime | None, now: datetime
+) -> float:
+    """The tokens in a group's bucket at ``now``: what was left, plus the refill since, capped."""
+    size = limits.bucket_size
+    if limits.rate is None:
+        return size
+    if tokens is None or refilled_at is None:
+        return size
+    elapsed = max(0.0, (now - refilled_at).total_seconds())
+    return min(size, tokens + elapsed * float(limits.rate))
+
+
+def allowance(state: GroupState, now: datetime, cap: int) -> int:
+    """How many of the group's jobs one claim may take: its free lease slots and whole tokens,
+    at most ``cap``."""
+    room = cap
+    if state.limits.max_leased is not None:
+        room = min(room, state.limits.max_leased - state.leased)
+    if state.limits.rate is not None:
+        room = min(room, math.floor(tokens_now(state.limits, state.tokens, state.refilled_at, now)))
+    return max(0, room)

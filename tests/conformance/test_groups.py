@@ -1,0 +1,195 @@
+"""Groups: per-group leased limit and rate, enforced by the claim; fair claiming round the
+groups; a group paused as a whole. The same cases on every backend, on the suite's clock."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from jobledger import ConfigError, Ledger, PayloadError, Retry
+from jobledger.backends import Failure
+
+from .conftest import T0, at, lease_of
+
+
+@pytest.fixture
+def work(ledger: Ledger):
+    @ledger.task(queue="q", max_attempts=5, lease_seconds=30, group="{tenant}")
+    def work(ctx, tenant: str, n: int = 0) -> None:
+        pass
+
+    return work
+
+
+def put(ledger: Ledger, tenant: str, count: int, *, now=T0, start: int = 0, **kw) -> list[int]:
+    return [
+        ledger.enqueue("work", {"tenant": tenant, "n": n}, key=f"{tenant}:{n}", now=now, **kw)[0]
+        for n in range(start, start + count)
+    ]
+
+
+def claim(ledger: Ledger, limit: int, now=T0, worker: str = "w1"):
+    return ledger.backend.job_claim(["q"], worker, limit, now)
+
+
+def test_a_job_carries_its_group_from_enqueue_or_from_the_task_rule(ledger, work):
+    by_rule = put(ledger, "acme", 1)[0]
+    given, _ = ledger.enqueue(work, {"tenant": "acme", "n": 9}, key="x", group="other", now=T0)
+    plain, _ = ledger.enqueue("untyped", {}, key="y", queue="q", now=T0)
+    assert ledger.job(by_rule).group == "acme"
+    assert ledger.job(given).group == "other"
+    assert ledger.job(plain).group is None
+    claimed = {j.id: j.group for j in claim(ledger, 10)}
+    assert claimed == {by_rule: "acme", given: "other", plain: None}
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 201, "a\nb", 7])
+def test_a_bad_group_is_refused_and_nothing_is_written(ledger, work, bad):
+    with pytest.raises(PayloadError):
+        ledger.enqueue(work, {"tenant": "t"}, key="k", group=bad, now=T0)
+    assert ledger.jobs() == []
+
+
+def test_bad_limits_are_refused(ledger):
+    for kwargs in ({"max_leased": 0}, {"rate": -1}, {"rate": 1, "burst": 0.5}, {"burst": 3}):
+        with pytest.raises(ConfigError):
+            ledger.set_group_limits("q", **kwargs)
+
+
+def test_leased_jobs_per_group_never_exceed_the_limit(ledger, work):
+    ledger.set_group_limits("q", max_leased=2)
+    put(ledger, "hot", 10)
+    put(ledger, "cold", 1)
+    first = claim(ledger, 10)
+    assert Counter(j.group for j in first) == {"hot": 2, "cold": 1}
+    assert claim(ledger, 10, worker="w2") == [], "another worker gets no more of a full group"
+    done = next(j for j in first if j.group == "hot")
+    assert ledger.backend.job_complete([lease_of(done)], at(1)) == []
+    again = claim(ledger, 10, at(1))
+    assert [j.group for j in again] == ["hot"], "one slot freed, one job"
+
+
+def test_a_group_rate_is_a_token_bucket_per_group(ledger, work):
+    ledger.set_group_limits("q", rate=2, burst=2)
+    put(ledger, "a", 20)
+    put(ledger, "b", 20)
+    assert Counter(j.group for j in claim(ledger, 20)) == {"a": 2, "b": 2}  # full buckets
+    assert claim(ledger, 20) == []
+    assert Counter(j.group for j in claim(ledger, 20, at(0.5))) == {"a": 1, "b": 1}
+    assert claim(ledger, 20, at(0.9)) == []  # 0.8 of a token each
+    # A long idle spell refills to the burst, no further.
+    assert Counter(j.group for j in claim(ledger, 20, at(60))) == {"a": 2, "b": 2}
+
+
+def test_fair_claiming_takes_one_job_per_group_per_round(ledger, work):
+    put(ledger, "flood", 500)
+    cold = [f"c{i}" for i in range(10)]
+    for tenant in cold:
+        put(ledger, tenant, 10, now=at(1))
+    batch = claim(ledger, 11, at(2))
+    assert Counter(j.group for j in batch) == dict.fromkeys(["flood", *cold], 1)
+    # One job per claim: every group gets its turn before any group gets a second one.
+    turns = [claim(ledger, 1, at(3))[0].group for _ in range(11)]
+    assert sorted(turns) == sorted(["flood", *cold])
+
+
+def test_a_cold_group_is_served_by_the_next_claim_however_busy_a_hot_group_is(ledger, work):
+    put(ledger, "flood", 300)
+    for _ in range(5):
+        assert [j.group for j in claim(ledger, 10, at(1))] == ["flood"] * 10
+    put(ledger, "quiet", 1, now=at(2))
+    assert "quiet" in [j.group for j in claim(ledger, 10, at(2))]
+    # Even a claim of one job goes to the group served least recently.
+    assert [j.group for j in claim(ledger, 10, at(2.5))] == ["flood"] * 10
+    put(ledger, "quiet", 1, now=at(3), start=1)
+    assert [j.group for j in claim(ledger, 1, at(3))] == ["quiet"]
+
+
+def test_jobs_without_a_group_and_groups_share_a_claim(ledger, work):
+    for n in range(20):
+        ledger.enqueue("plain", {"n": n}, key=f"p{n}", queue="q", now=T0)
+    put(ledger, "g", 20)
+    batch = claim(ledger, 10)
+    assert Counter(j.group for j in batch) == {None: 5, "g": 5}
+    singles = [claim(ledger, 1)[0].group for _ in range(4)]
+    assert Counter(singles) == {None: 2, "g": 2}, "one job per claim alternates"
+    # A side with nothing due leaves the whole batch to the other.
+    put(ledger, "late", 5, now=T0)
+    ledger.pause_group("q", "g", seconds=60, now=T0)
+    ledger.pause_group("q", "late", seconds=60, now=T0)
+    assert Counter(j.group for j in claim(ledger, 8)) == {None: 8}
+
+
+def test_a_group_pause_holds_for_every_worker_until_it_ends(ledger, work):
+    put(ledger, "throttled", 5)
+    put(ledger, "fine", 5)
+    [job] = [j for j in claim(ledger, 2) if j.group == "throttled"]
+    # The attempt asked to pause its group (Retry(after=30, scope="group")).
+    failure = Failure(lease_of(job), True, at(30), "Retry", "HTTP 429", None, at(30))
+    [result] = ledger.backend.job_fail([failure], at(0))
+    assert result.state is not None
+    for worker in ("w1", "w2", "w3"):
+        assert {j.group for j in claim(ledger, 10, at(29), worker)} <= {"fine"}
+    status = {g.name: g for g in ledger.groups("q", at(29))}
+    assert status["throttled"].paused_until == at(30)
+    assert "HTTP 429" in (status["throttled"].paused_reason or "")
+    assert status["throttled"].pending == 5 and status["throttled"].leased == 0
+    resumed = claim(ledger, 10, at(30))
+    assert Counter(j.group for j in resumed)["throttled"] == 5
+
+
+def test_a_pause_only_extends_and_an_operator_can_lift_it(ledger, work):
+    put(ledger, "g", 2)
+    assert ledger.pause_group("q", "g", seconds=60, now=T0) == at(60)
+    assert ledger.pause_group("q", "g", seconds=10, now=T0) == at(60)
+    assert claim(ledger, 5, at(30)) == []
+    assert ledger.resume_group("q", "g", now=at(30)) is True
+    assert ledger.resume_group("q", "g", now=at(30)) is False
+    assert len(claim(ledger, 5, at(30))) == 2
+
+
+def test_groups_show_pending_due_leased_and_pause(ledger, work):
+    ledger.set_group_limits("q", max_leased=1, rate=10)
+    put(ledger, "a", 3)
+    put(ledger, "b", 2, now=at(100), delay=50)
+    claim(ledger, 5)
+    ledger.pause_group("q", "z", seconds=5, now=T0)
+    status = {g.name: g for g in ledger.groups("q", T0)}
+    assert set(status) == {"a", "b", "z"}
+    a = status["a"]
+    assert (a.pending, a.due, a.leased, a.paused_until) == (2, 2, 1, None)
+    assert a.served_at is not None and a.tokens == pytest.approx(9)
+    b = status["b"]
+    assert (b.pending, b.due, b.leased) == (2, 0, 0)
+    assert status["z"].paused_until == at(5) and status["z"].pending == 0
+    assert ledger.group_limits("q").max_leased == 1
+    ledger.set_group_limits("q")
+    assert ledger.group_limits("q").unlimited
+
+
+def test_a_retry_with_group_scope_pauses_the_group_from_a_real_worker(ledger):
+    calls: list[str] = []
+
+    @ledger.task(queue="q", group="{tenant}")
+    def call(ctx, tenant: str, n: int) -> None:
+        calls.append(tenant)
+        if tenant == "throttled":
+            raise Retry("HTTP 429", after=3600, scope="group")
+
+    for tenant in ("throttled", "fine"):
+        for n in range(3):
+            ledger.enqueue(call, {"tenant": tenant, "n": n}, key=f"{tenant}{n}")
+    ledger.set_group_limits("q", max_leased=1)
+    ledger.run_worker(queues=["q"], concurrency=1, burst=True)
+    assert calls.count("throttled") == 1, "the pause stopped the group's other jobs"
+    assert calls.count("fine") == 3
+    [paused] = [g for g in ledger.groups("q") if g.name == "throttled"]
+    assert paused.paused_until is not None and paused.pending == 3
+
+
+def test_retry_scope_needs_a_time():
+    with pytest.raises(ValueError):
+        Retry("x", scope="group")
+    with pytest.raises(ValueError):
+        Retry("x", after=3, scope="tenant")  # type: ignore[arg-type]
