@@ -514,15 +514,27 @@ class PostgresBackend(
             "traceback": [f.traceback for f in sent],
             "now": now,
         }
-        rows = self._hot(self._sql["job_fail"], params)
-        moved = {r[0]: JobState(r[1]) for r in rows}
         pauses = {f.lease.job_id: f for f in sent if f.pause_group_until is not None}
-        for job_id, _, group, queue in rows:
-            # A second statement: had the process died in between, the job would still be
-            # retried at its time, its group just not paused.
-            failure = pauses.get(job_id)
-            if failure is not None and group is not None and failure.pause_group_until:
-                self.group_pause(queue, group, failure.pause_group_until, pause_reason(failure))
+        if not pauses:
+            rows = self._hot(self._sql["job_fail"], params)
+        else:
+            # The failure and its group's pause commit together: no claim in between takes
+            # the group's other jobs.
+            with self._tx() as c:
+                rows = c.execute(self._sql["job_fail"], params).fetchall()
+                for job_id, _, group, queue in rows:
+                    failure = pauses.get(job_id)
+                    if failure is not None and group is not None:
+                        c.execute(
+                            self._sql["group_pause"],
+                            {
+                                "queue": queue,
+                                "name": group,
+                                "until": failure.pause_group_until,
+                                "reason": pause_reason(failure),
+                            },
+                        )
+        moved = {r[0]: JobState(r[1]) for r in rows}
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def job_release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:

@@ -323,9 +323,8 @@ class SqliteBackend(
         now: datetime | None = None,
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
-        clock = _ts(now)
         limit = max(1, int(limit))
-        params: dict[str, Any] = {"now": clock, "worker": worker, "lease_seconds": lease_seconds}
+        params: dict[str, Any] = {"worker": worker, "lease_seconds": lease_seconds}
         names = []
         for i, queue in enumerate(queues):
             names.append(f":q{i}")
@@ -339,6 +338,9 @@ class SqliteBackend(
             return self._claim_grouped(c, queues, worker, n, clock, lease_seconds)
 
         with self._write() as c:
+            # The clock is read under the write lock: claims' times follow the order they ran
+            # in, so no claim refills a group's bucket from a time before the last claim's.
+            clock = params["now"] = _ts(now)
             if self._groups_waiting(c, queues):
                 rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
             else:
