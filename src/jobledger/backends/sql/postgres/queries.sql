@@ -830,28 +830,30 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- are found by a skip scan of the grouped index (one probe per group, however many jobs each
 -- has), never by reading the jobs.
 WITH RECURSIVE walk AS (
-    SELECT q.name AS queue,
-           (SELECT j.group_name FROM {jobs} AS j
-            WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name
-            ORDER BY j.group_name LIMIT 1) AS name
+    -- Each step reads one index entry: the next group's first pending job by run time.
+    SELECT q.name AS queue, f.group_name AS name, f.run_at
     FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.group_name, j.run_at FROM {jobs} AS j
+        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name
+        ORDER BY j.group_name, j.run_at LIMIT 1
+    ) AS f
     UNION ALL
-    SELECT w.queue,
-           (SELECT j.group_name FROM {jobs} AS j
-            WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = w.queue
-              AND j.group_name > w.name
-            ORDER BY j.group_name LIMIT 1)
-    FROM walk AS w WHERE w.name IS NOT NULL
+    SELECT w.queue, f.group_name, f.run_at
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT j.group_name, j.run_at FROM {jobs} AS j
+        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = w.queue
+          AND j.group_name > w.name
+        ORDER BY j.group_name, j.run_at LIMIT 1
+    ) AS f
 ), viable AS MATERIALIZED (
     SELECT w.queue, w.name, g.served_at
     FROM walk AS w
     LEFT JOIN {groups} AS g ON g.queue = w.queue AND g.name = w.name
     LEFT JOIN {group_limits} AS l ON l.queue = w.queue
-    WHERE w.name IS NOT NULL
+    WHERE w.run_at <= {now}
       AND (g.paused_until IS NULL OR g.paused_until <= {now})
-      AND (SELECT min(j.run_at) FROM {jobs} AS j
-           WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = w.queue
-             AND j.group_name = w.name) <= {now}
       AND (l.max_leased IS NULL OR l.max_leased > (
            SELECT count(*) FROM (
                SELECT 1 FROM {jobs} AS j
