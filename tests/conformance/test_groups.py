@@ -193,3 +193,17 @@ def test_retry_scope_needs_a_time():
         Retry("x", scope="group")
     with pytest.raises(ValueError):
         Retry("x", after=3, scope="tenant")  # type: ignore[arg-type]
+
+
+def test_a_claim_by_key_skips_a_paused_group_and_says_until_when(ledger, work):
+    put(ledger, "g", 2)
+    put(ledger, "free", 1)
+    ledger.pause_group("q", "g", seconds=60, now=T0)
+    wanted = [("q", "g:0"), ("q", "free:0"), ("q", "g:1")]
+    paused, free, other = ledger.backend.job_claim_keys(wanted, "consumer", at(1))
+    assert free.job is not None and free.paused_until is None
+    for claim_ in (paused, other):
+        assert claim_.job is None and claim_.paused_until == at(60)
+        assert claim_.current is not None and claim_.current.state.value == "pending"
+    [later] = ledger.backend.job_claim_keys([("q", "g:0")], "consumer", at(60))
+    assert later.job is not None and later.job.group == "g"

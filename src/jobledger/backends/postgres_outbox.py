@@ -183,10 +183,29 @@ class PostgresOutbox:
                     {"queues": [q for q, _ in rest], "keys": [k for _, k in rest]},
                 ).fetchall()
                 current = {(r[1], r[2]): job_row(r, _utc_or_none) for r in found}
+            grouped = {(j.queue, j.group) for j in current.values() if j.group is not None}
+            paused: dict[tuple[str, str | None], datetime] = {}
+            if grouped:
+                paused = {
+                    (r[0], r[1]): _utc(r[2])
+                    for r in c.execute(
+                        self._sql["group_paused_until"],
+                        {
+                            "queues": [q for q, _ in grouped],
+                            "names": [n for _, n in grouped],
+                            "now": now,
+                        },
+                    ).fetchall()
+                }
         results = []
         for pair in wanted:
             job = claimed.pop(pair, None)
-            results.append(KeyClaim(job) if job is not None else KeyClaim(None, current.get(pair)))
+            if job is not None:
+                results.append(KeyClaim(job))
+                continue
+            row = current.get(pair)
+            until = None if row is None else paused.get((row.queue, row.group))
+            results.append(KeyClaim(None, row, until))
         return results
 
 

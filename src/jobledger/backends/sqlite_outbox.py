@@ -206,7 +206,15 @@ class SqliteOutbox:
                     f"SELECT {JOB_COLUMNS} FROM jobledger_jobs WHERE queue = ? AND key = ?",
                     (queue, key),
                 ).fetchone()
-                results.append(KeyClaim(None, None if row is None else job_row(row, _dt_or_none)))
+                current = None if row is None else job_row(row, _dt_or_none)
+                paused = None
+                if current is not None and current.group is not None:
+                    found = c.execute(
+                        self._sql["group_paused_until"],
+                        {"queue": queue, "name": current.group, "now": clock},
+                    ).fetchone()
+                    paused = None if found is None else _dt(found[0])
+                results.append(KeyClaim(None, current, paused))
         return results
 
 

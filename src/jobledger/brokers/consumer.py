@@ -18,6 +18,7 @@ leased by another worker               acks: if that lease ends without finishin
                                        outbox record — a new message follows
 pending, due within ``not_due_wait``   waits until it is due, then claims (clocks differ a little)
 pending, due later                     acks: the record for that run time is published then
+pending, its group paused              keeps the message and looks again until the pause ends
 no such job                            acks (it was pruned, or never committed)
 not a jobledger message                acks and logs an error
 the ledger cannot be reached           keeps the message and tries again with backoff
@@ -37,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ..context import LeaseHold
@@ -346,7 +348,7 @@ class BrokerConsumer(Worker):
                 self._outcome(delivery, "claimed")
                 jobs.append(claim.job)
                 continue
-            outcome, wait = self._decide(claim.current)
+            outcome, wait = self._decide(claim.current, claim.paused_until)
             self._outcome(delivery, outcome)
             if outcome == "waited":
                 self._later(delivery, wait)
@@ -354,7 +356,9 @@ class BrokerConsumer(Worker):
                 await delivery.ack()
         self._dispatch(jobs)
 
-    def _decide(self, job: JobRow | None) -> tuple[str, float]:
+    def _decide(
+        self, job: JobRow | None, paused_until: datetime | None = None
+    ) -> tuple[str, float]:
         """What to do with a message whose job could not be claimed."""
         if job is None:
             return "unknown", 0.0
@@ -362,6 +366,11 @@ class BrokerConsumer(Worker):
             return "finished", 0.0
         if job.state is JobState.LEASED:
             return "held", 0.0
+        if paused_until is not None:
+            # Its group is paused: keep the message and look again (no new message would come
+            # when the pause ends).
+            pause = (paused_until - self._py_now()).total_seconds()
+            return "waited", min(max(0.02, pause), max(1.0, self.not_due_wait))
         wait = (job.run_at - self._py_now()).total_seconds()
         if wait <= self.not_due_wait:
             return "waited", max(0.02, wait)

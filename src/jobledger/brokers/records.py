@@ -84,3 +84,5 @@ class KeyClaim:
     current: JobRow | None = None
     """When nothing was claimed: the job as it is (finished, leased elsewhere, not due yet), or
     None when no job has that key in that queue."""
+    paused_until: datetime | None = None
+    """When nothing was claimed because the job's group is paused: until when."""

@@ -628,6 +628,9 @@ WITH picked AS (
     JOIN unnest(%(queues)s::text[], %(keys)s::text[]) AS w(queue, key)
       ON j.queue = w.queue AND j.key = w.key
     WHERE j.state = 'pending' AND j.run_at <= {now}
+      AND NOT EXISTS (SELECT 1 FROM {groups} AS g
+                      WHERE j.group_name IS NOT NULL AND g.queue = j.queue
+                        AND g.name = j.group_name AND g.paused_until > {now})
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
@@ -998,3 +1001,9 @@ SELECT n.name,
        g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at, {now}
 FROM names AS n LEFT JOIN {groups} AS g ON g.queue = %(queue)s AND g.name = n.name
 ORDER BY n.name
+
+-- name: group_paused_until
+-- Of these groups, the ones paused now, and until when.
+SELECT queue, name, paused_until FROM {groups}
+WHERE (queue, name) IN (SELECT * FROM unnest(%(queues)s::text[], %(names)s::text[]))
+  AND paused_until > {now}

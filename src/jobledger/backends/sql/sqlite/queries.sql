@@ -464,6 +464,9 @@ SET state = 'leased',
     leased_by = :worker,
     updated_at = :now
 WHERE queue = :queue AND key = :key AND state = 'pending' AND run_at <= :now
+  AND NOT EXISTS (SELECT 1 FROM jobledger_groups AS g
+                  WHERE jobledger_jobs.group_name IS NOT NULL AND g.queue = jobledger_jobs.queue
+                    AND g.name = jobledger_jobs.group_name AND g.paused_until > :now)
 RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
           run_at, priority, correlation_id, attempt_limit, group_name
 -- Observability (007).
@@ -717,3 +720,7 @@ SELECT n.name,
        g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at
 FROM names AS n LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = n.name
 ORDER BY n.name
+
+-- name: group_paused_until
+SELECT paused_until FROM jobledger_groups
+WHERE queue = :queue AND name = :name AND paused_until > :now
