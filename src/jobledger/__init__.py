@@ -39,6 +39,7 @@ from .errors import (
     SchemaMismatch,
 )
 from .faults import fault_point
+from .groups import GroupLimits, GroupStatus
 from .ledger import JobHistory, Ledger, RedriveResult
 from .policy import Backoff, check_response, classify, parse_retry_after
 from .scheduling.records import CatchUp, LeaderLease, ScheduleRow, TickRow, TickState
@@ -79,6 +80,8 @@ __all__ = [
     "ConfigError",
     "Enqueued",
     "Event",
+    "GroupLimits",
+    "GroupStatus",
     "HandlerOutcome",
     "InsertResult",
     "InvalidTransition",

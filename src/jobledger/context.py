@@ -55,7 +55,7 @@ class LeaseHold:
 class JobContext:
     """Passed to every handler as its first argument.
 
-    ``key``, ``job_id``, ``attempt`` (1 on the first run), ``queue``, ``task`` and
+    ``key``, ``job_id``, ``attempt`` (1 on the first run), ``queue``, ``task``, ``group`` and
     ``correlation_id`` identify the job. Pass ``key`` (or ``idempotency_key(...)``) to any
     provider that accepts an idempotency key: a retry after a crash then carries the same key.
     """
@@ -81,6 +81,8 @@ class JobContext:
         self.attempt: int = job.attempt
         self.payload: dict[str, Any] = job.payload
         self.correlation_id: str | None = job.correlation_id
+        self.group: str | None = job.group
+        """The job's group (tenant), or None."""
         self.budget_left: int = job.budget_left
         self._log: logging.LoggerAdapter[logging.Logger] | None = None
 
