@@ -50,6 +50,15 @@ def test_what_a_message_for_an_unclaimable_job_gets(ledger, consumer):
     assert consumer._decide(ledger.job_by_key("later", "q")) == ("finished", 0.0)
 
 
+def test_a_message_for_a_job_of_a_paused_group_is_kept_until_the_pause_ends(ledger, consumer):
+    ledger.enqueue("t", {"n": 1}, key="g1", group="acme", now=T0)
+    job = ledger.job_by_key("g1", "q")
+    # Paused for an hour: no new message would come when it ends, so it is never acknowledged.
+    looks_again = max(1.0, consumer.not_due_wait)
+    assert consumer._decide(job, T0 + timedelta(hours=1)) == ("waited", looks_again)
+    assert consumer._decide(job, T0 + timedelta(seconds=0.3)) == ("waited", pytest.approx(0.3))
+
+
 def test_a_broker_it_cannot_use_at_all_stops_it_with_the_error(ledger, consumer):
     with pytest.raises(ConfigError, match="aio_pika"):
         consumer.run()
