@@ -227,5 +227,14 @@ def test_a_queue_page_shows_its_groups_with_the_paused_one_first(dash, ledger):
     assert re.search(
         r'data-field="group"><a href="/ui/queues/tenants#groups"[^>]*>acme</a>', job_page
     )
+    # Why a due job of a paused group, or of a group at its limit, is not claimed.
+    waiting = {
+        j.group: j for j in ledger.jobs() if j.queue == "tenants" and j.state.value == "pending"
+    }
+    paused = client.get(f"/ui/jobs/{waiting['globex'].id}").text
+    assert "Its group &#39;globex&#39; is paused until" in paused
+    assert "jobledger groups resume tenants globex" in paused
+    full = client.get(f"/ui/jobs/{waiting['acme'].id}").text
+    assert "has 1 jobs leased, the queue&#39;s limit per group" in full
     # A queue without groups or limits has no groups section.
     assert 'id="groups"' not in client.get("/ui/queues/mail").text

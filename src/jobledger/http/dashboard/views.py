@@ -190,6 +190,10 @@ async def job_page(request: Request) -> Response:
     history = await run_in_threadpool(state.ledger.history, _job_id(request))
     now = datetime.now(UTC)
     job = history.job
+    group, limits = None, None
+    if job.group is not None and job.state is JobState.PENDING:
+        limits, groups = await run_in_threadpool(_groups, state, job.queue)
+        group = next((g for g in groups if g.name == job.group), None)
     return page(
         "job.html",
         **context(
@@ -197,7 +201,7 @@ async def job_page(request: Request) -> Response:
             nav="",
             job=job,
             history=history,
-            diagnosis=diagnose(job, history.attempts, now),
+            diagnosis=diagnose(job, history.attempts, now, group, limits),
             timeline=attempt_timeline(history.attempts, job, now),
             notice=request.query_params.get("done"),
             refresh=state.settings.dashboard_refresh_seconds,
