@@ -121,6 +121,7 @@ class Received:
     receipt: str
     lease_until: str
     correlation_id: str | None = None
+    group: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -224,15 +225,19 @@ class Client:
         key: str | None = None,
         delay_seconds: float = 0,
         priority: int = 0,
+        group: str | None = None,
     ) -> Published:
         """Publish one message. ``key`` is the Idempotency-Key (the job's business key); without
-        one, a random key is made for this call and reused by its retries."""
+        one, a random key is made for this call and reused by its retries. ``group`` puts the
+        message in a group (a tenant): see docs/groups.md."""
         idempotency_key = key if key is not None else f"client:{uuid.uuid4().hex}"
         body: dict[str, Any] = {"queue": queue, "payload": dict(payload)}
         if delay_seconds:
             body["delay_seconds"] = delay_seconds
         if priority:
             body["priority"] = priority
+        if group is not None:
+            body["group"] = group
         response = self._request(
             "POST",
             "/v1/queue/publish",
@@ -254,7 +259,7 @@ class Client:
         self, queue: str, messages: Iterable[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         """Publish up to 500 messages (each ``{"payload", "key"?, "delay_seconds"?,
-        "priority"?}``); messages without a key get one made up for this call. Returns the
+        "priority"?, "group"?}``); messages without a key get one made up for this call. Returns the
         per-message results (``status`` 201, 200, 409 or 422)."""
         items = []
         for message in messages:

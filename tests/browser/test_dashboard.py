@@ -191,3 +191,55 @@ def test_an_xss_payload_is_inert_and_a_post_without_csrf_is_refused(tmp_path, pa
             assert ledger.history(job.id).events == []
     finally:
         ledger.close()
+
+
+def test_the_queue_page_shows_a_paused_group_and_sees_it_resumed(tmp_path, page, artifacts):
+    ledger = Ledger(f"sqlite:///{tmp_path}/ledger.db")
+    ledger.migrate()
+    for tenant, count in (("flood", 40), ("throttled", 3), ("quiet", 1)):
+        for n in range(count):
+            ledger.enqueue("send", {"n": n}, key=f"{tenant}:{n}", queue="tenants", group=tenant)
+    ledger.set_group_limits("tenants", max_leased=2, rate=5)
+    ledger.backend.job_claim(["tenants"], "w1", 4, None)
+    ledger.pause_group("tenants", "throttled", seconds=900, reason="HTTP 429 from the provider")
+    try:
+        with api_server(ledger, SETTINGS) as api:
+            log_in(page, api.url, api.admin_key)
+            page.goto(f"{api.url}/ui/queues/tenants")
+            page.wait_for_selector("table.groups")
+            rows = page.locator("table.groups tbody tr")
+            assert rows.count() == 3
+            # The paused group comes first, highlighted, with its reason and when it ends.
+            first = rows.nth(0)
+            assert first.get_attribute("data-group") == "throttled"
+            assert first.get_attribute("class") == "paused"
+            assert first.locator(".badge.paused").is_visible()
+            assert "HTTP 429 from the provider" in first.inner_text()
+            assert re.search(r"\(in 1[45] min", first.inner_text())
+            background = first.locator("td >> nth=0").evaluate(
+                "e => getComputedStyle(e).backgroundColor"
+            )
+            assert background not in ("rgba(0, 0, 0, 0)", "rgb(255, 255, 255)"), background
+            flood = page.locator('table.groups tr[data-group="flood"]')
+            assert flood.locator('[data-field="leased"]').inner_text() == "2/2"
+            assert flood.locator('[data-field="pending"]').inner_text() == "38"
+            assert "at most 2 leased" in page.inner_text('[data-field="group-limits"]')
+            page.screenshot(path=str(artifacts / "queue-groups.png"), full_page=True)
+
+            # Resumed elsewhere (the CLI, a colleague): the live section shows it unpaused.
+            page.evaluate("window.__notReloaded = true")
+            ledger.resume_group("tenants", "throttled")
+            page.wait_for_function(
+                """() => !document.querySelector('table.groups tr[data-group="throttled"]')
+                        .classList.contains('paused')"""
+            )
+            assert page.evaluate("window.__notReloaded") is True
+
+            # A job's page names its group and links to the queue's groups.
+            job = ledger.job_by_key("quiet:0", "tenants")
+            page.goto(f"{api.url}/ui/jobs/{job.id}")
+            assert page.inner_text('[data-field="group"]').strip() == "quiet"
+            page.click('[data-field="group"] a')
+            page.wait_for_url(re.compile(r"/ui/queues/tenants#groups$"))
+    finally:
+        ledger.close()

@@ -26,6 +26,8 @@ EVERY_COMMAND = [
     ("prune", "--older-than", "30d"),
     ("migrate",),
     ("drill",),
+    ("groups", "list", "q"),
+    ("groups", "pause", "q", "g", "--for", "1m"),
 ]
 
 

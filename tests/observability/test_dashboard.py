@@ -199,3 +199,42 @@ def test_redrive_all_dead_letters_of_one_queue_and_resolve_one(dash, ledger):
     assert event.actor.endswith(f"via apikey:{dash.admin_key.split('_')[1]}")
     shown = client.get(response.headers["location"]).text
     assert "Redriven: 2 back to pending" in shown
+
+
+def test_a_queue_page_shows_its_groups_with_the_paused_one_first(dash, ledger):
+    for tenant in ("acme", "globex", XSS):
+        for n in range(2):
+            ledger.enqueue("other", {"n": n}, key=f"{tenant}:{n}", queue="tenants", group=tenant)
+    ledger.set_group_limits("tenants", max_leased=1, rate=5)
+    ledger.backend.job_claim(["tenants"], "w1", 10, None)
+    ledger.pause_group("tenants", "globex", seconds=600, reason=f"HTTP 429 {XSS}")
+    client = login(dash, dash.key("read"))
+    page = client.get("/ui/queues/tenants").text
+    assert "<script>window" not in page and "<img src=x onerror" not in page
+    rows = re.findall(r'<tr data-group="([^"]*)"( class="paused")?>', page)
+    assert rows[0] == ("globex", ' class="paused"')  # paused first
+    assert {name for name, paused in rows if not paused} == {
+        "acme",
+        XSS.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&#34;"),
+    }
+    assert "at most 1 leased" in page and "5 jobs/s" in page
+    globex = page[page.index('<tr data-group="globex"') :]
+    globex = globex[: globex.index("</tr>")]
+    assert "HTTP 429 &lt;script&gt;" in globex and "(in 9 min" in globex
+    assert '<td class="n full" data-field="leased">1/1</td>' in globex
+    job = ledger.job_by_key("acme:1", "tenants")
+    job_page = client.get(f"/ui/jobs/{job.id}").text
+    assert re.search(
+        r'data-field="group"><a href="/ui/queues/tenants#groups"[^>]*>acme</a>', job_page
+    )
+    # Why a due job of a paused group, or of a group at its limit, is not claimed.
+    waiting = {
+        j.group: j for j in ledger.jobs() if j.queue == "tenants" and j.state.value == "pending"
+    }
+    paused = client.get(f"/ui/jobs/{waiting['globex'].id}").text
+    assert "Its group &#39;globex&#39; is paused until" in paused
+    assert "jobledger groups resume tenants globex" in paused
+    full = client.get(f"/ui/jobs/{waiting['acme'].id}").text
+    assert "has 1 jobs leased, the queue&#39;s limit per group" in full
+    # A queue without groups or limits has no groups section.
+    assert 'id="groups"' not in client.get("/ui/queues/mail").text

@@ -15,6 +15,7 @@ import click
 from ..errors import JobledgerError
 from . import actions, demo, drill, keys, queues, serve, subscriptions, views  # noqa: F401  (operator commands, demo, drill)  # noqa: F401  (registers: keys, queues, serve)
 from . import brokers as _brokers  # noqa: F401  (registers: relay, consume, outbox)
+from . import groups as _groups  # noqa: F401  (registers: groups list, limits, pause, resume)
 from . import history as _history  # noqa: F401  (registers: history check)
 from . import schedules as _schedules  # noqa: F401  (registers: schedules, scheduler)
 from . import worker as _worker  # noqa: F401  (registers: migrate, worker)

@@ -43,7 +43,10 @@ def parse_duration(text: str) -> timedelta:
         seconds = sum(float(n) * _UNITS[unit] for n, unit in _PART.findall(value))
     if not seconds >= 0 or seconds == float("inf"):
         raise ConfigError(f"{text!r} is not a duration >= 0")
-    return timedelta(seconds=seconds)
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ConfigError(f"{text!r} is longer than any duration jobledger can use") from None
 
 
 def format_duration(seconds: float | None) -> str:

@@ -336,6 +336,7 @@ def show(url: str, job: str, queue: str | None, traceback: bool, as_json: bool) 
         ("finished", format_time(j.finished_at)),
         ("lease", f"until {format_time(j.lease_until)} by {j.leased_by}" if j.lease_until else "-"),
         ("priority", str(j.priority)),
+        ("group", j.group or "-"),
         ("payload", _short(j.payload)),
         ("last error", f"{j.last_error_class}: {j.last_error}" if j.last_error else "-"),
         ("correlation", j.correlation_id or "-"),

@@ -5,13 +5,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from ..groups import MAX_GROUP_LENGTH, GroupLimits, GroupStatus
 from ..queues import QueueInfo
 from ..types import Attempt, ClaimedJob, Event, JobRow, JobState
+from .problems import Problem
 from .schema import AnyObject, Array, Boolean, Integer, Number, Object, String
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 #: Keys: 1-512 characters without control characters (as for keys given from Python).
 KEY_PATTERN = r"^[^\u0000-\u001f\u007f]{1,512}$"
+#: Groups: 1-200 characters without control characters (as for groups given from Python).
+GROUP_PATTERN = r"^[^\u0000-\u001f\u007f]{1,200}$"
+#: A group named in a path cannot hold "/" (Starlette matches paths decoded), nor be "." or "..".
+GROUP_PATH_PATTERN = r"^(?!\.\.?$)[^\u0000-\u001f\u007f/]{1,200}$"
 MAX_ID = 2**63 - 1
 STATES = tuple(s.value for s in JobState)
 
@@ -28,6 +34,22 @@ KEY = String(
     pattern=KEY_PATTERN,
     description="A job key: the business identity of the job, unique per queue.",
     example="4187:2026-W33",
+)
+GROUP = String(
+    min_length=1,
+    max_length=MAX_GROUP_LENGTH,
+    pattern=GROUP_PATTERN,
+    description="The message's group: a tenant, customer or downstream host. Groups share a "
+    "queue fairly and the queue's group limits apply to each; see docs/groups.md.",
+    example="customer-4187",
+)
+GROUP_NAME = String(
+    min_length=1,
+    max_length=MAX_GROUP_LENGTH,
+    pattern=GROUP_PATH_PATTERN,
+    description="A group's name (URL-encoded). A group whose name holds '/' is reached with "
+    "the CLI (jobledger groups …), not over HTTP.",
+    example="customer-4187",
 )
 MESSAGE_ID = String(
     pattern=r"^[1-9][0-9]{0,18}$",
@@ -148,6 +170,7 @@ MESSAGE = Object(
         "last_error": String(nullable=True),
         "last_error_class": String(nullable=True),
         "correlation_id": String(nullable=True),
+        "group": String(nullable=True, description="The message's group, or null."),
         "history": Object(
             {"attempts": Array(ATTEMPT), "events": Array(EVENT)},
             required=("attempts", "events"),
@@ -186,6 +209,7 @@ RECEIVED = Object(
         "receipt": String(description="Names this delivery's lease: pass it to ack, nack, extend."),
         "lease_until": TIME,
         "correlation_id": String(nullable=True),
+        "group": String(nullable=True, description="The message's group, or null."),
     },
     required=(
         "message_id",
@@ -203,10 +227,99 @@ RECEIVED = Object(
 )
 
 
+GROUP_STATUS = Object(
+    {
+        "queue": QUEUE_NAME,
+        "group": String(description="The group's name."),
+        "pending": Integer(minimum=0, description="Pending jobs, due or not."),
+        "due": Integer(minimum=0, description="Pending jobs whose run time has passed."),
+        "leased": Integer(minimum=0, description="Jobs being run now."),
+        "paused_until": String(
+            format="date-time",
+            nullable=True,
+            description="No job of the group is claimed before this time; null: not paused.",
+        ),
+        "paused_reason": String(nullable=True, description="Why it is paused (null if not)."),
+        "served_at": String(
+            format="date-time",
+            nullable=True,
+            description="When a claim last took one of the group's jobs; null: never.",
+        ),
+        "tokens": Number(
+            minimum=0,
+            nullable=True,
+            description="What the group's rate bucket holds now; null when the queue sets no rate.",
+        ),
+    },
+    required=(
+        "queue",
+        "group",
+        "pending",
+        "due",
+        "leased",
+        "paused_until",
+        "paused_reason",
+        "served_at",
+        "tokens",
+    ),
+    additional=True,
+    name="GroupStatus",
+)
+
+GROUP_LIMITS = Object(
+    {
+        "queue": QUEUE_NAME,
+        "max_leased": Integer(
+            minimum=1,
+            nullable=True,
+            description="At most this many of one group's jobs leased at once; null: no limit.",
+        ),
+        "rate": Number(
+            exclusive_minimum=0,
+            nullable=True,
+            description="One group's jobs start at most this often per second; null: no limit.",
+        ),
+        "burst": Number(
+            minimum=1,
+            nullable=True,
+            description="The rate's bucket as set; null: the default (one second's worth).",
+        ),
+        "bucket_size": Number(
+            minimum=1,
+            nullable=True,
+            description="The bucket in force: burst, or its default; null when there is no rate.",
+        ),
+    },
+    required=("queue", "max_leased", "rate", "burst", "bucket_size"),
+    additional=True,
+    name="GroupLimits",
+)
+
+
 def iso(value: datetime | None) -> str | None:
     if value is None:
         return None
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(value: str | None, field: str) -> datetime | None:
+    """An RFC 3339 time from a request body; 422 when it is not one (or has no offset)."""
+    if value is None:
+        return None
+    text = value.upper()  # RFC 3339 allows "t" and "z"
+    if text[17:19] == "60":  # a leap second: the instant just after :59
+        text = text[:17] + "59.999999" + text[19:].lstrip("0123456789.")
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise Problem(
+            "validation-failed",
+            f"{field} must be an RFC 3339 time with an offset, e.g. 2026-08-10T06:00:00Z",
+            errors=[{"pointer": f"/{field}", "detail": "not an RFC 3339 date-time"}],
+        )
+    return parsed
 
 
 def receipt_of(job: ClaimedJob) -> str:
@@ -268,6 +381,7 @@ def message_json(job: JobRow, attempts: list[Attempt], events: list[Event]) -> d
         "last_error": job.last_error,
         "last_error_class": job.last_error_class,
         "correlation_id": job.correlation_id,
+        "group": job.group,
         "history": {
             "attempts": [attempt_json(a) for a in attempts],
             "events": [event_json(e) for e in events],
@@ -287,4 +401,23 @@ def received_json(job: ClaimedJob) -> dict[str, Any]:
         "receipt": receipt_of(job),
         "lease_until": iso(job.lease_until),
         "correlation_id": job.correlation_id,
+        "group": job.group,
+    }
+
+
+def group_status_json(status: GroupStatus) -> dict[str, Any]:
+    """A group for operators; times in UTC whatever the database session's time zone."""
+    return status.as_dict() | {
+        "paused_until": iso(status.paused_until),
+        "served_at": iso(status.served_at),
+    }
+
+
+def group_limits_json(queue: str, limits: GroupLimits) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "max_leased": limits.max_leased,
+        "rate": limits.rate,
+        "burst": limits.burst,
+        "bucket_size": None if limits.rate is None else limits.bucket_size,
     }

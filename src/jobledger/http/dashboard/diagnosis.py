@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from ...groups import GroupLimits, GroupStatus
 from ...types import Attempt, JobRow, JobState
 from .render import seconds, when
 
@@ -18,8 +19,43 @@ def _last_error(job: JobRow) -> str:
     return f"{job.last_error_class or 'Error'}: {job.last_error or ''}".strip()
 
 
-def diagnose(job: JobRow, attempts: Sequence[Attempt], now: datetime) -> list[str]:
-    """What the job is waiting for, what went wrong, and what would move it on."""
+def _held_by_group(
+    job: JobRow, group: GroupStatus | None, limits: GroupLimits | None, now: datetime
+) -> str | None:
+    """Why a due job's group keeps it from being claimed, if it does."""
+    if group is None:
+        return None
+    name = f"{group.name!r}"
+    if group.paused_until is not None and group.paused_until > now:
+        wait = seconds((group.paused_until - now).total_seconds())
+        reason = f" ({group.paused_reason})" if group.paused_reason else ""
+        return (
+            f"Its group {name} is paused until {when(group.paused_until)} (in {wait}){reason}: "
+            "none of the group's jobs is claimed before then, the other groups go on. "
+            f"jobledger groups resume {job.queue} {group.name} lifts the pause."
+        )
+    if limits is not None and limits.max_leased is not None and group.leased >= limits.max_leased:
+        return (
+            f"Its group {name} has {group.leased} jobs leased, the queue's limit per group: "
+            "it is claimed when one of them finishes."
+        )
+    if limits is not None and limits.rate is not None and (group.tokens or 0) < 1:
+        return (
+            f"Its group {name} is held to {limits.rate:g} jobs per second (the queue's rate per "
+            "group): it is claimed when the group's bucket refills."
+        )
+    return None
+
+
+def diagnose(
+    job: JobRow,
+    attempts: Sequence[Attempt],
+    now: datetime,
+    group: GroupStatus | None = None,
+    limits: GroupLimits | None = None,
+) -> list[str]:
+    """What the job is waiting for, what went wrong, and what would move it on. ``group`` and
+    ``limits``: the job's group and its queue's group limits, when it has a group."""
     lines: list[str] = []
     error = _last_error(job)
     budget = f"attempt {job.attempts} of {job.attempt_limit}"
@@ -33,6 +69,10 @@ def diagnose(job: JobRow, attempts: Sequence[Attempt], now: datetime) -> list[st
                 )
             else:
                 lines.append(f"Scheduled for {when(job.run_at)} (in {wait}); nothing is wrong.")
+        elif held := _held_by_group(job, group, limits, now):
+            lines.append(held)
+            if job.attempts and error:
+                lines.append(f"Its last attempt ({job.attempts}) failed with {error}.")
         else:
             late = seconds((now - job.run_at).total_seconds())
             lines.append(

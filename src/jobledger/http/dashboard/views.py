@@ -24,6 +24,7 @@ from ...errors import (
     NotFound,
     PayloadError,
 )
+from ...groups import GroupLimits, GroupStatus
 from ...types import JobState
 from ..observe import observe
 from ..state import ServerState
@@ -42,6 +43,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 DEAD_PAGE = 200
 REDRIVE_ALL_LIMIT = 1000
 JOBS_PAGE = 50
+#: Groups shown on a queue's page: the paused ones first, then the busiest.
+GROUPS_SHOWN = 100
 STATES = tuple(s.value for s in JobState)
 
 
@@ -149,6 +152,7 @@ async def queue_page(request: Request) -> Response:
     )
     if view is None and not jobs:
         raise NotFound(f"no queue named {name!r} has jobs or is declared")
+    limits, groups = await run_in_threadpool(_groups, state, name)
     charts = await _charts(request, name)
     return page(
         "queue.html",
@@ -161,12 +165,22 @@ async def queue_page(request: Request) -> Response:
             states=STATES,
             jobs=jobs[:JOBS_PAGE],
             more=len(jobs) > JOBS_PAGE,
+            limits=limits,
+            groups=groups[:GROUPS_SHOWN],
+            groups_total=len(groups),
             snap=snap,
             refresh=state.settings.dashboard_refresh_seconds,
             now=datetime.now(UTC),
             **charts,
         ),
     )
+
+
+def _groups(state: ServerState, queue: str) -> tuple[GroupLimits, list[GroupStatus]]:
+    """The queue's group limits and its groups: paused first, then by due and leased jobs."""
+    rows = state.ledger.groups(queue)
+    rows.sort(key=lambda g: (g.paused_until is None, -(g.due + g.leased), g.name))
+    return state.ledger.group_limits(queue), rows
 
 
 @handles
@@ -176,6 +190,10 @@ async def job_page(request: Request) -> Response:
     history = await run_in_threadpool(state.ledger.history, _job_id(request))
     now = datetime.now(UTC)
     job = history.job
+    group, limits = None, None
+    if job.group is not None and job.state is JobState.PENDING:
+        limits, groups = await run_in_threadpool(_groups, state, job.queue)
+        group = next((g for g in groups if g.name == job.group), None)
     return page(
         "job.html",
         **context(
@@ -183,7 +201,7 @@ async def job_page(request: Request) -> Response:
             nav="",
             job=job,
             history=history,
-            diagnosis=diagnose(job, history.attempts, now),
+            diagnosis=diagnose(job, history.attempts, now, group, limits),
             timeline=attempt_timeline(history.attempts, job, now),
             notice=request.query_params.get("done"),
             refresh=state.settings.dashboard_refresh_seconds,

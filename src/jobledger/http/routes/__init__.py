@@ -3,7 +3,17 @@
 
 from __future__ import annotations
 
-from . import consume, dashboard, health, messages, metrics, publish, queues, subscriptions
+from . import (
+    consume,
+    dashboard,
+    groups,
+    health,
+    messages,
+    metrics,
+    publish,
+    queues,
+    subscriptions,
+)
 
 DEFAULT_GROUPS = (
     health.group,
@@ -11,6 +21,7 @@ DEFAULT_GROUPS = (
     publish.group,
     consume.group,
     messages.group,
+    groups.group,
     subscriptions.group,
     metrics.group,
     dashboard.group,

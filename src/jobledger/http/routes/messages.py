@@ -6,7 +6,6 @@ history with the actor (``<actor> via apikey:<id>``, or the key alone) and the r
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from starlette.responses import Response
@@ -23,6 +22,7 @@ from ..models import (
     QUEUE_NAME,
     STATE,
     message_json,
+    parse_time,
     text,
 )
 from ..problems import Problem
@@ -108,25 +108,6 @@ async def _message(call: Call, job: JobRow) -> dict[str, Any]:
     attempts = await call.run(backend.attempt_list, job.id)
     events = await call.run(backend.event_list, job.id)
     return message_json(job, attempts, events)
-
-
-def _time(value: str | None, field: str) -> datetime | None:
-    if value is None:
-        return None
-    text = value.upper()  # RFC 3339 allows "t" and "z"
-    if text[17:19] == "60":  # a leap second: the instant just after :59
-        text = text[:17] + "59.999999" + text[19:].lstrip("0123456789.")
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise Problem(
-            "validation-failed",
-            f"{field} must be an RFC 3339 time with an offset, e.g. 2026-08-10T06:00:00Z",
-            errors=[{"pointer": f"/{field}", "detail": "not an RFC 3339 date-time"}],
-        )
-    return parsed
 
 
 @group.operation(
@@ -226,8 +207,8 @@ async def redrive(call: Call) -> Response:
         task=body.get("task"),
         key_prefix=body.get("key_prefix"),
         error_contains=body.get("error_contains"),
-        since=_time(body.get("since"), "since"),
-        until=_time(body.get("until"), "until"),
+        since=parse_time(body.get("since"), "since"),
+        until=parse_time(body.get("until"), "until"),
         limit=limit,
     )
     result = await call.run(

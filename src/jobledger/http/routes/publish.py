@@ -26,7 +26,7 @@ from ...backends.base import NewJob, PublishItem, PublishOutcome
 from ...payload import MAX_PAYLOAD_BYTES, encode_payload
 from ...queues import QueueInfo
 from ..api import Call, Param, Reply, RouteGroup, json_response
-from ..models import KEY, MESSAGE_ID, PAYLOAD, QUEUE_NAME, STATE, TIME, iso
+from ..models import GROUP, KEY, MESSAGE_ID, PAYLOAD, QUEUE_NAME, STATE, TIME, iso
 from ..problems import Problem
 from ..schema import Array, Boolean, Integer, Number, Object, String
 
@@ -47,7 +47,13 @@ PRIORITY = Integer(
 )
 
 PUBLISH = Object(
-    {"queue": QUEUE_NAME, "payload": PAYLOAD, "delay_seconds": DELAY, "priority": PRIORITY},
+    {
+        "queue": QUEUE_NAME,
+        "payload": PAYLOAD,
+        "delay_seconds": DELAY,
+        "priority": PRIORITY,
+        "group": GROUP,
+    },
     required=("queue", "payload"),
     name="PublishRequest",
 )
@@ -85,6 +91,7 @@ BATCH_ITEM = Object(
         "payload": PAYLOAD,
         "delay_seconds": DELAY,
         "priority": PRIORITY,
+        "group": GROUP,
     },
     required=("payload",),
     name="BatchMessage",
@@ -153,10 +160,20 @@ async def rate_limit(call: Call, key: ApiKey, cost: float) -> None:
         )
 
 
-def fingerprint(payload: dict[str, Any], delay: float, priority: int) -> str:
-    """What makes two publishes with one key "the same request"."""
+def fingerprint(
+    payload: dict[str, Any], delay: float, priority: int, group: str | None = None
+) -> str:
+    """What makes two publishes with one key "the same request". A group is part of it when
+    given (left out otherwise, so that publishes from before groups replay as before)."""
+    request: dict[str, Any] = {
+        "payload": payload,
+        "delay_seconds": float(delay),
+        "priority": priority,
+    }
+    if group is not None:
+        request["group"] = group
     text = json.dumps(
-        {"payload": payload, "delay_seconds": float(delay), "priority": priority},
+        request,
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -170,6 +187,7 @@ def make_item(
     payload = message["payload"]
     delay = float(message.get("delay_seconds", 0))
     priority = int(message.get("priority", 0))
+    job_group = message.get("group")
     payload_json = json.dumps(
         payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
@@ -191,8 +209,9 @@ def make_item(
         max_attempts=settings.max_attempts,
         lease_seconds=settings.lease_seconds,
         correlation_id=uuid.uuid4().hex,
+        group=job_group,
     )
-    return PublishItem(job, fingerprint(payload, delay, priority), api_key.id)
+    return PublishItem(job, fingerprint(payload, delay, priority, job_group), api_key.id)
 
 
 async def publish_items(call: Call, items: list[PublishItem]) -> list[PublishOutcome]:
@@ -238,7 +257,7 @@ def _refusal(item: PublishItem, outcome: PublishOutcome) -> Problem:
     return Problem(
         "key-reused",
         f"Idempotency-Key {job.key!r} was already used in queue {job.queue!r} for message "
-        f"{outcome.job_id} with a different payload, delay or priority; nothing was changed",
+        f"{outcome.job_id} with a different payload, delay, priority or group; nothing was changed",
         message_id=str(outcome.job_id),
     )
 
@@ -269,7 +288,7 @@ def _refusal(item: PublishItem, outcome: PublishOutcome) -> Problem:
 async def publish(call: Call) -> Response:
     """The body is at most 256 KiB (413 beyond, refused from Content-Length without reading
     it). 422 for a delay outside 0..604800, a payload that is not an object, or a key reused
-    with a different payload, delay or priority; 409 while another request with the key is in
+    with a different payload, delay, priority or group; 409 while another request with the key is in
     flight; 404 for a queue never declared; 429 with Retry-After past the key's rate limit."""
     body = call.body
     queue = body["queue"]
