@@ -128,9 +128,10 @@ def test_sqlite_queue_depths_read_only_the_partial_indexes(tmp_path):
         row[3]
         for row in backend._read("EXPLAIN QUERY PLAN " + backend._sql["queue_depths"], {"now": 0})
     ]
-    scans = [step for step in plan if step.startswith("SCAN")]
+    scans = [step for step in plan if step.startswith("SCAN jobledger_jobs")]
     assert scans == [
         "SCAN jobledger_jobs USING INDEX jobledger_jobs_due",
+        "SCAN jobledger_jobs USING INDEX jobledger_jobs_group_next",
         "SCAN jobledger_jobs USING INDEX jobledger_jobs_leased",
         "SCAN jobledger_jobs USING INDEX jobledger_jobs_dead",
     ], plan
