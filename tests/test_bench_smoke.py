@@ -38,3 +38,19 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
     largest = report["scale"]["postgres"]["10,000 pending + 2,000 done"]
     assert largest["generic_plan_uses_index"] is True
     assert "drain, 2 process(es), jobs/s" in proc.stdout
+
+
+def test_the_groups_bench_runs_every_case_on_both_backends(pg):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.groups", "--jobs", "300", "--pending", "300"]
+        + ["--claims", "5", "--rounds", "1"],
+        cwd=ROOT,
+        env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| sqlite") or line.startswith("| postgres")]
+    assert len(rows) == 6, proc.stdout
+    assert all(int(row.split("|")[3].replace(",", "")) > 0 for row in rows), rows
