@@ -15,12 +15,13 @@ arithmetic of the bucket and of one claim's allowance per group. See docs/groups
 from __future__ import annotations
 
 import math
-import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .errors import ConfigError, PayloadError
+from .errors import ConfigError
+from .payload import validate_name
 
 __all__ = [
     "GroupLimits",
@@ -32,20 +33,12 @@ __all__ = [
 ]
 
 MAX_GROUP_LENGTH = 200
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def validate_group(group: Any) -> str:
     """A group name is 1-200 characters without control characters."""
-    if not isinstance(group, str):
-        raise PayloadError(f"group must be a string, got {type(group).__name__}")
-    if not group:
-        raise PayloadError("group must not be empty (leave it out for a job without a group)")
-    if len(group) > MAX_GROUP_LENGTH:
-        raise PayloadError(f"group is {len(group)} characters; the limit is {MAX_GROUP_LENGTH}")
-    if _CONTROL.search(group):
-        raise PayloadError(f"group {group!r} contains a control character")
-    return group
+    hint = " (leave it out for a job without a group)"
+    return validate_name(group, "group", MAX_GROUP_LENGTH, hint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +130,30 @@ class GroupStatus:
             "served_at": iso(self.served_at),
             "tokens": None if self.tokens is None else round(self.tokens, 3),
         }
+
+
+def group_status(
+    queue: str,
+    row: Sequence[Any],
+    limits: GroupLimits,
+    now: datetime,
+    to_time: Callable[[Any], datetime | None],
+) -> GroupStatus:
+    """A row of ``group_list`` (name, pending, due, leased, paused_until, paused_reason,
+    served_at, tokens, refilled_at) as the operator sees it at ``now``."""
+    paused_until = to_time(row[4])
+    paused = paused_until is not None and paused_until > now
+    return GroupStatus(
+        queue=queue,
+        name=row[0],
+        pending=row[1],
+        due=row[2],
+        leased=row[3],
+        paused_until=paused_until if paused else None,
+        paused_reason=row[5] if paused else None,
+        served_at=to_time(row[6]),
+        tokens=None if limits.rate is None else tokens_now(limits, row[7], to_time(row[8]), now),
+    )
 
 
 def tokens_now(

@@ -54,15 +54,21 @@ def encode_payload(payload: Any) -> str:
 
 def validate_key(key: Any) -> str:
     """A key is 1-512 characters without control characters; return it or raise ``PayloadError``."""
-    if not isinstance(key, str):
-        raise PayloadError(f"key must be a string, got {type(key).__name__}")
-    if not key:
-        raise PayloadError("key must not be empty")
-    if len(key) > MAX_KEY_LENGTH:
-        raise PayloadError(f"key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}")
-    if _CONTROL.search(key):
-        raise PayloadError(f"key {key!r} contains a control character")
-    return key
+    return validate_name(key, "key", MAX_KEY_LENGTH)
+
+
+def validate_name(value: Any, what: str, longest: int, empty_hint: str = "") -> str:
+    """A name (a key, a group) is a string of 1 to ``longest`` characters without control
+    characters; return it or raise ``PayloadError``."""
+    if not isinstance(value, str):
+        raise PayloadError(f"{what} must be a string, got {type(value).__name__}")
+    if not value:
+        raise PayloadError(f"{what} must not be empty{empty_hint}")
+    if len(value) > longest:
+        raise PayloadError(f"{what} is {len(value)} characters; the limit is {longest}")
+    if _CONTROL.search(value):
+        raise PayloadError(f"{what} {value!r} contains a control character")
+    return value
 
 
 def finite_number(value: Any, what: str) -> float:

@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..groups import GroupLimits, GroupState, GroupStatus, allowance, tokens_now
+from ..groups import (
+    GroupLimits,
+    GroupState,
+    GroupStatus,
+    allowance,
+    group_status,
+    tokens_now,
+)
 
 #: How long a worker trusts its last look at whether its queues have jobs with a group. Within
 #: it, a claim over queues without groups costs no extra statement; a queue's first grouped job
@@ -169,27 +176,7 @@ class PostgresGroups:
     def group_list(self, queue: str, now: datetime | None = None) -> list[GroupStatus]:
         limits = self.group_limits_get(queue)
         rows = self._run("group_list", {"queue": queue, "now": now})
-        statuses = []
-        for r in rows:
-            clock = _utc(r[9])
-            assert clock is not None
-            paused = r[4] is not None and r[4] > clock
-            statuses.append(
-                GroupStatus(
-                    queue=queue,
-                    name=r[0],
-                    pending=r[1],
-                    due=r[2],
-                    leased=r[3],
-                    paused_until=_utc(r[4]) if paused else None,
-                    paused_reason=r[5] if paused else None,
-                    served_at=_utc(r[6]),
-                    tokens=None
-                    if limits.rate is None
-                    else tokens_now(limits, r[7], _utc(r[8]), clock),
-                )
-            )
-        return statuses
+        return [group_status(queue, r, limits, r[9], _utc) for r in rows]
 
     def group_pause(
         self, queue: str, name: str, until: datetime, reason: str, now: datetime | None = None

@@ -15,7 +15,14 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..groups import GroupLimits, GroupState, GroupStatus, allowance, tokens_now
+from ..groups import (
+    GroupLimits,
+    GroupState,
+    GroupStatus,
+    allowance,
+    group_status,
+    tokens_now,
+)
 
 
 def _ts(value: datetime | None) -> float:
@@ -143,22 +150,7 @@ class SqliteGroups:
         assert at is not None
         limits = self.group_limits_get(queue)
         rows = self._read(self._sql["group_list"], {"queue": queue, "now": clock})
-        return [
-            GroupStatus(
-                queue=queue,
-                name=r[0],
-                pending=r[1],
-                due=r[2],
-                leased=r[3],
-                paused_until=_dt(r[4]) if r[4] is not None and r[4] > clock else None,
-                paused_reason=r[5] if r[4] is not None and r[4] > clock else None,
-                served_at=_dt(r[6]),
-                tokens=None
-                if limits.rate is None
-                else tokens_now(limits, r[7], _dt(r[8]), at),
-            )
-            for r in rows
-        ]
+        return [group_status(queue, r, limits, at, _dt) for r in rows]
 
     def group_pause(
         self, queue: str, name: str, until: datetime, reason: str, now: datetime | None = None
