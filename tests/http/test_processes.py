@@ -113,10 +113,13 @@ def test_two_servers_publishing_one_key_at_once_make_one_job(db_url, prepared, s
 
 
 def _advisory_locks(pg_url: str) -> int:
+    """Publish's key locks held in this test's database (the one-key form, objsubid 1): other
+    databases on the server, and the groups' two-key locks, do not count."""
     with psycopg.connect(pg_url) as conn:
-        return conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[
-            0
-        ]
+        return conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchone()[0]
 
 
 def _sqlite_write_locked(path: str) -> bool:
