@@ -17,6 +17,7 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger.backends import NewJob
+from jobledger.backends.common import insert_values
 from jobledger.backends.postgres import _array_params
 from jobledger.backends.sqlfiles import queries
 
@@ -87,21 +88,8 @@ def floor_sqlite(dsn: str, jobs: int, batch: int) -> dict[str, float]:
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         for i in range(start, min(jobs, start + 1000)):
-            conn.execute(
-                sql["job_insert"],
-                {
-                    "queue": "bench",
-                    "key": f"k{i}",
-                    "task": "noop",
-                    "payload": payload,
-                    "priority": 0,
-                    "run_at": now,
-                    "max_attempts": 3,
-                    "lease_seconds": 60.0,
-                    "now": now,
-                    "correlation_id": None,
-                },
-            ).fetchone()
+            job = NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
+            conn.execute(sql["job_insert"], insert_values(job, now, now)).fetchone()
         conn.execute("COMMIT")
     inserted = time.perf_counter() - started
     claim = sql["job_claim"].replace("{queues}", ":q0").replace("{limit}", str(batch))

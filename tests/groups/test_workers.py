@@ -191,7 +191,7 @@ def test_one_tenant_floods_one_is_throttled_and_every_other_tenant_starts_within
         if c[4] == "retry" and c[5] is not None and c[5] + 0.1 < c[1] + 1.0
     ]
     assert windows, "the throttled tenant was never called"
-    assert len(throttled_claims) > 12, "its jobs were claimed again after a pause"
+    assert any(c[1] >= windows[0][1] for c in throttled_claims), "never resumed after a pause"
     for opened, closed in windows:
         during = [c for c in throttled_claims if opened < c[1] < closed]
         assert not during, f"claimed while its group was paused ({opened}, {closed}): {during}"
