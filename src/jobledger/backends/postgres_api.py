@@ -24,6 +24,7 @@ from ..queues import QueueInfo, QueueSettings
 from ..types import JobState, Tombstone
 from .base import PublishItem, PublishOutcome, PublishStatus
 from .common import publish_compare as _compare
+from .postgres_newjob import new_job_arrays
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -188,19 +189,7 @@ class PostgresApiMixin:
             if jobs:
                 inserted = c.execute(
                     sql["job_insert"].encode(),
-                    {
-                        "queue": [j.queue for j in jobs],
-                        "key": [j.key for j in jobs],
-                        "task": [j.task for j in jobs],
-                        "payload": [j.payload_json for j in jobs],
-                        "priority": [j.priority for j in jobs],
-                        "run_at": [j.run_at for j in jobs],
-                        "max_attempts": [j.max_attempts for j in jobs],
-                        "lease_seconds": [float(j.lease_seconds) for j in jobs],
-                        "correlation_id": [j.correlation_id for j in jobs],
-                        "channel": self.channel,
-                        "now": now,
-                    },
+                    new_job_arrays(jobs) | {"channel": self.channel, "now": now},
                 ).fetchall()
                 created = {(r[1], r[2]): r[0] for r in inserted}
             # Keys whose jobs were pruned are held by tombstones, as for any enqueue.

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
+from json import loads
 from typing import Any
 
 from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
@@ -331,18 +332,20 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
                 c.executemany(
                     self._sql["attempt_open"], [(r[0], r[5], r[6], worker, clock) for r in rows]
                 )
+        # A batch shares its lease end, and often its run times: each is converted once.
+        times: dict[float, datetime] = {}
         claimed = [
             ClaimedJob(
                 id=r[0],
                 queue=r[1],
                 key=r[2],
                 task=r[3],
-                payload=json.loads(r[4]),
+                payload=loads(r[4]),
                 attempt=r[5],
                 lease_token=r[6],
-                lease_until=_dt(r[7]),  # type: ignore[arg-type]
+                lease_until=times.get(r[7]) or times.setdefault(r[7], _dt(r[7])),  # type: ignore[arg-type]
                 lease_seconds=float(r[8]),
-                run_at=_dt(r[9]),  # type: ignore[arg-type]
+                run_at=times.get(r[9]) or times.setdefault(r[9], _dt(r[9])),  # type: ignore[arg-type]
                 priority=r[10],
                 correlation_id=r[11],
                 budget_left=r[12] - r[5],
@@ -407,25 +410,16 @@ class SqliteBackend(SqliteScheduling, SqliteApiMixin, SqliteOutbox, SqliteObserv
             return []
         clock = _ts(now)
         with self._write(conn) as c:
+            # The tokens are checked here, under the write lock: nothing can change them before
+            # the updates below, which then go by id (and ``state = 'leased'``) in one statement
+            # per chunk, and close the attempts with positional parameters.
             held = self._held(c, leases)
+            for start in range(0, len(held), 500):
+                ids = [lease.job_id for lease in held[start : start + 500]]
+                text = self._sql["job_complete"].replace("{ids}", ",".join("?" * len(ids)))
+                c.execute(text, [clock, clock, *ids])
             c.executemany(
-                self._sql["job_complete"],
-                [{"id": lease.job_id, "token": lease.token, "now": clock} for lease in held],
-            )
-            c.executemany(
-                self._sql["attempt_close"],
-                [
-                    {
-                        "id": lease.job_id,
-                        "attempt": lease.attempt,
-                        "now": clock,
-                        "outcome": "done",
-                        "error_class": None,
-                        "message": None,
-                        "traceback": None,
-                    }
-                    for lease in held
-                ],
+                self._sql["attempt_done"], [(clock, lease.job_id, lease.attempt) for lease in held]
             )
         done = {lease.job_id for lease in held}
         return [lease.job_id for lease in leases if lease.job_id not in done]
