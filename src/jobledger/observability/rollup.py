@@ -42,8 +42,7 @@ MAX_BACKLOG_MINUTES = 120
 def claim_wait(job: ClaimedJob) -> float:
     """Seconds from when ``job`` was due to its claim, both by the database's clock (the claim
     set ``lease_until`` to its time plus the lease)."""
-    claimed_at = job.lease_until - timedelta(seconds=job.lease_seconds)
-    return max(0.0, (claimed_at - job.run_at).total_seconds())
+    return max(0.0, (job.lease_until - job.run_at).total_seconds() - job.lease_seconds)
 
 
 class _Sums:
