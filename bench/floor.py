@@ -17,7 +17,7 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger.backends import NewJob
-from jobledger.backends.postgres import _array_params
+from jobledger.backends.postgres_newjob import new_job_arrays
 from jobledger.backends.sqlfiles import queries
 
 
@@ -51,7 +51,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
                 NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
                 for i in range(start, min(jobs, start + 1000))
             ]
-            params = _array_params(batch) | {"channel": "bench", "now": None}
+            params = new_job_arrays(batch) | {"channel": "bench", "now": None}
             conn.execute(sql["job_insert_fresh"], params).fetchall()
         inserted = time.perf_counter() - started
         params: dict[str, Any] = {
