@@ -7,11 +7,11 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from json import loads
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -37,12 +37,15 @@ from .postgres_api import PostgresApiMixin
 from .postgres_newjob import NEW_JOB_SQL, new_job_arrays, new_job_values
 from .postgres_observability import PostgresObservability
 from .postgres_outbox import PostgresOutbox
+from .postgres_prepared import PreparedStatement
 from .postgres_push import PostgresPushMixin
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
 
 __all__ = ["PostgresBackend"]
+
+_T = TypeVar("_T")
 
 _CONNECT_TIMEOUT = 10
 
@@ -96,6 +99,9 @@ class PostgresBackend(
         }
         self._tables = tables
         self._sql = {name: _fill(text, tables) for name, text in queries("postgres").items()}
+        self._insert_one_statement = PreparedStatement(
+            "jobledger_job_insert_one", self._sql["job_insert_one"]
+        )
         self._probe()
         self._pool = psycopg_pool.ConnectionPool(
             url.conninfo,
@@ -214,12 +220,20 @@ class PostgresBackend(
         its reply was lost, its jobs wait for their leases to expire, as after a worker crash;
         they are never run twice). Completions and failures are not sent here: a second one
         would be refused and reported as a lost lease."""
+
+        def run(c: psycopg.Connection[Any]) -> list[Any]:
+            cur = c.execute(text, params)
+            return cur.fetchall() if cur.description else []
+
+        return self._quickly(run)
+
+    def _quickly(self, run: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``run`` on a connection of the quick pool, as ``_quick`` runs its statement."""
         with self._translate():
             for attempt in range(3):
                 with self._quick_pool.connection() as c:
                     try:
-                        cur = c.execute(text, params)
-                        return cur.fetchall() if cur.description else []
+                        return run(c)
                     except (psycopg.OperationalError, psycopg.InterfaceError):
                         if attempt == 2 or not c.broken:
                             raise
@@ -354,8 +368,8 @@ class PostgresBackend(
         params = new_job_values(job)
         params["channel"] = self.channel
         params["now"] = now
-        rows = self._quick(self._sql["job_insert_one"], params)
-        return rows[0][0] if rows else None
+        rows = self._quickly(lambda c: self._insert_one_statement.rows(c, params))
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def _insert_fresh(
         self, jobs: Sequence[NewJob], now: datetime | None
