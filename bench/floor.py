@@ -18,13 +18,15 @@ import psycopg
 from jobledger import Ledger
 from jobledger.backends import NewJob
 from jobledger.backends.common import insert_values
-from jobledger.backends.postgres import _array_params
+from jobledger.backends.postgres_newjob import NEW_JOB_SQL, new_job_arrays
 from jobledger.backends.sqlfiles import queries
 
 
 def _pg_sql(schema_tables: dict[str, str]) -> dict[str, str]:
     named = {}
     for name, text in queries("postgres").items():
+        for placeholder, columns in NEW_JOB_SQL.items():
+            text = text.replace("{" + placeholder + "}", columns)
         for placeholder, table in schema_tables.items():
             text = text.replace("{" + placeholder + "}", table)
         named[name] = text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
@@ -52,7 +54,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
                 NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
                 for i in range(start, min(jobs, start + 1000))
             ]
-            params = _array_params(batch) | {"channel": "bench", "now": None}
+            params = new_job_arrays(batch) | {"channel": "bench", "now": None}
             conn.execute(sql["job_insert_fresh"], params).fetchall()
         inserted = time.perf_counter() - started
         params: dict[str, Any] = {
@@ -107,24 +109,17 @@ def floor_sqlite(dsn: str, jobs: int, batch: int) -> dict[str, float]:
             break
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(
-            sql["job_complete"], [{"id": r[0], "token": r[6], "now": now} for r in rows]
+        # As the backend completes: the current tokens read in the write transaction, then the
+        # jobs whose token matched marked done by id, their attempts closed.
+        ids = [r[0] for r in rows]
+        marks = ",".join("?" * len(ids))
+        current = dict(conn.execute(sql["job_lease_tokens"].replace("{ids}", marks), ids))
+        held = [r for r in rows if current.get(r[0]) == r[6]]
+        held_marks = ",".join("?" * len(held))
+        conn.execute(
+            sql["job_complete"].replace("{ids}", held_marks), [now, now, *[r[0] for r in held]]
         )
-        conn.executemany(
-            sql["attempt_close"],
-            [
-                {
-                    "id": r[0],
-                    "attempt": r[5],
-                    "now": now,
-                    "outcome": "done",
-                    "error_class": None,
-                    "message": None,
-                    "traceback": None,
-                }
-                for r in rows
-            ],
-        )
+        conn.executemany(sql["attempt_done"], [(now, r[0], r[5]) for r in held])
         conn.execute("COMMIT")
         done += len(rows)
     drained = time.perf_counter() - started

@@ -36,6 +36,15 @@ class WorkerObserver:
     ) -> None:
         """An attempt's outcome was written: ``done``, ``retry`` or ``dead``."""
 
+    def on_outcomes(
+        self, worker: Worker, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
+    ) -> None:
+        """Outcomes written together (one batch of the worker's completer), each as
+        ``(job, outcome, duration, error_class)``. By default ``on_outcome`` for each one;
+        override it to add a batch up at once."""
+        for job, outcome, duration, error_class in outcomes:
+            self.on_outcome(worker, job, outcome, duration, error_class)
+
     def on_heartbeat(self, worker: Worker, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
         """Leases were renewed: each job with its new ``lease_until``."""
 

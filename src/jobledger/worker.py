@@ -518,21 +518,29 @@ class Worker:
         )
         states = {r.job_id: r.state for r in results}
         counts = {"completed": 0, "dead": 0, "retried": 0}
-        # Outcome lines are built only when someone will read them: at 30k jobs/s the records
-        # nobody logs would cost more than the database writes.
-        logged = bool(self._observers) or log.isEnabledFor(logging.INFO)
+        # Outcome lines are built only when someone will read them, and observers hear of the
+        # batch at once: at 30k jobs/s per-job records would cost more than the database writes.
+        lines = log.isEnabledFor(logging.INFO)
+        observed: list[tuple[ClaimedJob, str, float, str | None]] = []
         for o in batch:
             job_id = o.hold.job.id
             if o.done and job_id not in stale:
                 counts["completed"] += 1
-                if logged:
-                    self._log_outcome(o.hold, "done", o.duration, None)
+                if self._observers:
+                    observed.append((o.hold.job, "done", o.duration, None))
+                if lines:
+                    self._outcome_line(o.hold, "done", o.duration, None)
             elif not o.done and states.get(job_id) is not None:
-                dead = states[job_id] is JobState.DEAD
-                counts["dead" if dead else "retried"] += 1
-                self._log_outcome(o.hold, "dead" if dead else "retry", o.duration, o.failure)
+                outcome = "dead" if states[job_id] is JobState.DEAD else "retry"
+                counts["dead" if outcome == "dead" else "retried"] += 1
+                if self._observers:
+                    error_class = o.failure.error_class if o.failure else None
+                    observed.append((o.hold.job, outcome, o.duration, error_class))
+                self._outcome_line(o.hold, outcome, o.duration, o.failure)
             else:
                 self._lease_lost(o.hold, "complete" if o.done else "fail")
+        if observed:
+            self._notify_outcomes(observed)
         self.stats.add(**counts)
         fault_point("worker.after_finish")
         self._finished([o.hold for o in batch])
@@ -571,14 +579,30 @@ class Worker:
                 self._running.pop(hold.job.id, None)
         self._slot_free.set()
 
+    def _notify_outcomes(self, outcomes: list[tuple[ClaimedJob, str, float, str | None]]) -> None:
+        for observer in self._observers:
+            try:
+                batch = getattr(observer, "on_outcomes", None)
+                if batch is not None:
+                    batch(self, outcomes)
+                else:  # an observer that does not subclass WorkerObserver
+                    for job, outcome, duration, error_class in outcomes:
+                        observer.on_outcome(self, job, outcome, duration, error_class)
+            except Exception:  # an observer must never break the worker
+                log.exception("observer %r failed in on_outcomes", observer)
+
     def _log_outcome(
         self, hold: LeaseHold, outcome: str, duration: float, failure: Failure | None
     ) -> None:
-        job = hold.job
         if self._observers:
-            self._notify(
-                "on_outcome", job, outcome, duration, failure.error_class if failure else None
-            )
+            error_class = failure.error_class if failure else None
+            self._notify_outcomes([(hold.job, outcome, duration, error_class)])
+        self._outcome_line(hold, outcome, duration, failure)
+
+    def _outcome_line(
+        self, hold: LeaseHold, outcome: str, duration: float, failure: Failure | None
+    ) -> None:
+        job = hold.job
         extra = {
             "job_id": job.id,
             "key": job.key,

@@ -48,22 +48,6 @@ def claimed_job(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -
     )
 
 
-def insert_columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
-    """The columns of ``job_insert`` on PostgreSQL, one list each (the statement unnests them)."""
-    return {
-        "queue": [j.queue for j in jobs],
-        "key": [j.key for j in jobs],
-        "task": [j.task for j in jobs],
-        "payload": [j.payload_json for j in jobs],
-        "priority": [j.priority for j in jobs],
-        "run_at": [j.run_at for j in jobs],
-        "max_attempts": [j.max_attempts for j in jobs],
-        "lease_seconds": [float(j.lease_seconds) for j in jobs],
-        "correlation_id": [j.correlation_id for j in jobs],
-        "group": [j.group for j in jobs],
-    }
-
-
 def insert_values(job: NewJob, run_at: float, now: float) -> dict[str, Any]:
     """The values of ``job_insert`` on SQLite for one job (times as epoch seconds)."""
     return {

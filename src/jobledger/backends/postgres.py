@@ -8,10 +8,10 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg.errors
@@ -38,21 +38,24 @@ from .common import (
     claim_in_turns,
     claimed_job,
     filter_sql,
-    insert_columns,
     job_row,
     pause_reason,
     resolve_inserts,
 )
 from .postgres_api import PostgresApiMixin
 from .postgres_groups import PostgresGroups
+from .postgres_newjob import NEW_JOB_SQL, new_job_arrays, new_job_values
 from .postgres_observability import PostgresObservability
 from .postgres_outbox import PostgresOutbox
+from .postgres_prepared import PreparedStatement
 from .postgres_push import PostgresPushMixin
 from .postgres_scheduling import PostgresScheduling
 from .sqlfiles import migrations, queries, schema_problem
 from .url import DatabaseURL
 
 __all__ = ["PostgresBackend"]
+
+_T = TypeVar("_T")
 
 _CONNECT_TIMEOUT = 10
 
@@ -73,8 +76,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _fill(text: str, tables: dict[str, str]) -> str:
-    """A named query with its placeholders filled: ``{now}`` is the caller's explicit time or the
-    database clock, ``{jobs}`` and the other table names are schema-qualified."""
+    """A named query with its placeholders filled: ``{new_…}`` are the columns of a new job
+    (``NEW_JOB_COLUMNS``), ``{now}`` is the caller's explicit time or the database clock,
+    ``{jobs}`` and the other table names are schema-qualified."""
+    for name, value in NEW_JOB_SQL.items():
+        text = text.replace("{" + name + "}", value)
     text = text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
     for name, qualified in tables.items():
         text = text.replace("{" + name + "}", qualified)
@@ -109,6 +115,9 @@ class PostgresBackend(
         }
         self._tables = tables
         self._sql = {name: _fill(text, tables) for name, text in queries("postgres").items()}
+        self._insert_one_statement = PreparedStatement(
+            "jobledger_job_insert_one", self._sql["job_insert_one"]
+        )
         self._probe()
         self._pool = psycopg_pool.ConnectionPool(
             url.conninfo,
@@ -230,12 +239,20 @@ class PostgresBackend(
         its reply was lost, its jobs wait for their leases to expire, as after a worker crash;
         they are never run twice). Completions and failures are not sent here: a second one
         would be refused and reported as a lost lease."""
+
+        def run(c: psycopg.Connection[Any]) -> list[Any]:
+            cur = c.execute(text, params)
+            return cur.fetchall() if cur.description else []
+
+        return self._quickly(run)
+
+    def _quickly(self, run: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``run`` on a connection of the quick pool, as ``_quick`` runs its statement."""
         with self._translate():
             for attempt in range(3):
                 with self._quick_pool.connection() as c:
                     try:
-                        cur = c.execute(text, params)
-                        return cur.fetchall() if cur.description else []
+                        return run(c)
                     except (psycopg.OperationalError, psycopg.InterfaceError):
                         if attempt == 2 or not c.broken:
                             raise
@@ -354,11 +371,24 @@ class PostgresBackend(
     ) -> list[InsertResult]:
         if not jobs:
             return []
-        if conn is None and _consistent(jobs):
+        if conn is None and len(jobs) == 1:
+            job_id = self._insert_one(jobs[0], now)
+            if job_id is not None:
+                return [InsertResult(job_id, True)]
+        elif conn is None and _consistent(jobs):
             created = self._insert_fresh(jobs, now)
             if created is not None:
                 return resolve_inserts(jobs, created, {}, on_conflict)
         return self._insert_checked(jobs, now, conn, on_conflict)
+
+    def _insert_one(self, job: NewJob, now: datetime | None) -> int | None:
+        """One new job in one statement: its id, or None when its key is known (then nothing
+        was written, and ``_insert_checked`` does the whole work)."""
+        params = new_job_values(job)
+        params["channel"] = self.channel
+        params["now"] = now
+        rows = self._quickly(lambda c: self._insert_one_statement.rows(c, params))
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def _insert_fresh(
         self, jobs: Sequence[NewJob], now: datetime | None
@@ -366,7 +396,7 @@ class PostgresBackend(
         """The common enqueue in one statement, one round trip: every key new (no job and no
         live tombstone has it). Returns the ids created, or None when a key is known — then
         nothing was written, and ``_insert_checked`` does the whole work."""
-        params = _array_params(jobs) | {"channel": self.channel, "now": now}
+        params = new_job_arrays(jobs) | {"channel": self.channel, "now": now}
         try:
             rows = self._quick(self._sql["job_insert_fresh"], params)
         except psycopg.errors.InvalidTextRepresentation as exc:
@@ -384,7 +414,7 @@ class PostgresBackend(
         on_conflict: OnConflict,
     ) -> list[InsertResult]:
         """Any enqueue, in a transaction: insert, then look at tombstones and existing keys."""
-        params = insert_columns(jobs) | {"channel": self.channel, "now": now}
+        params = new_job_arrays(jobs) | {"channel": self.channel, "now": now}
         idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
         for _ in range(3):
             with self._tx(conn) as c:
@@ -933,32 +963,3 @@ def _consistent(jobs: Sequence[NewJob]) -> bool:
         if first != (j.task, j.payload_json):
             return False
     return True
-
-
-def _text(value: str | None) -> str:
-    if value is None:
-        return "NULL"
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _array(values: Iterable[str]) -> str:
-    return "{" + ",".join(values) + "}"
-
-
-def _array_params(jobs: Sequence[NewJob]) -> dict[str, str]:
-    """The columns of a batch as PostgreSQL array literals: building one string per column
-    costs far less than binding each element of a list."""
-    return {
-        "queue": _array([_text(j.queue) for j in jobs]),
-        "key": _array([_text(j.key) for j in jobs]),
-        "task": _array([_text(j.task) for j in jobs]),
-        "payload": _array([_text(j.payload_json) for j in jobs]),
-        "priority": _array([str(int(j.priority)) for j in jobs]),
-        "run_at": _array(
-            ["NULL" if j.run_at is None else _text(j.run_at.isoformat()) for j in jobs]
-        ),
-        "max_attempts": _array([str(int(j.max_attempts)) for j in jobs]),
-        "lease_seconds": _array([repr(float(j.lease_seconds)) for j in jobs]),
-        "correlation_id": _array([_text(j.correlation_id) for j in jobs]),
-        "group": _array([_text(j.group) for j in jobs]),
-    }

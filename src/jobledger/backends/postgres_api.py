@@ -23,8 +23,8 @@ from ..faults import fault_point
 from ..queues import QueueInfo, QueueSettings
 from ..types import JobState, Tombstone
 from .base import PublishItem, PublishOutcome, PublishStatus
-from .common import insert_columns
 from .common import publish_compare as _compare
+from .postgres_newjob import new_job_arrays
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -189,7 +189,7 @@ class PostgresApiMixin:
             if jobs:
                 inserted = c.execute(
                     sql["job_insert"].encode(),
-                    insert_columns(jobs) | {"channel": self.channel, "now": now},
+                    new_job_arrays(jobs) | {"channel": self.channel, "now": now},
                 ).fetchall()
                 created = {(r[1], r[2]): r[0] for r in inserted}
             # Keys whose jobs were pruned are held by tombstones, as for any enqueue.

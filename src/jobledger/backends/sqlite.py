@@ -349,7 +349,13 @@ class SqliteBackend(
                 c.executemany(
                     self._sql["attempt_open"], [(r[0], r[5], r[6], worker, clock) for r in rows]
                 )
-        claimed = [claimed_job(r, _dt) for r in rows]
+        # A batch shares its lease end, and often its run times: each is converted once.
+        times: dict[float, datetime | None] = {}
+
+        def at(value: float) -> datetime | None:
+            return times[value] if value in times else times.setdefault(value, _dt(value))
+
+        claimed = [claimed_job(r, at) for r in rows]
         claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return claimed
 
@@ -408,25 +414,16 @@ class SqliteBackend(
             return []
         clock = _ts(now)
         with self._write(conn) as c:
+            # The tokens are checked here, under the write lock: nothing can change them before
+            # the updates below, which then go by id (and ``state = 'leased'``) in one statement
+            # per chunk, and close the attempts with positional parameters.
             held = self._held(c, leases)
+            for start in range(0, len(held), 500):
+                ids = [lease.job_id for lease in held[start : start + 500]]
+                text = self._sql["job_complete"].replace("{ids}", ",".join("?" * len(ids)))
+                c.execute(text, [clock, clock, *ids])
             c.executemany(
-                self._sql["job_complete"],
-                [{"id": lease.job_id, "token": lease.token, "now": clock} for lease in held],
-            )
-            c.executemany(
-                self._sql["attempt_close"],
-                [
-                    {
-                        "id": lease.job_id,
-                        "attempt": lease.attempt,
-                        "now": clock,
-                        "outcome": "done",
-                        "error_class": None,
-                        "message": None,
-                        "traceback": None,
-                    }
-                    for lease in held
-                ],
+                self._sql["attempt_done"], [(clock, lease.job_id, lease.attempt) for lease in held]
             )
         done = {lease.job_id for lease in held}
         return [lease.job_id for lease in leases if lease.job_id not in done]

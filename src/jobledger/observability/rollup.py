@@ -42,8 +42,7 @@ MAX_BACKLOG_MINUTES = 120
 def claim_wait(job: ClaimedJob) -> float:
     """Seconds from when ``job`` was due to its claim, both by the database's clock (the claim
     set ``lease_until`` to its time plus the lease)."""
-    claimed_at = job.lease_until - timedelta(seconds=job.lease_seconds)
-    return max(0.0, (claimed_at - job.run_at).total_seconds())
+    return max(0.0, (job.lease_until - job.run_at).total_seconds() - job.lease_seconds)
 
 
 class _Sums:
@@ -96,21 +95,32 @@ class MinuteStatsRecorder(WorkerObserver):
     # -- what workers and consumers tell it ----------------------------------------------------
 
     def claimed(self, jobs: Sequence[ClaimedJob]) -> None:
+        # Added up per queue and task first: one row update per batch, not one per job.
         minute = self._minute()
+        waits: dict[tuple[str, str], list[float]] = {}
         for job in jobs:
-            wait = claim_wait(job)
+            waits.setdefault((job.queue, job.task), []).append(claim_wait(job))
+        for (queue, task), values in waits.items():
             self._add(
-                minute, job.queue, job.task, {"claimed": 1, "wait_sum": wait, "wait_max": wait}
+                minute,
+                queue,
+                task,
+                {"claimed": len(values), "wait_sum": sum(values), "wait_max": max(values)},
             )
 
     def finished(self, queue: str, task: str, outcome: str, duration: float | None) -> None:
+        self._finished(queue, task, outcome, 1, [] if duration is None else [duration])
+
+    def _finished(
+        self, queue: str, task: str, outcome: str, count: int, durations: list[float]
+    ) -> None:
         field = {"done": "done", "retry": "retried", "dead": "dead"}.get(outcome)
         if field is None:
             return
-        values: dict[str, Any] = {field: 1}
-        if duration is not None:
-            run = max(0.0, duration)
-            values.update(run_count=1, run_sum=run, run_max=run)
+        values: dict[str, Any] = {field: count}
+        if durations:
+            runs = [max(0.0, d) for d in durations]
+            values.update(run_count=len(runs), run_sum=sum(runs), run_max=max(runs))
         self._add(self._minute(), queue, task, values)
 
     def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
@@ -125,6 +135,15 @@ class MinuteStatsRecorder(WorkerObserver):
         error_class: str | None,
     ) -> None:
         self.finished(job.queue, job.task, outcome, duration)
+
+    def on_outcomes(
+        self, worker: Worker, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
+    ) -> None:
+        durations: dict[tuple[str, str, str], list[float]] = {}
+        for job, outcome, duration, _ in outcomes:
+            durations.setdefault((job.queue, job.task, outcome), []).append(duration)
+        for (queue, task, outcome), values in durations.items():
+            self._finished(queue, task, outcome, len(values), values)
 
     # -- writing ---------------------------------------------------------------------------------
 

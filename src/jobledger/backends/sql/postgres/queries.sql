@@ -4,18 +4,13 @@
 -- plan of the claim always walks the index (a parameter LIMIT can make a generic plan scan).
 
 -- name: job_insert
+-- {new_columns}, {new_arrays} and {new_select} are the columns of a new job as the backend lists
+-- them (postgres.py, NEW_JOB_COLUMNS): one list for every insert of a job.
 WITH new AS (
-    SELECT * FROM unnest(
-        %(queue)s::text[], %(key)s::text[], %(task)s::text[], %(payload)s::text[],
-        %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
-        %(lease_seconds)s::float8[], %(correlation_id)s::text[], %(group)s::text[]
-    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id,
-           group_name)
+    SELECT * FROM unnest({new_arrays}) AS n({new_columns})
 ), inserted AS (
-    INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
-                        lease_seconds, created_at, updated_at, correlation_id, group_name)
-    SELECT queue, key, task, payload::jsonb, priority, COALESCE(run_at, {now}), max_attempts,
-           max_attempts, lease_seconds, {now}, {now}, correlation_id, group_name
+    INSERT INTO {jobs} ({new_columns}, attempt_limit, created_at, updated_at)
+    SELECT {new_select}, max_attempts, {now}, {now}
     FROM new
     WHERE NOT EXISTS (
         SELECT 1 FROM {tombstones} AS t
@@ -780,24 +775,23 @@ WHERE id = %(id)s
 -- nothing is inserted and the 'v' row is -1: the caller takes the checked path (job_insert in
 -- a transaction). If another transaction inserted one of the keys meanwhile, the statement
 -- fails through a cast that cannot succeed, so that nothing of the batch is written then either.
+-- The keys are looked up one by one (a LATERAL subquery with a LIMIT is always a nested loop
+-- over the unique indexes): as an EXISTS … OR EXISTS filter PostgreSQL may plan a hashed
+-- subplan instead, which reads the whole jobs table for every batch.
 WITH new AS (
-    SELECT * FROM unnest(
-        %(queue)s::text[], %(key)s::text[], %(task)s::text[], %(payload)s::jsonb[],
-        %(priority)s::int[], %(run_at)s::timestamptz[], %(max_attempts)s::int[],
-        %(lease_seconds)s::float8[], %(correlation_id)s::text[], %(group)s::text[]
-    ) AS n(queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id,
-           group_name)
+    SELECT * FROM unnest({new_arrays}) AS n({new_columns})
 ), known AS (
-    SELECT 1 FROM new AS n
-    WHERE EXISTS (SELECT 1 FROM {jobs} AS j WHERE j.queue = n.queue AND j.key = n.key)
-       OR EXISTS (SELECT 1 FROM {tombstones} AS t
-                  WHERE t.queue = n.queue AND t.key = n.key AND t.expires_at > {now})
+    SELECT 1 FROM new AS n, LATERAL (
+        SELECT 1 FROM {jobs} AS j WHERE j.queue = n.queue AND j.key = n.key
+        UNION ALL
+        SELECT 1 FROM {tombstones} AS t
+        WHERE t.queue = n.queue AND t.key = n.key AND t.expires_at > {now}
+        LIMIT 1
+    ) AS k
     LIMIT 1
 ), inserted AS (
-    INSERT INTO {jobs} (queue, key, task, payload, priority, run_at, max_attempts, attempt_limit,
-                        lease_seconds, created_at, updated_at, correlation_id, group_name)
-    SELECT queue, key, task, payload, priority, COALESCE(run_at, {now}), max_attempts,
-           max_attempts, lease_seconds, {now}, {now}, correlation_id, group_name
+    INSERT INTO {jobs} ({new_columns}, attempt_limit, created_at, updated_at)
+    SELECT {new_select}, max_attempts, {now}, {now}
     FROM new
     WHERE NOT EXISTS (SELECT 1 FROM known)
     ON CONFLICT (queue, key) DO NOTHING
@@ -1007,3 +1001,24 @@ ORDER BY n.name
 SELECT queue, name, paused_until FROM {groups}
 WHERE (queue, name) IN (SELECT * FROM unnest(%(queues)s::text[], %(names)s::text[]))
   AND paused_until > {now}
+-- name: job_insert_one
+-- One job, the common case of job_insert_fresh with scalar parameters (a plan that PostgreSQL
+-- caches generically and that costs a third less to run than the batch statement for one row).
+-- The checks are the batch's: in the statement's snapshot no job and no live tombstone has the
+-- key (a job being pruned is still seen, so a prune in flight sends us to the checked path).
+-- No row back: the key was known (or another transaction inserted it meanwhile), nothing was
+-- written, and the caller takes the checked path.
+WITH known AS (
+    SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND key = %(key)s
+    UNION ALL
+    SELECT 1 FROM {tombstones}
+    WHERE queue = %(queue)s AND key = %(key)s AND expires_at > {now}
+), inserted AS (
+    INSERT INTO {jobs} ({new_columns}, attempt_limit, created_at, updated_at)
+    SELECT {new_select}, max_attempts, {now}, {now}
+    FROM (SELECT {new_values}) AS new
+    WHERE NOT EXISTS (SELECT 1 FROM known)
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING id
+)
+SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted

@@ -47,9 +47,15 @@ WHERE id = :id AND lease_token = :token AND state = 'leased'
 RETURNING lease_until
 
 -- name: job_complete
+-- The batch completion: leases whose tokens job_lease_tokens just read in the same write
+-- transaction ({ids}: a list of ? placeholders).
 UPDATE jobledger_jobs
-SET state = 'done', lease_until = NULL, finished_at = :now, updated_at = :now
-WHERE id = :id AND lease_token = :token AND state = 'leased'
+SET state = 'done', lease_until = NULL, finished_at = ?, updated_at = ?
+WHERE state = 'leased' AND id IN ({ids})
+
+-- name: attempt_done
+UPDATE jobledger_attempts SET finished_at = ?, outcome = 'done'
+WHERE job_id = ? AND attempt = ? AND outcome IS NULL
 
 -- name: attempt_close
 UPDATE jobledger_attempts
