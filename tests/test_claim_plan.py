@@ -46,3 +46,46 @@ def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg, tmp_path):
+    """One group with 20,000 due jobs: the claim takes the first few through the index in
+    claim order, never every due job of the group sorted (custom and generic plans; SQLite)."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q", group="g")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+        claim = ledger.backend._statement("group_claim", 10)
+        params = {
+            "queues": ["q"],
+            "names": ["g"],
+            "take": [10],
+            "ord": [0],
+            "worker": "w",
+            "now": None,
+            "lease_seconds": None,
+        }
+        with psycopg.connect(pg.url) as conn:
+            conn.execute(f"ANALYZE {schema}.jobledger_jobs")
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                conn.execute(f"SET plan_cache_mode = {mode}")
+                plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + claim, params))
+                assert "jobledger_jobs_group_due" in plan, plan
+                assert "Seq Scan on jobledger_jobs" not in plan, plan
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
+
+    lite = Ledger(f"sqlite:///{tmp_path}/l.db")
+    lite.task(lambda ctx, n: None, name="t", queue="q", group="g")
+    lite.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(2_000)])
+    backend = lite.backend
+    plan = backend._read(
+        "EXPLAIN QUERY PLAN " + backend._sql["group_due_jobs"],
+        {"queue": "q", "name": "g", "now": 1e10, "n": 10},
+    )
+    steps = [row[3] for row in plan]
+    assert any("jobledger_jobs_group_due" in s for s in steps), steps
+    assert not any("TEMP B-TREE" in s for s in steps), steps
+    lite.close()

@@ -115,7 +115,8 @@ class Task:
         if rule is None:
             return None
         if callable(rule):
-            return str(rule(payload))
+            value = rule(payload)
+            return None if value is None else str(value)
         try:
             return rule.format(**payload)
         except (KeyError, IndexError, ValueError) as exc:

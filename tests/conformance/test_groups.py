@@ -207,3 +207,13 @@ def test_a_claim_by_key_skips_a_paused_group_and_says_until_when(ledger, work):
         assert claim_.current is not None and claim_.current.state.value == "pending"
     [later] = ledger.backend.job_claim_keys([("q", "g:0")], "consumer", at(60))
     assert later.job is not None and later.job.group == "g"
+
+
+def test_a_group_rule_that_gives_none_leaves_the_job_without_a_group(ledger):
+    ledger.task(
+        lambda ctx, tenant=None: None, name="maybe", queue="q", group=lambda p: p.get("tenant")
+    )
+    grouped, _ = ledger.enqueue("maybe", {"tenant": "acme"}, key="a", now=T0)
+    plain, _ = ledger.enqueue("maybe", {}, key="b", now=T0)
+    assert ledger.job(grouped).group == "acme"
+    assert ledger.job(plain).group is None
