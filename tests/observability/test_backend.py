@@ -131,7 +131,7 @@ def test_sqlite_queue_depths_read_only_the_partial_indexes(tmp_path):
     scans = [step for step in plan if step.startswith("SCAN jobledger_jobs")]
     assert scans == [
         "SCAN jobledger_jobs USING INDEX jobledger_jobs_due",
-        "SCAN jobledger_jobs USING INDEX jobledger_jobs_group_next",
+        "SCAN jobledger_jobs USING INDEX jobledger_jobs_group_due",
         "SCAN jobledger_jobs USING INDEX jobledger_jobs_leased",
         "SCAN jobledger_jobs USING INDEX jobledger_jobs_dead",
     ], plan

@@ -832,7 +832,7 @@ WITH RECURSIVE walk AS (
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
         SELECT j.group_name, j.run_at FROM {jobs} AS j
-        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name
+        WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = q.name
         ORDER BY j.group_name, j.run_at LIMIT 1
     ) AS f
     UNION ALL
@@ -840,7 +840,7 @@ WITH RECURSIVE walk AS (
     FROM walk AS w
     CROSS JOIN LATERAL (
         SELECT j.group_name, j.run_at FROM {jobs} AS j
-        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = w.queue
+        WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
           AND j.group_name > w.name
         ORDER BY j.group_name, j.run_at LIMIT 1
     ) AS f
