@@ -91,4 +91,11 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
     steps = [row[3] for row in plan]
     assert any("jobledger_jobs_group_due" in s for s in steps), steps
     assert not any("TEMP B-TREE" in s for s in steps), steps
+    # Finding the groups: one probe per group, and each group's next run time by equality.
+    plan = backend._read(
+        "EXPLAIN QUERY PLAN " + backend._sql["group_candidates"], {"queue": "q", "now": 1e10}
+    )
+    steps = [row[3] for row in plan]
+    assert not any(s.startswith("SCAN jobledger_jobs") for s in steps), steps
+    assert any("group_next (queue=? AND group_name=?)" in s for s in steps), steps
     lite.close()

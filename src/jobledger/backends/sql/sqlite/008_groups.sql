@@ -13,12 +13,10 @@ CREATE INDEX jobledger_jobs_due ON jobledger_jobs (queue, priority DESC, run_at,
 -- A group's jobs in the order they are claimed.
 CREATE INDEX jobledger_jobs_group_due ON jobledger_jobs (queue, group_name, priority DESC, run_at, id)
     WHERE state = 'pending' AND group_name IS NOT NULL;
--- When each group's next job is due (one probe per group). Its condition says "group_name > ''"
--- (every group name is at least one character) where the others say "IS NOT NULL": a query
--- names it to use it, and the claim of a group's jobs, which says neither, never reads a whole
--- group through it and sorts (the planner may think a group small when it has just grown).
+-- When each group's next job is due (one probe per group). The claim of a group's jobs names
+-- jobledger_jobs_group_due (INDEXED BY), so it never reads a whole group through this one.
 CREATE INDEX jobledger_jobs_group_next ON jobledger_jobs (queue, group_name, run_at)
-    WHERE state = 'pending' AND group_name > '';
+    WHERE state = 'pending' AND group_name IS NOT NULL;
 -- How many of a group's jobs are leased (bounded by the group's limit).
 CREATE INDEX jobledger_jobs_group_leased ON jobledger_jobs (queue, group_name)
     WHERE state = 'leased' AND group_name IS NOT NULL;

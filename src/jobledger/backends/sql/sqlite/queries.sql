@@ -624,7 +624,7 @@ FROM walk LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = walk.
 WHERE walk.name IS NOT NULL
   AND (g.paused_until IS NULL OR g.paused_until <= :now)
   AND (SELECT min(run_at) FROM jobledger_jobs AS j
-       WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = :queue
+       WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue
          AND j.group_name = walk.name) <= :now
 ORDER BY g.served_at IS NOT NULL, g.served_at, walk.name
 
