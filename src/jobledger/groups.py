@@ -86,6 +86,17 @@ class GroupLimits:
     def unlimited(self) -> bool:
         return self.max_leased is None and self.rate is None
 
+    def as_dict(self, queue: str) -> dict[str, Any]:
+        """A queue's group limits as JSON; ``bucket_size`` is the burst in force (null: no
+        rate)."""
+        return {
+            "queue": queue,
+            "max_leased": self.max_leased,
+            "rate": self.rate,
+            "burst": self.burst,
+            "bucket_size": None if self.rate is None else self.bucket_size,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class GroupState:

@@ -27,17 +27,6 @@ MAX_PAUSE = timedelta(days=365)
 NONE = "none"
 
 
-def limits_json(queue: str, limits: GroupLimits) -> dict[str, Any]:
-    """A queue's group limits as JSON; ``bucket_size`` is the burst in force (null: no rate)."""
-    return {
-        "queue": queue,
-        "max_leased": limits.max_leased,
-        "rate": limits.rate,
-        "burst": limits.burst,
-        "bucket_size": None if limits.rate is None else limits.bucket_size,
-    }
-
-
 def describe_limits(limits: GroupLimits) -> str:
     """``at most 2 leased, 5/s (bursts of 10)`` — or ``no limits``."""
     if limits.unlimited:
@@ -145,7 +134,7 @@ def list_groups(url: str, queue: str, as_json: bool) -> None:
         echo_json(
             {
                 "queue": queue,
-                "limits": limits_json(queue, limits),
+                "limits": limits.as_dict(queue),
                 "groups": [g.as_dict() for g in rows],
             }
         )
@@ -243,7 +232,7 @@ def limits(
             burst=new_burst,
         )
     if as_json:
-        echo_json(limits_json(queue, after))
+        echo_json(after.as_dict(queue))
         return
     if clear or changing:
         click.echo(f"groups of {queue}: {describe_limits(after)} (was: {describe_limits(before)})")

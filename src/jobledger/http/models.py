@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ..groups import MAX_GROUP_LENGTH, GroupLimits, GroupStatus
+from ..groups import MAX_GROUP_LENGTH, GroupStatus
 from ..queues import QueueInfo
 from ..types import Attempt, ClaimedJob, Event, JobRow, JobState
 from .problems import Problem
@@ -410,14 +410,4 @@ def group_status_json(status: GroupStatus) -> dict[str, Any]:
     return status.as_dict() | {
         "paused_until": iso(status.paused_until),
         "served_at": iso(status.served_at),
-    }
-
-
-def group_limits_json(queue: str, limits: GroupLimits) -> dict[str, Any]:
-    return {
-        "queue": queue,
-        "max_leased": limits.max_leased,
-        "rate": limits.rate,
-        "burst": limits.burst,
-        "bucket_size": None if limits.rate is None else limits.bucket_size,
     }

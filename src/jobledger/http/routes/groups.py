@@ -21,7 +21,6 @@ from ..models import (
     GROUP_NAME,
     GROUP_STATUS,
     QUEUE_NAME,
-    group_limits_json,
     group_status_json,
     parse_time,
     text,
@@ -127,7 +126,7 @@ async def list_groups(call: Call) -> Response:
     return json_response(
         {
             "queue": queue,
-            "limits": group_limits_json(queue, limits),
+            "limits": limits.as_dict(queue),
             "groups": [group_status_json(g) for g in rows],
         }
     )
@@ -147,7 +146,7 @@ async def get_group_limits(call: Call) -> Response:
     _read(call)
     queue = call.path["name"]
     limits = await call.run(call.state.ledger.group_limits, queue)
-    return json_response(group_limits_json(queue, limits))
+    return json_response(limits.as_dict(queue))
 
 
 @group.operation(
@@ -171,7 +170,7 @@ async def put_group_limits(call: Call) -> Response:
         rate=body.get("rate"),
         burst=body.get("burst"),
     )
-    return json_response(group_limits_json(queue, limits))
+    return json_response(limits.as_dict(queue))
 
 
 @group.operation(
