@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import KeyConflict
@@ -24,6 +24,18 @@ ORDERS = {
     "updated": "updated_at DESC, id DESC",
     "run_at": "run_at, id",
 }
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """A time read from PostgreSQL, in UTC (None stays None)."""
+    if value is None:
+        return None
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+def from_epoch(value: float | None) -> datetime | None:
+    """A time stored by SQLite (epoch seconds) as an aware UTC datetime (None stays None)."""
+    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
 def claimed_job(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> ClaimedJob:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -42,6 +42,7 @@ from .common import (
     pause_reason,
     resolve_inserts,
 )
+from .common import utc as _utc
 from .postgres_api import PostgresApiMixin
 from .postgres_groups import PostgresGroups
 from .postgres_newjob import NEW_JOB_SQL, new_job_arrays, new_job_values
@@ -62,12 +63,6 @@ _CONNECT_TIMEOUT = 10
 _UUID = re.compile(
     r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 )
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 def _first_line(exc: BaseException) -> str:

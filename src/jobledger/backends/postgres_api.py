@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -24,13 +24,8 @@ from ..queues import QueueInfo, QueueSettings
 from ..types import JobState, Tombstone
 from .base import PublishItem, PublishOutcome, PublishStatus
 from .common import publish_compare as _compare
+from .common import utc as _utc
 from .postgres_newjob import new_job_arrays
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 def _queue(row: Sequence[Any]) -> QueueInfo:

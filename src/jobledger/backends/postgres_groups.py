@@ -34,6 +34,7 @@ from ..groups import (
     group_status,
     tokens_now,
 )
+from .common import utc as _utc
 
 #: How long a worker trusts its last look at whether its queues have jobs with a group. Within
 #: it, a claim over queues without groups costs no extra statement; a queue's first grouped job
@@ -41,12 +42,6 @@ from ..groups import (
 GROUPS_RECHECK_SECONDS = 0.5
 
 _NEVER = datetime.min.replace(tzinfo=UTC)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 class PostgresGroups:

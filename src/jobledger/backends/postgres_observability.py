@@ -4,20 +4,15 @@ indexes, per-minute rollups, dashboard sessions. Mixed into ``PostgresBackend``.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..apikeys import ApiKey
 from .base import MinuteStats, QueueDepth
 from .common import queue_depths_from_rows
+from .common import utc as _utc
 
 __all__ = ["PostgresObservability"]
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 class PostgresObservability:

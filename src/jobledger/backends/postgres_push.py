@@ -5,20 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from ..errors import NotFound
 from ..subscriptions import Subscription, SubscriptionExists, SubscriptionState
+from .common import utc as _utc
 from .sqlite_push import subscription_from_row
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 class PostgresPushMixin:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
@@ -43,6 +43,7 @@ from .common import (
     pause_reason,
     resolve_inserts,
 )
+from .common import from_epoch as _dt
 from .sqlfiles import migrations, queries, schema_problem
 from .sqlite_api import SqliteApiMixin
 from .sqlite_groups import SqliteGroups
@@ -66,10 +67,6 @@ def _ts(value: datetime | None) -> float:
 
 def _ts_or_none(value: datetime | None) -> float | None:
     return None if value is None else _ts(value)
-
-
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
 class SqliteBackend(

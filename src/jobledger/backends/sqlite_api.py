@@ -11,7 +11,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..apikeys import ApiKey
@@ -21,16 +21,13 @@ from ..payload import payload_digest
 from ..queues import QueueInfo, QueueSettings
 from ..types import JobState, Tombstone
 from .base import PublishItem, PublishOutcome
+from .common import from_epoch as _dt
 from .common import insert_values
 from .common import publish_compare as _compare
 
 
 def _ts(value: datetime | None) -> float:
     return time.time() if value is None else value.timestamp()
-
-
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
 def _queue(row: Sequence[Any]) -> QueueInfo:

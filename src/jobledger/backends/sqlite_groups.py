@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..groups import (
@@ -23,14 +23,11 @@ from ..groups import (
     group_status,
     tokens_now,
 )
+from .common import from_epoch as _dt
 
 
 def _ts(value: datetime | None) -> float:
     return time.time() if value is None else value.timestamp()
-
-
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
 def _served_key(served_at: float | None, queue: str, name: str) -> tuple[bool, float, str, str]:

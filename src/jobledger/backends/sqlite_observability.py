@@ -7,11 +7,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..apikeys import ApiKey
 from .base import MinuteStats, QueueDepth
+from .common import from_epoch as _dt
 from .common import queue_depths_from_rows
 
 __all__ = ["SqliteObservability"]
@@ -19,10 +20,6 @@ __all__ = ["SqliteObservability"]
 
 def _ts(value: datetime | None) -> float:
     return time.time() if value is None else value.timestamp()
-
-
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
 class SqliteObservability:

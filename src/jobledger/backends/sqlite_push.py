@@ -7,11 +7,12 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotFound
 from ..subscriptions import Subscription, SubscriptionExists, SubscriptionState
+from .common import from_epoch as _dt
 
 _TIMES = (11, 13, 14, 15, 16, 17, 18)  # columns of subscription_select that are times
 
@@ -27,10 +28,6 @@ def subscription_from_row(row: Sequence[Any], to_time: Callable[[Any], Any]) -> 
         values[i] = to_time(values[i])
     values[8] = SubscriptionState(values[8])
     return Subscription(*values)
-
-
-def _dt(value: float | None) -> datetime | None:
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
 class SqlitePushMixin:
