@@ -165,6 +165,13 @@ class PostgresBackend(
         # heartbeat) is its own transaction, one round trip instead of BEGIN, it, COMMIT.
         # Several statements that must commit together use ``_tx`` (an explicit transaction).
         conn.autocommit = True
+        # No statement is prepared behind our back. After five runs psycopg would prepare it,
+        # and PostgreSQL may then switch to a generic plan, which cannot know how long an array
+        # parameter is: for a completion of 500 leases it rescans the 500 (id, token) pairs
+        # for every row (a quadratic join, 4-5x the cost of the whole drain). Statements whose
+        # generic plan is known to be good ask for ``prepare=True`` (the claim; tests check its
+        # plan); the single enqueue has its own prepared statement.
+        conn.prepare_threshold = None
         conn.execute("SET TIME ZONE 'UTC'")
 
     @contextmanager
@@ -215,7 +222,8 @@ class PostgresBackend(
         for lit, value in literals.items():
             text = text.replace("{" + lit + "}", str(int(value)))
         with self._tx(conn) as c:
-            cur = c.execute(text, params)
+            # Never prepared, on a caller's connection too (see ``_configure``).
+            cur = c.execute(text, params, prepare=False)
             return cur.fetchall() if cur.description else []
 
     def _statement(self, name: str, limit: int) -> str:
@@ -226,7 +234,7 @@ class PostgresBackend(
             self._statements[(name, limit)] = text
         return text
 
-    def _quick(self, text: str, params: dict[str, Any]) -> list[Any]:
+    def _quick(self, text: str, params: dict[str, Any], prepare: bool | None = None) -> list[Any]:
         """A statement that is safe to send twice, on a connection handed out without the round
         trip that proves it alive. If the server closed the connection (a restart, a terminated
         session) the statement goes again on another (twice at most). Safe to send twice: an enqueue by key
@@ -236,7 +244,7 @@ class PostgresBackend(
         would be refused and reported as a lost lease."""
 
         def run(c: psycopg.Connection[Any]) -> list[Any]:
-            cur = c.execute(text, params)
+            cur = c.execute(text, params, prepare=prepare)
             return cur.fetchall() if cur.description else []
 
         return self._quickly(run)
@@ -256,7 +264,7 @@ class PostgresBackend(
 
     def _hot(self, text: str, params: dict[str, Any]) -> list[Any]:
         """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
-        COMMIT round trips). psycopg prepares it server-side after a few executions."""
+        COMMIT round trips), planned for its parameters each time (see ``_configure``)."""
         with self._translate(), self._pool.connection() as c:
             cur = c.execute(text, params)
             return cur.fetchall() if cur.description else []
@@ -413,20 +421,21 @@ class PostgresBackend(
         idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
         for _ in range(3):
             with self._tx(conn) as c:
-                rows = c.execute(self._sql["job_insert"], params).fetchall()
+                rows = c.execute(self._sql["job_insert"], params, prepare=False).fetchall()
                 created = {(r[1], r[2]): r[0] for r in rows}
                 pruned = self._tombstoned(c, idents, now)
                 undo = [created.pop(i) for i in list(created) if i in pruned]
                 if undo:
                     # The insert waited on the key while a prune deleted its job, and went ahead
                     # when the prune committed; the prune's tombstone, visible now, wins.
-                    c.execute(self._sql["job_insert_undo"], {"ids": undo})
+                    c.execute(self._sql["job_insert_undo"], {"ids": undo}, prepare=False)
                 missing = [i for i in idents if i not in created and i not in pruned]
                 existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
                 if missing:
                     found = c.execute(
                         self._sql["job_existing"],
                         {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
+                        prepare=False,
                     ).fetchall()
                     existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
                 if all(m in existing for m in missing):
@@ -442,6 +451,7 @@ class PostgresBackend(
         rows = c.execute(
             self._sql["tombstone_live"],
             {"queue": [i[0] for i in idents], "key": [i[1] for i in idents], "now": now},
+            prepare=False,
         ).fetchall()
         return {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
 
@@ -457,7 +467,9 @@ class PostgresBackend(
         if not pruned:
             return {}
         payloads = list({j.payload_json for j in jobs if (j.queue, j.key) in pruned})
-        digests = dict(c.execute(self._sql["payload_digest"], {"payloads": payloads}).fetchall())
+        digests = dict(
+            c.execute(self._sql["payload_digest"], {"payloads": payloads}, prepare=False).fetchall()
+        )
         return {
             ident: (job_id, task, lambda job, d=digest: digests.get(job.payload_json) == d)
             for ident, (job_id, task, digest) in pruned.items()
@@ -472,10 +484,15 @@ class PostgresBackend(
         lease_seconds: float | None = None,
     ) -> list[ClaimedJob]:
         limit = max(1, int(limit))
-        params = {"queues": list(queues), "worker": worker, "now": now, "lease_seconds": lease_seconds}
+        params = {
+            "queues": list(queues),
+            "worker": worker,
+            "now": now,
+            "lease_seconds": lease_seconds,
+        }
 
         def plain(n: int) -> list[Any]:
-            return self._quick(self._statement("job_claim", n), params)
+            return self._quick(self._statement("job_claim", n), params, prepare=True)
 
         def grouped(n: int) -> list[Any]:
             return self._claim_grouped(queues, worker, n, now, lease_seconds)

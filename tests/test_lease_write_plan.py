@@ -1,0 +1,80 @@
+"""Writes that carry arrays of leases (complete, heartbeat, fail) cost time linear in the batch
+on PostgreSQL: they are planned for the arrays they carry, never with a generic plan.
+
+A generic plan cannot know an array's length. For ``job_complete`` PostgreSQL's generic plan
+rescans the (id, token) pairs for every leased row: 500 leases compare 250,000 pairs, about
+four times the cost of the rest of the drain. psycopg prepares a statement after five runs, and
+PostgreSQL may switch a prepared statement to its generic plan after five more."""
+
+from __future__ import annotations
+
+import psycopg
+
+from jobledger import Ledger
+from jobledger.backends.base import Failure, Lease
+
+BATCH = 500
+
+
+def _leases(jobs) -> list[Lease]:  # type: ignore[no-untyped-def]
+    return [Lease(j.id, j.lease_token, j.attempt) for j in jobs]
+
+
+def test_lease_writes_are_never_prepared_on_the_backends_connections(pg):
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many(
+            "t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(12 * 3 * 20)]
+        )
+        backend = ledger.backend
+        # Twelve rounds of each write: well past psycopg's threshold and PostgreSQL's five
+        # custom plans before it considers the generic one.
+        for _ in range(12):
+            jobs = backend.job_claim(["q"], "w", 20)
+            backend.job_heartbeat(_leases(jobs))
+            backend.job_complete(_leases(jobs))
+            failing = backend.job_claim(["q"], "w", 20)
+            backend.job_fail(
+                [Failure(lease, False, None, "E", "m", "tb") for lease in _leases(failing)]
+            )
+            released = backend.job_claim(["q"], "w", 20)
+            backend.job_release(_leases(released))
+        prepared: list[str] = []
+        for pool in (backend._pool, backend._quick_pool):
+            with pool.connection() as conn:
+                prepared += [
+                    r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements")
+                ]
+        lease_writes = [s for s in prepared if "unnest(" in s and "lease_token" in s]
+        assert lease_writes == [], lease_writes
+        # The claim is prepared on purpose: its generic plan is checked in test_claim_plan.py.
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
+
+
+def test_a_completion_of_many_leases_compares_each_lease_once(pg):
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5000)])
+        backend = ledger.backend
+        for _ in range(3):
+            backend.job_complete(_leases(backend.job_claim(["q"], "w", BATCH)))
+        params = backend._lease_params(_leases(backend.job_claim(["q"], "w", BATCH)))
+        with psycopg.connect(pg.url) as conn:
+            conn.execute("SET TIME ZONE 'UTC'")
+            plan = "\n".join(
+                r[0]
+                for r in conn.execute(
+                    "EXPLAIN (ANALYZE) " + backend._sql["job_complete"], params | {"now": None}
+                )
+            )
+            conn.rollback()
+        assert "Rows Removed by Join Filter" not in plan, plan
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
