@@ -69,10 +69,24 @@ NEW_JOB_SQL = {
 def new_job_arrays(jobs: Sequence[NewJob]) -> dict[str, str]:
     """The columns of a batch as array literals (``{new_arrays}``): building one string per
     column costs far less than binding each element of a list."""
-    return {
-        c.name: "{" + ",".join([c.literal(getattr(j, c.attr)) for j in jobs]) + "}"
-        for c in NEW_JOB_COLUMNS
-    }
+    return {c.name: _array([getattr(j, c.attr) for j in jobs], c.literal) for c in NEW_JOB_COLUMNS}
+
+
+def _array(values: list[Any], literal: Callable[[Any], str]) -> str:
+    """One column as an array literal, built in as few Python steps as possible: most columns
+    of a batch hold one value (queue, task, priority, …), and text columns are escaped in one
+    pass over the joined column rather than element by element."""
+    first = values[0]
+    if values.count(first) == len(values):
+        return "{" + ",".join([literal(first)] * len(values)) + "}"
+    if literal is _text and None not in values:
+        # NUL separates the elements: PostgreSQL text cannot hold it, so no value has one
+        # (checked: a value that did would shift every element after it).
+        joined = "\x00".join(values)
+        if joined.count("\x00") == len(values) - 1:
+            escaped = joined.replace("\\", "\\\\").replace('"', '\\"')
+            return '{"' + escaped.replace("\x00", '","') + '"}'
+    return "{" + ",".join([literal(v) for v in values]) + "}"
 
 
 def new_job_values(job: NewJob) -> dict[str, Any]:
