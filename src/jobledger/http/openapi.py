@@ -16,7 +16,8 @@ The HTTP API of jobledger, a durable job ledger: one row per business task (its 
 under a fencing token, retried with backoff, parked as dead when it cannot succeed.
 
 Authenticate with `Authorization: Bearer <API key>` (keys come from `jobledger keys create`).
-Scopes: `publish:QUEUE`, `consume:QUEUE` (`QUEUE` may be `*`), `admin` (everything).
+Scopes: `publish:QUEUE`, `consume:QUEUE` (`QUEUE` may be `*`), `read` (look at everything,
+change nothing: queues, groups, `/metrics`, the dashboard read-only), `admin` (everything).
 Every error is `application/problem+json` (RFC 9457) with `type`, `title`, `status`, `detail`.
 """
 
