@@ -145,6 +145,26 @@ def test_show_names_the_job_group(cli, db_url, tenants):
     assert any(line.split() == ["group", "-"] for line in plain.out.splitlines())
 
 
+def test_jobs_and_redrive_select_by_group(cli, db_url, tenants):
+    data = cli("jobs", "--group", "acme", "--url", db_url, "--json").json()
+    assert sorted(j["key"] for j in data["jobs"]) == ["acme:0", "acme:1", "acme:2"]
+    assert cli("jobs", "--group", "nobody", "--url", db_url).out.strip() == "no jobs match"
+    # A group is a filter of its own: redrive accepts it without --queue or --all.
+    from jobledger.backends import Failure, Lease
+
+    claimed = tenants.backend.job_claim(["mail"], "w2", 10, None)
+    tenants.backend.job_fail(
+        [Failure(Lease(j.id, j.lease_token, j.attempt), False, None, "E", "m") for j in claimed]
+    )
+    dead = {j.key for j in claimed}
+    assert "plain" in dead and any(k.startswith("globex:") for k in dead)
+    dry = cli(
+        "redrive", "--group", "globex", "--dry-run", "--reason", "r", "--url", db_url, "--json"
+    )
+    assert dry.code == 0, dry.err
+    assert [j["key"] for j in dry.json()["jobs"]] == [k for k in dead if k.startswith("globex:")]
+
+
 def test_help_explains_the_commands(cli):
     run = cli("groups", "--help")
     assert run.code == 0

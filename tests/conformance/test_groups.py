@@ -217,3 +217,14 @@ def test_a_group_rule_that_gives_none_leaves_the_job_without_a_group(ledger):
     plain, _ = ledger.enqueue("maybe", {}, key="b", now=T0)
     assert ledger.job(grouped).group == "acme"
     assert ledger.job(plain).group is None
+
+
+def test_jobs_can_be_listed_by_group(ledger, work):
+    from jobledger.backends import JobFilter
+
+    acme = put(ledger, "acme", 2)
+    put(ledger, "globex", 1)
+    ledger.enqueue("untyped", {}, key="plain", queue="q", now=T0)
+    assert [j.id for j in ledger.jobs(JobFilter(group="acme"))] == acme
+    assert ledger.jobs(JobFilter(group="nobody")) == []
+    assert len(ledger.jobs(JobFilter(queue="q"))) == 4

@@ -128,6 +128,8 @@ class JobFilter:
     states: tuple[JobState, ...] | None = None
     task: str | None = None
     key_prefix: str | None = None
+    group: str | None = None
+    """Only jobs of this group (see docs/groups.md)."""
     error_contains: str | None = None
     since: datetime | None = None
     """Last changed at or after this time."""
@@ -724,9 +726,12 @@ class Backend(Protocol):
         transaction is claiming right now is skipped, not waited for. Returns one ``KeyClaim``
         per item, in order: the claimed job, or the job as it is (or None when there is none).
         A pair named twice is claimed once."""
+
     # -- groups: limits, state and pauses (008) -------------------------------------------------
 
-    def group_limits_put(self, queue: str, limits: GroupLimits, now: datetime | None = None) -> None:
+    def group_limits_put(
+        self, queue: str, limits: GroupLimits, now: datetime | None = None
+    ) -> None:
         """Set the limits of every group of a queue (no limits at all removes the row)."""
         ...
 
@@ -787,6 +792,7 @@ class Backend(Protocol):
 
     def session_prune(self, now: datetime | None = None) -> int:
         """Delete expired sessions; return how many."""
+
     # -- push subscriptions (jobledger.subscriptions, the delivery loop) -----------------------
 
     def subscription_insert(self, sub: Subscription, now: datetime | None = None) -> Subscription:

@@ -160,6 +160,9 @@ def filter_sql(
     if where.key_prefix:
         clauses.append(f"substr(key, 1, {len(where.key_prefix)}) = {param('f_prefix')}")
         params["f_prefix"] = where.key_prefix
+    if where.group is not None:
+        clauses.append(f"group_name = {param('f_group')}")
+        params["f_group"] = where.group
     if where.error_contains:
         clauses.append(f"last_error {like} {param('f_error')} ESCAPE '\\'")
         escaped = where.error_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

@@ -69,6 +69,7 @@ def redrive(
     queue: str | None,
     task: str | None,
     key_prefix: str | None,
+    group: str | None,
     error_contains: str | None,
     since: datetime | None,
     until: datetime | None,
@@ -92,7 +93,9 @@ def redrive(
     jobledger redrive -q digests --error "HTTP 503" --since 6h --dry-run --reason "provider outage"
     jobledger redrive -q digests --error "HTTP 503" --since 6h --reason "provider outage" --rate 5
     """
-    has_filter = any(v is not None for v in (queue, task, key_prefix, error_contains, since, until))
+    has_filter = any(
+        v is not None for v in (queue, task, key_prefix, group, error_contains, since, until)
+    )
     if not (jobs or has_filter or everything):
         raise click.UsageError(
             "name the jobs (ids or keys), give a filter (--queue, --task, --error, …), "
@@ -106,6 +109,7 @@ def redrive(
         states=states,
         task=task,
         key_prefix=key_prefix,
+        group=group,
         error_contains=error_contains,
         since=since,
         until=until,

@@ -126,6 +126,7 @@ def filter_options(fn: Any) -> Any:
         click.option("--queue", "-q", default=None, help="Only this queue."),
         click.option("--task", default=None, help="Only jobs of this task."),
         click.option("--key-prefix", default=None, help="Only keys starting with this."),
+        click.option("--group", default=None, help="Only jobs of this group (a tenant)."),
         click.option(
             "--error", "error_contains", default=None, help="Only jobs whose last error has this."
         ),
@@ -175,6 +176,7 @@ def jobs(
     queue: str | None,
     task: str | None,
     key_prefix: str | None,
+    group: str | None,
     error_contains: str | None,
     since: datetime | None,
     until: datetime | None,
@@ -183,7 +185,7 @@ def jobs(
     order: str,
     as_json: bool,
 ) -> None:
-    """List jobs, filtered by queue, state, task, key prefix, error text and time range.
+    """List jobs, filtered by queue, state, task, key prefix, group, error text and time range.
 
     Example: the dead digests of the last day whose error mentions a template:
 
@@ -195,6 +197,7 @@ def jobs(
         states=tuple(JobState(s) for s in states) or None,
         task=task,
         key_prefix=key_prefix,
+        group=group,
         error_contains=error_contains,
         since=since,
         until=until,
