@@ -16,6 +16,7 @@ $(BIN)/.installed: pyproject.toml
 ## test: the whole suite, on SQLite and PostgreSQL (a bundled server starts when none answers)
 test: $(BIN)/.installed
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -37,6 +38,7 @@ bench: $(BIN)/.installed
 ## lint: style, types and layer contracts (make test runs them first)
 lint: $(BIN)/.installed
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

@@ -74,7 +74,9 @@ def drain(dialect: str, jobs: int, groups: int | None) -> float:
     return done / seconds
 
 
-def claim_latency(dialect: str, pending: int, groups: int | None, claims: int) -> tuple[float, float]:
+def claim_latency(
+    dialect: str, pending: int, groups: int | None, claims: int
+) -> tuple[float, float]:
     with fresh_database(dialect) as dsn:
         ledger = _ledger(dsn)
         _fill(ledger, pending, groups)

@@ -51,6 +51,10 @@ def test_the_groups_bench_runs_every_case_on_both_backends(pg):
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [line for line in proc.stdout.splitlines() if line.startswith("| sqlite") or line.startswith("| postgres")]
+    rows = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith("| sqlite") or line.startswith("| postgres")
+    ]
     assert len(rows) == 6, proc.stdout
     assert all(int(row.split("|")[3].replace(",", "")) > 0 for row in rows), rows

@@ -73,7 +73,9 @@ class Task:
         for rule in ("key", "group"):
             value = getattr(self, rule)
             if value is not None and not (isinstance(value, str) or callable(value)):
-                raise ConfigError(f"task {self.name!r}: {rule} must be a format string or a function")
+                raise ConfigError(
+                    f"task {self.name!r}: {rule} must be a format string or a function"
+                )
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self._signature = inspect.signature(self.fn)
         positional = [

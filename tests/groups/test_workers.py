@@ -33,15 +33,25 @@ def tenants(db_url: str) -> Iterator[Ledger]:
 def enqueue(ledger: Ledger, tenant: str, count: int, start: int = 0) -> None:
     ledger.enqueue_many(
         "call",
-        [{"payload": {"tenant": tenant, "n": n}, "key": f"{tenant}:{n}"}
-         for n in range(start, start + count)],
+        [
+            {"payload": {"tenant": tenant, "n": n}, "key": f"{tenant}:{n}"}
+            for n in range(start, start + count)
+        ],
     )
 
 
 def workers(db_url: str, count: int, *args: str, env: dict[str, str]):
     return [
         worker_process(
-            APP, db_url, "--queues", QUEUE, "--prefetch", "0", "--log-level", "error", *args,
+            APP,
+            db_url,
+            "--queues",
+            QUEUE,
+            "--prefetch",
+            "0",
+            "--log-level",
+            "error",
+            *args,
             env=env,
         )
         for _ in range(count)
@@ -59,7 +69,9 @@ def stop(procs) -> None:
 
 def done(ledger: Ledger, tenant: str | None = None) -> int:
     return sum(
-        1 for j in ledger.jobs() if j.state is JobState.DONE and (tenant is None or j.group == tenant)
+        1
+        for j in ledger.jobs()
+        if j.state is JobState.DONE and (tenant is None or j.group == tenant)
     )
 
 
@@ -123,9 +135,7 @@ def test_the_leased_limit_and_the_rate_hold_across_worker_processes(tenants, db_
     enqueue(tenants, "other", 12)
     procs = workers(db_url, 3, "--concurrency", "4", env={})
     try:
-        wait_until(
-            lambda: done(tenants, "paced") == 12, 60, interval=0.1, what="the paced jobs"
-        )
+        wait_until(lambda: done(tenants, "paced") == 12, 60, interval=0.1, what="the paced jobs")
     finally:
         stop(procs)
     starts = [c[1] for c in claims(tenants) if c[2] == "paced"]
