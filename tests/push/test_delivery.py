@@ -42,7 +42,11 @@ def test_deliveries_verify_with_the_standardwebhooks_package(ledger, endpoint, p
     ep = endpoint()
     sub = subscribe(ledger, ep.url)
     keys = ["4187:2026-W33", "lease-expiry:property-1842:lease-77", "report.v2 Ü%"]
-    ids = [publish(ledger, key, customer=i) for i, key in enumerate(keys)]
+    ids = [publish(ledger, key, customer=i) for i, key in enumerate(keys[:2])]
+    # A job with a group says so in a header, encoded as the key is.
+    ids.append(
+        ledger.enqueue(TASK, {"customer": 2}, key=keys[2], queue="hooks", group="Ülm.tenant").id
+    )
     push()
     for job_id in ids:
         wait_state(ledger, job_id, JobState.DONE)
@@ -63,6 +67,10 @@ def test_deliveries_verify_with_the_standardwebhooks_package(ledger, endpoint, p
         assert "." not in request.headers["webhook-id"]
         assert abs(int(request.headers["webhook-timestamp"]) - request.at) < 5
         assert request.headers["jobledger-attempt"] == "1"
+        group = request.headers.get("jobledger-group")
+        assert (None if group is None else key_from_webhook_id(group)) == (
+            "Ülm.tenant" if i == 2 else None
+        )
     # The plain keys are the webhook-id unchanged; only the one with '.', ' ', '%' is encoded.
     assert by_key[keys[0]][0].headers["webhook-id"] == keys[0]
     assert by_key[keys[2]][0].headers["webhook-id"] == "report%2Ev2%20%C3%9C%25"

@@ -617,6 +617,9 @@ class _Lane:
             ),
             (b"jobledger-attempt", str(job.attempt).encode()),
         ]
+        if job.group is not None:
+            # Encoded as the key is in webhook-id (a header carries printable ASCII only).
+            headers.append((b"jobledger-group", webhook_id(job.group).encode("ascii")))
         if job.correlation_id:
             cid = job.correlation_id
             if cid.isascii() and cid.isprintable():
