@@ -321,9 +321,12 @@ class Client:
         retry_after_seconds: float | None = None,
         permanent: bool = False,
         error_class: str | None = None,
+        pause_group: bool = False,
     ) -> dict[str, Any]:
         """The delivery failed: retry later (after ``retry_after_seconds``, else the queue's
-        backoff), or with ``permanent`` never. Returns the message's new state."""
+        backoff), or with ``permanent`` never. ``pause_group`` also holds back the message's
+        whole group until the retry time (it needs ``retry_after_seconds``). Returns the
+        message's new state."""
         body: dict[str, Any] = {"receipt": receipt, "error": error}
         if retry_after_seconds is not None:
             body["retry_after_seconds"] = retry_after_seconds
@@ -331,6 +334,8 @@ class Client:
             body["permanent"] = True
         if error_class is not None:
             body["error_class"] = error_class
+        if pause_group:
+            body["pause_group"] = True
         return dict(self._request("POST", "/v1/queue/nack", json=body).json())
 
     def extend(self, receipt: str, lease_seconds: float) -> dict[str, Any]:

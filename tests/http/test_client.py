@@ -186,6 +186,11 @@ def test_the_client_against_a_server(api):
         with pytest.raises(ApiError) as caught:
             client.put_queue("other")
         assert caught.value.status == 403
+        # A nack that holds back the message's whole group.
+        client.publish("emails", {"to": 5}, key="tenant:5", group="acme")
+        [grouped] = client.receive("emails", wait_seconds=1)
+        nacked = client.nack(grouped.receipt, "429", retry_after_seconds=60, pause_group=True)
+        assert nacked["group_paused_until"] == nacked["run_at"] is not None
 
 
 class LoseFirstAnswer(httpx.HTTPTransport):

@@ -153,7 +153,12 @@ def test_nack_permanent_is_dead_at_once(api):
     response = api.admin.post(
         "/v1/queue/nack", json={"receipt": m["receipt"], "error": "HTTP 400", "permanent": True}
     )
-    assert response.json() == {"message_id": m["message_id"], "state": "dead", "run_at": None}
+    assert response.json() == {
+        "message_id": m["message_id"],
+        "state": "dead",
+        "run_at": None,
+        "group_paused_until": None,
+    }
     job = api.ledger.job(int(m["message_id"]))
     assert job.state is JobState.DEAD and job.last_error_class == "Permanent"
     response = api.admin.post(

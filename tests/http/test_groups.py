@@ -207,3 +207,37 @@ def test_reading_groups_needs_read_and_changing_them_admin(api):
         assert_problem(client.post("/v1/queues/q/groups/acme/resume"), status, kind)
     assert api.ledger.group_limits("q").unlimited
     assert groups_of(api)["acme"]["paused_until"] is None
+
+
+def test_a_nack_can_hold_back_the_whole_group(api):
+    api.queue()
+    put(api, "throttled", 3)
+    [first] = receive(api.admin, max_messages=1)
+    needs_time = api.admin.post(
+        "/v1/queue/nack", json={"receipt": first["receipt"], "pause_group": True}
+    )
+    assert_problem(needs_time, 422, "validation-failed")
+    nacked = api.admin.post(
+        "/v1/queue/nack",
+        json={
+            "receipt": first["receipt"],
+            "retry_after_seconds": 3600,
+            "pause_group": True,
+            "error_class": "RateLimited",
+        },
+    )
+    assert nacked.status_code == 200, nacked.text
+    assert nacked.json()["group_paused_until"] == nacked.json()["run_at"]
+    group = groups_of(api)["throttled"]
+    assert group["paused_until"] is not None and "RateLimited" in group["paused_reason"]
+    # The group's other two messages are held back; another group's are not.
+    put(api, "fine", 1)
+    assert [m["group"] for m in receive(api.admin, max_messages=10)] == ["fine"]
+    # A plain nack pauses nothing.
+    put(api, "other", 1)
+    [other] = receive(api.admin, max_messages=10)
+    plain = api.admin.post(
+        "/v1/queue/nack", json={"receipt": other["receipt"], "retry_after_seconds": 3600}
+    )
+    assert plain.status_code == 200 and plain.json()["group_paused_until"] is None
+    assert groups_of(api)["other"]["paused_until"] is None

@@ -92,6 +92,12 @@ NACK = Object(
         "permanent": Boolean(
             default=False, description="Do not retry: the message goes to dead at once."
         ),
+        "pause_group": Boolean(
+            default=False,
+            description="Also hold back every message of this message's group until the retry "
+            "time (the group's provider throttled the whole tenant). Needs retry_after_seconds; "
+            "a message without a group just retries.",
+        ),
     },
     required=("receipt",),
     name="NackRequest",
@@ -113,6 +119,7 @@ NACKED = Object(
         "message_id": MESSAGE_ID,
         "state": STATE,
         "run_at": OPTIONAL_TIME,
+        "group_paused_until": OPTIONAL_TIME,
     },
     required=("message_id", "state", "run_at"),
     additional=True,
@@ -251,15 +258,24 @@ async def ack(call: Call) -> Response:
 async def nack(call: Call) -> Response:
     """Without `permanent` the message is delivered again after `retry_after_seconds` (default:
     the queue's backoff), unless its attempts are spent: then it is dead. With `permanent` it is
-    dead at once. Dead messages wait for an operator's redrive or resolve."""
+    dead at once. Dead messages wait for an operator's redrive or resolve. With `pause_group`
+    the message's whole group is held back until `run_at` too, in the same transaction (as
+    `Retry(after=…, scope="group")` in a Python handler); a pause only ever extends."""
     body = call.body
     permanent = bool(body.get("permanent", False))
     retry_after = body.get("retry_after_seconds")
+    pause_group = bool(body.get("pause_group", False))
     if permanent and retry_after is not None:
         raise Problem(
             "validation-failed",
             "give retry_after_seconds or permanent, not both",
             errors=[{"pointer": "/retry_after_seconds", "detail": "conflicts with permanent"}],
+        )
+    if pause_group and retry_after is None:
+        raise Problem(
+            "validation-failed",
+            "pause_group needs retry_after_seconds: until when to hold the group back",
+            errors=[{"pointer": "/pause_group", "detail": "needs retry_after_seconds"}],
         )
     job, lease = await held(call, body["receipt"], "nack")
     now = datetime.now(UTC)
@@ -275,6 +291,7 @@ async def nack(call: Call) -> Response:
         run_at=run_at,
         error_class=error_class,
         message=body.get("error") or "nacked by the consumer",
+        pause_group_until=run_at if pause_group and job.group is not None else None,
     )
     [result] = await call.run(call.state.backend.job_fail, [failure])
     if result.state is None:
@@ -286,6 +303,7 @@ async def nack(call: Call) -> Response:
             "message_id": str(job.id),
             "state": result.state.value,
             "run_at": iso(run_at) if result.state is JobState.PENDING else None,
+            "group_paused_until": iso(run_at) if failure.pause_group_until else None,
         }
     )
 
