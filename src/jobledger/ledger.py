@@ -768,6 +768,12 @@ class Ledger:
             total = total + PruneResult(expired_tombstones=expired)
             if expired < batch:
                 break
+        # Schedule ticks are not of a queue: a prune of every queue takes them too.
+        while queue is None:
+            ticks = self.backend.schedule_tick_prune(before, batch)
+            total = total + PruneResult(ticks=ticks)
+            if ticks < batch:
+                break
         return total
 
 

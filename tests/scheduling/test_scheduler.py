@@ -409,3 +409,27 @@ def test_a_scheduler_for_an_unknown_cohort_is_refused(ledger):
         ledger.scheduler(cohorts=["eu"])
     with pytest.raises(ConfigError, match="poll_interval"):
         ledger.scheduler(lease_seconds=3, poll_interval=2)
+
+
+def test_prune_removes_finished_ticks_older_than_the_cut_off_and_nothing_reruns(ledger):
+    @ledger.schedule("0 3 * * *", tz="UTC", name="nightly")
+    @ledger.task(queue="cleanup")
+    def cleanup(ctx, tick: str) -> None: ...
+
+    s = scheduler(ledger, "a")
+    s.run_once(T0)
+    now = T0
+    for day in range(1, 11):
+        now = T0 + timedelta(days=day)
+        s.run_once(now)  # 03:00 of each day, Aug 10 to Aug 19
+    assert len(ledger.schedules.ticks(limit=100)) == 10
+    # A prune of one queue leaves ticks alone: they belong to no queue.
+    assert ledger.prune(timedelta(days=3), queue="cleanup", now=now).ticks == 0
+    result = ledger.prune(timedelta(days=3), now=now)
+    assert result.ticks == 7
+    left = sorted(t.tick_time.day for t in ledger.schedules.ticks(limit=100))
+    assert left == [17, 18, 19]
+    # The scheduler does not run a pruned tick again, nor the ones it kept.
+    assert s.run_once(now + hours(1)).ticks == []
+    assert len(ledger.jobs(JobFilter(queue="cleanup"))) == 10
+    assert ledger.prune(timedelta(days=3), now=now).ticks == 0

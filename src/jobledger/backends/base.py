@@ -169,6 +169,8 @@ class PruneResult:
     """Tombstones written: keys that keep blocking duplicates after their job is gone."""
     expired_tombstones: int = 0
     """Tombstones past their horizon that were deleted (their keys are free again)."""
+    ticks: int = 0
+    """Schedule ticks finished before the cut-off that were deleted (see docs/scheduling.md)."""
     by_state: dict[str, int] = field(default_factory=dict)
     """Jobs removed (or, for a dry run, that would be) per state."""
 
@@ -183,6 +185,7 @@ class PruneResult:
             self.effects + other.effects,
             self.tombstones + other.tombstones,
             self.expired_tombstones + other.expired_tombstones,
+            self.ticks + other.ticks,
             states,
         )
 
@@ -562,6 +565,11 @@ class Backend(Protocol):
         after: datetime | None = None,
     ) -> list[TickRow]:
         """Ticks, most recent first: of one schedule or all, in one state, after a time."""
+
+    def schedule_tick_prune(self, before: datetime, limit: int = 1000) -> int:
+        """Delete up to ``limit`` finished ticks with a tick time before ``before`` and behind
+        their schedule's cursor; return how many."""
+        ...
 
     # -- pruning -------------------------------------------------------------------------------
 

@@ -270,6 +270,9 @@ class PostgresScheduling:
             {"schedule": name, "tick_time": tick_time, "error": error[:4000]},
         )
 
+    def schedule_tick_prune(self, before: datetime, limit: int = 1000) -> int:
+        return len(self._run("schedule_tick_prune", {"before": before}, limit=limit))
+
     def schedule_tick_list(
         self,
         name: str | None = None,

@@ -292,6 +292,11 @@ class SqliteScheduling:
                 {"schedule": name, "tick_time": _ts(tick_time), "error": error[:4000]},
             )
 
+    def schedule_tick_prune(self, before: datetime, limit: int = 1000) -> int:
+        text = self._sql["schedule_tick_prune"].replace("{limit}", str(max(1, int(limit))))
+        with self._write() as c:
+            return int(c.execute(text, {"before": _ts(before)}).rowcount)
+
     def schedule_tick_list(
         self,
         name: str | None = None,

@@ -340,8 +340,9 @@ def prune(
 
     Done and cancelled jobs go; dead ones only with --include-dead. The key of each pruned job
     keeps blocking duplicates for --keep-keys after the job finished: an enqueue of it creates
-    nothing. Tombstones past their horizon are deleted too. Each batch is a short transaction on
-    an index of finished jobs, so prune can run beside busy workers (e.g. daily from cron).
+    nothing. Tombstones past their horizon are deleted too, and (without --queue) schedule ticks
+    older than --older-than. Each batch is a short transaction over the oldest jobs by id, so
+    prune can run beside busy workers (e.g. daily from cron).
     """
     ledger = open_ledger(url)
     keep = keep_keys.total_seconds() or None
@@ -370,4 +371,5 @@ def prune(
         f"{result.tombstones} key(s) kept taken"
         + (f" for {format_duration(keep)} after finishing" if keep else "")
         + f"; {result.expired_tombstones} expired tombstone(s) removed"
+        + (f"; {result.ticks} schedule tick(s) older than {age} removed" if result.ticks else "")
     )

@@ -364,6 +364,19 @@ RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_exi
 UPDATE {ticks} SET error = %(error)s
 WHERE schedule = %(schedule)s AND tick_time = %(tick_time)s AND state = 'running'
 
+-- name: schedule_tick_prune
+-- Finished ticks older than the cut-off and behind their schedule's cursor: no scheduler looks
+-- at them again (only the tick history does). Each schedule's are found through the primary
+-- key (schedule, tick_time).
+DELETE FROM {ticks} WHERE (schedule, tick_time) IN (
+    SELECT t.schedule, t.tick_time FROM {schedules} AS s
+    JOIN {ticks} AS t ON t.schedule = s.name AND t.tick_time < s.cursor_at
+                     AND t.tick_time < %(before)s
+    WHERE t.state = 'done'
+    LIMIT {limit}
+)
+RETURNING 1
+
 -- name: schedule_tick_list
 -- {where} is built from fixed clauses; {limit} is a literal.
 SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,

@@ -259,6 +259,17 @@ RETURNING schedule, tick_time, state, leader, term, runs, jobs_created, jobs_exi
 UPDATE jobledger_ticks SET error = :error
 WHERE schedule = :schedule AND tick_time = :tick_time AND state = 'running'
 
+-- name: schedule_tick_prune
+-- Finished ticks older than the cut-off and behind their schedule's cursor: no scheduler looks
+-- at them again (only the tick history does).
+DELETE FROM jobledger_ticks WHERE (schedule, tick_time) IN (
+    SELECT t.schedule, t.tick_time FROM jobledger_schedules AS s
+    JOIN jobledger_ticks AS t ON t.schedule = s.name AND t.tick_time < s.cursor_at
+                             AND t.tick_time < :before
+    WHERE t.state = 'done'
+    LIMIT {limit}
+)
+
 -- name: schedule_tick_list
 -- {where} is built from fixed clauses; {limit} is a literal.
 SELECT schedule, tick_time, state, leader, term, runs, jobs_created, jobs_existing, conflicts,
