@@ -735,7 +735,9 @@ class Ledger:
         ago go; dead jobs only with ``include_dead`` (they wait for an operator). Each pruned
         key keeps blocking enqueue for ``keep_keys`` after its job finished (default 365 days;
         ``None`` or 0 frees keys at once): enqueue of such a key creates nothing and reports the
-        pruned job (``InsertResult.pruned``). Tombstones past their horizon are deleted too.
+        pruned job (``InsertResult.pruned``). Tombstones past their horizon are deleted too,
+        and, unless ``queue`` is given, schedule ticks older than ``older_than`` that are
+        finished and behind their schedule's cursor (``PruneResult.ticks``).
         Every batch is one short transaction over the next ``batch`` jobs by id: prune walks
         the primary key from the oldest job and stops at the first jobs created after the
         cut-off, so it needs no index of its own on the jobs table.
