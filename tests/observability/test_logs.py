@@ -13,7 +13,7 @@ import signal
 import httpx
 import pytest
 
-from jobledger import Backoff, Ledger
+from jobledger import Backoff, JobState, Ledger
 from jobledger.cli import main
 from jobledger.observability.logs import ConsoleFormatter, JsonFormatter, configure_logging
 
@@ -88,8 +88,15 @@ def test_one_json_line_per_attempt_outcome_with_the_enqueued_correlation_id(ledg
             if ctx.attempt < 3:
                 raise ConnectionError("provider hiccup")  # transient: retried
 
-        ledger.enqueue(flaky, {"n": 1}, key="k1", correlation_id="order-4187")
-        ledger.run_worker(["q"], burst=True, handle_signals=False)
+        job_id = ledger.enqueue(flaky, {"n": 1}, key="k1", correlation_id="order-4187").id
+
+        def burst_until_done() -> bool:
+            # A burst stops when nothing is due, and a retry due a millisecond later is not
+            # due yet: run bursts until the job is done.
+            ledger.run_worker(["q"], burst=True, handle_signals=False)
+            return ledger.job(job_id).state is JobState.DONE
+
+        wait_until(burst_until_done, timeout=30, what="three attempts")
     finally:
         root.handlers[:], _ = saved
         root.setLevel(saved[1])
