@@ -15,7 +15,7 @@ from jobledger.fakeprovider import FakeProvider
 from jobledger.history import HistoryError, HistoryRecorder, check, check_paths, install, load
 
 from .support.history import enqueue, history_dir
-from .support.processes import wait_until
+from .support.processes import bursts_until
 
 T = "tok"
 
@@ -244,13 +244,13 @@ def test_a_real_run_recorded_by_workers_harness_and_provider_checks_clean(
         for n in range(20):
             enqueue(ledger, harness, "send", {"n": n}, key=f"k{n}")
         enqueue(ledger, harness, "send", {"n": 0}, key="k0")  # a repeat: created=False
-
-        def burst_until_done() -> bool:
-            # A burst stops when nothing is due; a retry due a millisecond later is not yet.
-            ledger.run_worker(["q"], concurrency=2, burst=True, handle_signals=False)
-            return len(ledger.jobs(JobFilter(states=(JobState.DONE,)))) == 20
-
-        wait_until(burst_until_done, timeout=30, what="every job done")
+        bursts_until(
+            ledger,
+            lambda: len(ledger.jobs(JobFilter(states=(JobState.DONE,)))) == 20,
+            "every job done",
+            queues=["q"],
+            concurrency=2,
+        )
         harness.snapshot(ledger.backend)
     harness.close()
     workers.close()

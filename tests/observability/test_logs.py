@@ -19,7 +19,7 @@ from jobledger.observability.logs import ConsoleFormatter, JsonFormatter, config
 
 from ..support.http import ServeProcess
 from ..support.metrics import parse, value
-from ..support.processes import wait_exit, wait_until, worker_process
+from ..support.processes import bursts_until, wait_exit, wait_until, worker_process
 
 OUTCOME_FIELDS = {
     "job_id",
@@ -89,14 +89,12 @@ def test_one_json_line_per_attempt_outcome_with_the_enqueued_correlation_id(ledg
                 raise ConnectionError("provider hiccup")  # transient: retried
 
         job_id = ledger.enqueue(flaky, {"n": 1}, key="k1", correlation_id="order-4187").id
-
-        def burst_until_done() -> bool:
-            # A burst stops when nothing is due, and a retry due a millisecond later is not
-            # due yet: run bursts until the job is done.
-            ledger.run_worker(["q"], burst=True, handle_signals=False)
-            return ledger.job(job_id).state is JobState.DONE
-
-        wait_until(burst_until_done, timeout=30, what="three attempts")
+        bursts_until(
+            ledger,
+            lambda: ledger.job(job_id).state is JobState.DONE,
+            "three attempts",
+            queues=["q"],
+        )
     finally:
         root.handlers[:], _ = saved
         root.setLevel(saved[1])

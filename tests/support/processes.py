@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
@@ -68,6 +68,20 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+def bursts_until(
+    ledger: Any, done: Callable[[], bool], what: str, timeout: float = 30.0, **worker: Any
+) -> None:
+    """Run burst workers in this thread until ``done()``. A burst stops when nothing is due,
+    and a retry due a millisecond later is not due yet: a test whose jobs retry with a tiny
+    backoff runs bursts until they are all finished."""
+
+    def burst_then_check() -> bool:
+        ledger.run_worker(burst=True, handle_signals=False, **worker)
+        return done()
+
+    wait_until(burst_then_check, timeout=timeout, what=what)
 
 
 def killed_by_sigkill(returncode: int) -> bool:
