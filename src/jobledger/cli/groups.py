@@ -17,7 +17,15 @@ from rich.text import Text
 from ..errors import ConfigError
 from ..groups import GroupLimits, GroupStatus
 from .base import cli, json_option, open_ledger, url_option
-from .params import DURATION, console, default_actor, echo_json, format_duration, format_time
+from .params import (
+    DURATION,
+    console,
+    default_actor,
+    echo_json,
+    format_duration,
+    format_time,
+    iso_time,
+)
 
 #: The longest pause the CLI (and the HTTP API) sets at once: a year. A group that must stay
 #: off longer is paused again; ``resume`` lifts a pause at any time.
@@ -80,16 +88,15 @@ class _Later(click.ParamType):  # type: ignore[type-arg]
         if isinstance(value, datetime):
             return value
         text = str(value).strip()
-        try:
-            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
+        when = iso_time(text)
+        if when is None:
             self.fail(
                 f"{text!r} is not a time; write an ISO 8601 time such as 2026-08-10T06:00:00Z "
                 "(or use --for 30m)",
                 param,
                 ctx,
             )
-        return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        return when
 
 
 @cli.group()

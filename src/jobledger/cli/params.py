@@ -84,6 +84,15 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
+def iso_time(text: str) -> datetime | None:
+    """An ISO 8601 time (``Z`` accepted), UTC when it has no offset; None when it is not one."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
 class When(click.ParamType):  # type: ignore[type-arg]
     """A point in time: ISO 8601 (UTC when it has no offset), ``now``, or a duration meaning
     that long ago (``2h`` = two hours ago)."""
@@ -100,16 +109,15 @@ class When(click.ParamType):  # type: ignore[type-arg]
             return datetime.now(UTC) - parse_duration(text)
         except ConfigError:
             pass
-        try:
-            when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
+        when = iso_time(text)
+        if when is None:
             self.fail(
                 f"{text!r} is not a time; write an ISO 8601 time (2026-08-10T06:00:00Z), "
                 "'now', or a duration meaning that long ago (2h, 3d)",
                 param,
                 ctx,
             )
-        return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        return when
 
 
 class JsonObject(click.ParamType):  # type: ignore[type-arg]
