@@ -767,18 +767,24 @@ class Ledger:
                 progress(total)
         if dry_run:
             return total
-        while True:
-            expired = self.backend.tombstone_prune(now, batch)
-            total = total + PruneResult(expired_tombstones=expired)
-            if expired < batch:
-                break
+        expired = _in_batches(lambda: self.backend.tombstone_prune(now, batch), batch)
+        total = total + PruneResult(expired_tombstones=expired)
         # Schedule ticks are not of a queue: a prune of every queue takes them too.
-        while queue is None:
-            ticks = self.backend.schedule_tick_prune(before, batch)
+        if queue is None:
+            ticks = _in_batches(lambda: self.backend.schedule_tick_prune(before, batch), batch)
             total = total + PruneResult(ticks=ticks)
-            if ticks < batch:
-                break
         return total
+
+
+def _in_batches(delete: Callable[[], int], batch: int) -> int:
+    """Run ``delete`` (one batch, returning how many rows it removed) until a batch comes back
+    short; return the total."""
+    total = 0
+    while True:
+        removed = delete()
+        total += removed
+        if removed < batch:
+            return total
 
 
 def _priority(value: Any) -> int:
