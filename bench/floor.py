@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 
 from jobledger import Ledger
-from jobledger.backends import NewJob
+from jobledger._records import NewJob
 from jobledger.backends.common import insert_values
 from jobledger.backends.postgres_newjob import NEW_JOB_SQL, new_job_arrays
 from jobledger.backends.sqlfiles import queries

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from jobledger import Ledger
-from jobledger.backends import Lease
+from jobledger._records import Lease
 
 from .harness import fresh_database, percentile
 

@@ -25,8 +25,8 @@ import threading  # noqa: E402
 import uvicorn  # noqa: E402
 
 from jobledger import JobFilter, JobState, Ledger  # noqa: E402
+from jobledger._services.subscriptions import create_subscription  # noqa: E402
 from jobledger.push import PushService, PushSettings  # noqa: E402
-from jobledger.subscriptions import create_subscription  # noqa: E402
 
 
 class Endpoint:

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from jobledger import Ledger
-from jobledger.backends import Lease
+from jobledger._records import Lease
 
 from .harness import percentile
 

@@ -37,7 +37,9 @@ print(f"enqueue it again      → job {again.id}, created={again.created} (one k
 
 stats = ledger.run_worker(queues=["digests"], concurrency=4, burst=True)
 job = ledger.job_by_key("4187:2026-W33")
-print(f"worker: {stats.completed} completed; job {job.id} is {job.state.value} after {job.attempts} attempt(s)")
+print(
+    f"worker: {stats.completed} completed; job {job.id} is {job.state.value} after {job.attempts} attempt(s)"
+)
 print(f"provider: {provider.stats()}")
 provider.stop()
 ledger.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 
 from jobledger import Ledger
-from jobledger.backends.base import NewJob
+from jobledger._records import NewJob
 from jobledger.backends.postgres_newjob import new_job_arrays, new_job_values
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import psycopg
 
 from jobledger import Ledger
-from jobledger.backends.base import Failure, Lease
+from jobledger._records import Failure, Lease
 
 BATCH = 500
 

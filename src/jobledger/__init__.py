@@ -16,8 +16,27 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
     ledger.run_worker(queues=["digests"], concurrency=4, burst=True)
 """
 
-from .backends import JobFilter
-from .backends.base import InsertResult, PruneResult
+from ._records import (
+    Attempt,
+    AttemptOutcome,
+    CatchUp,
+    ClaimedJob,
+    Enqueued,
+    Event,
+    GroupLimits,
+    GroupStatus,
+    InsertResult,
+    JobFilter,
+    JobRow,
+    JobSpec,
+    JobState,
+    LeaderLease,
+    PruneResult,
+    ScheduleRow,
+    TickRow,
+    TickState,
+    Tombstone,
+)
 from .brokers.consumer import BrokerConsumer
 from .brokers.outbox import Outbox
 from .brokers.relay import Relay
@@ -39,10 +58,8 @@ from .errors import (
     SchemaMismatch,
 )
 from .faults import fault_point
-from .groups import GroupLimits, GroupStatus
 from .ledger import JobHistory, Ledger, RedriveResult
 from .policy import Backoff, check_response, classify, parse_retry_after
-from .scheduling.records import CatchUp, LeaderLease, ScheduleRow, TickRow, TickState
 from .scheduling.schedule import (
     Schedule,
     ScheduleBook,
@@ -53,17 +70,6 @@ from .scheduling.schedule import (
 )
 from .scheduling.scheduler import Scheduler, SchedulerPass
 from .task import Task
-from .types import (
-    Attempt,
-    AttemptOutcome,
-    ClaimedJob,
-    Enqueued,
-    Event,
-    JobRow,
-    JobSpec,
-    JobState,
-    Tombstone,
-)
 from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"

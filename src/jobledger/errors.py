@@ -12,7 +12,8 @@ What jobledger raises to its callers::
     ├── LeadershipLost         a scheduler's leader lease expired or was taken; it wrote nothing
     ├── BackendUnavailable     the database is missing, locked, gone or refuses us
     │   └── SchemaMismatch     the database has no jobledger schema, or a newer one than this code
-    └── BrokerUnavailable      a message broker (RabbitMQ, NATS, Redis) cannot be reached or used
+    ├── BrokerUnavailable      a message broker (RabbitMQ, NATS, Redis) cannot be reached or used
+    └── SubscriptionExists     the queue already has a push subscription
 
 What a handler raises to say how its attempt ended (anything else is a transient failure)::
 
@@ -43,6 +44,7 @@ __all__ = [
     "Permanent",
     "Retry",
     "SchemaMismatch",
+    "SubscriptionExists",
 ]
 
 
@@ -176,3 +178,15 @@ class Permanent(HandlerOutcome):  # noqa: N818
         self.reason = reason
         self.error_class = error_class or "Permanent"
         super().__init__(reason)
+
+
+class SubscriptionExists(JobledgerError):
+    """The queue already has a subscription (a queue has at most one); nothing was created."""
+
+    def __init__(self, queue: str, existing_id: str):
+        self.queue = queue
+        self.existing_id = existing_id
+        super().__init__(
+            f"queue {queue!r} already has subscription {existing_id}; a queue has one "
+            "subscription: delete it first, or change that one"
+        )

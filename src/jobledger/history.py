@@ -52,10 +52,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import Backend, JobFilter, RescueResult
+from ._records import ClaimedJob, Enqueued, JobFilter, RescueResult
+from .backends.base import Backend
 from .errors import JobledgerError
 from .hooks import WorkerObserver
-from .types import ClaimedJob, Enqueued
 
 if TYPE_CHECKING:
     from .ledger import Ledger

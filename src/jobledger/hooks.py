@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from .backends.base import RescueResult
-    from .types import ClaimedJob
+    from ._records import ClaimedJob, RescueResult
     from .worker import Worker
 
 __all__ = ["WorkerObserver", "WorkerService"]

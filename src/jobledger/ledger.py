@@ -12,13 +12,31 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
-from .backends import DEFAULT_URL, DatabaseURL, JobFilter, NewJob, open_backend
-from .backends.base import Backend, InsertResult, PruneResult, QueueStats, RescueResult
+from ._records import (
+    Attempt,
+    Enqueued,
+    Event,
+    GroupLimits,
+    GroupStatus,
+    InsertResult,
+    JobFilter,
+    JobRow,
+    JobSpec,
+    JobState,
+    NewJob,
+    PruneResult,
+    QueueStats,
+    RescueResult,
+    encode_payload,
+    finite_number,
+    validate_group,
+    validate_key,
+)
+from .backends import DEFAULT_URL, DatabaseURL, open_backend
+from .backends.base import Backend
 from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
-from .groups import GroupLimits, GroupStatus, validate_group
 from .hooks import WorkerObserver, WorkerService
 from .observability.rollup import install_rollups
-from .payload import encode_payload, finite_number, validate_key
 from .policy import DEFAULT_BACKOFF, Backoff
 from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
 from .task import (
@@ -30,7 +48,6 @@ from .task import (
     validate_max_attempts,
     validate_queue_name,
 )
-from .types import Attempt, Enqueued, Event, JobRow, JobSpec, JobState
 from .worker import Worker, WorkerStats
 
 if TYPE_CHECKING:

@@ -7,9 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, PayloadError
-from .policy import DEFAULT_BACKOFF, Backoff
-from .validation import (
+from ._records import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -19,10 +17,12 @@ from .validation import (
     validate_queue_name,
     validate_task_name,
 )
+from .errors import ConfigError, PayloadError
+from .policy import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
+    from ._records import Enqueued
     from .ledger import Ledger
-    from .types import Enqueued
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from jobledger import JobState, Ledger, Permanent, Retry
+from jobledger._records import OutboxReason
 from jobledger.brokers.base import publisher_for
 from jobledger.brokers.outbox import Outbox
-from jobledger.brokers.records import OutboxReason
 from jobledger.brokers.relay import Relay
 
 from ..support.brokers import jobledger_process

@@ -11,9 +11,8 @@ import psycopg
 import pytest
 
 from jobledger import ConfigError, JobFilter, JobState, LeadershipLost, Ledger, NotFound, Retry
-from jobledger.backends import Failure, Lease
+from jobledger._records import Failure, Lease, OutboxReason
 from jobledger.brokers.outbox import Outbox
-from jobledger.brokers.records import OutboxReason
 
 from ..conformance.conftest import T0, at
 

@@ -150,7 +150,7 @@ def test_jobs_and_redrive_select_by_group(cli, db_url, tenants):
     assert sorted(j["key"] for j in data["jobs"]) == ["acme:0", "acme:1", "acme:2"]
     assert cli("jobs", "--group", "nobody", "--url", db_url).out.strip() == "no jobs match"
     # A group is a filter of its own: redrive accepts it without --queue or --all.
-    from jobledger.backends import Failure, Lease
+    from jobledger._records import Failure, Lease
 
     claimed = tenants.backend.job_claim(["mail"], "w2", 10, None)
     tenants.backend.job_fail(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobledger import JobState
-from jobledger.backends import Failure, Lease
+from jobledger._records import Failure, Lease
 
 from .conftest import assert_one_line_error
 

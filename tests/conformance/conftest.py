@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from jobledger import Ledger
-from jobledger.backends import Lease
-from jobledger.types import ClaimedJob
+from jobledger._records import ClaimedJob, Lease
 
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 

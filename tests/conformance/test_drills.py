@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from jobledger import JobState
+from jobledger._records import AttemptOutcome
 from jobledger.fakeprovider import FakeProvider
-from jobledger.types import AttemptOutcome
 
 from ..support.processes import killed_by_sigkill, wait_exit, wait_until, worker_process
 
@@ -116,7 +116,7 @@ def test_drill5_redrive_does_not_repeat_the_effect(ledger, db_url, provider):
     [job_id] = enqueue_sends(ledger, 1)
     # Attempt 1 reaches the provider and records the effect; the provider's answer to a later
     # call was a 400, so the job is dead — the state an operator finds.
-    from jobledger.backends import Failure, Lease
+    from jobledger._records import Failure, Lease
 
     [job] = ledger.backend.job_claim(["drill"], "earlier-worker", 1)
     lease = Lease(job.id, job.lease_token, job.attempt)

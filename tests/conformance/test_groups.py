@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from jobledger import ConfigError, Ledger, PayloadError, Retry
-from jobledger.backends import Failure
+from jobledger._records import Failure
 
 from .conftest import T0, at, lease_of
 
@@ -220,7 +220,7 @@ def test_a_group_rule_that_gives_none_leaves_the_job_without_a_group(ledger):
 
 
 def test_jobs_can_be_listed_by_group(ledger, work):
-    from jobledger.backends import JobFilter
+    from jobledger._records import JobFilter
 
     acme = put(ledger, "acme", 2)
     put(ledger, "globex", 1)

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from jobledger import BackendUnavailable, JobSpec, JobState, KeyConflict, Ledger
-from jobledger.backends import Failure, Lease
-from jobledger.types import AttemptOutcome
+from jobledger._records import AttemptOutcome, Failure, Lease
 
 from ..support.processes import wait_exit, wait_until, worker_process
 from .conftest import T0, at, enqueue, lease_of

@@ -7,8 +7,7 @@ import threading
 import pytest
 
 from jobledger import JobState, LeaseLost
-from jobledger.backends import Failure, Lease
-from jobledger.types import AttemptOutcome
+from jobledger._records import AttemptOutcome, Failure, Lease
 
 from .conftest import T0, at, enqueue, lease_of
 

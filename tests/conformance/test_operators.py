@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobledger import ConfigError, InvalidTransition, JobFilter, JobState, NotFound
-from jobledger.backends import Failure
+from jobledger._records import Failure
 
 from .conftest import T0, at, enqueue, lease_of
 

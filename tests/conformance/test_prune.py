@@ -11,8 +11,7 @@ import psycopg
 import pytest
 
 from jobledger import JobFilter, JobState, KeyConflict, NotFound
-from jobledger.backends import Failure
-from jobledger.payload import encode_payload, payload_digest
+from jobledger._records import Failure, encode_payload, payload_digest
 
 from ..support.processes import wait_until
 from .conftest import T0, at, enqueue, lease_of
@@ -267,7 +266,7 @@ def test_the_prune_window_reads_the_primary_key(ledger, tasks):
 def test_prune_keeps_jobs_within_their_queues_retention(ledger, tasks):
     """A declared queue promises its retention (the Idempotency-Key replay window of the HTTP
     API): prune never takes its jobs earlier, whatever --older-than says."""
-    from jobledger.queues import QueueSettings
+    from jobledger._records import QueueSettings
 
     ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
     kept = finish(ledger, 1)
@@ -279,8 +278,7 @@ def test_prune_keeps_jobs_within_their_queues_retention(ledger, tasks):
 
 
 def test_prune_deletes_the_publish_record_with_its_job(ledger, tasks):
-    from jobledger.backends.base import NewJob, PublishItem
-    from jobledger.queues import QueueSettings
+    from jobledger._records import NewJob, PublishItem, QueueSettings
 
     ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
     job = NewJob("q", "pub-1", "work", encode_payload({"n": 1}), 0, T0, 3, 30.0)
@@ -298,8 +296,7 @@ def test_prune_deletes_the_publish_record_with_its_job(ledger, tasks):
 
 def test_publishing_a_pruned_key_replays_or_conflicts(ledger, tasks):
     """The HTTP publish path honours tombstones like enqueue: no second job for a pruned key."""
-    from jobledger.backends.base import NewJob, PublishItem
-    from jobledger.queues import QueueSettings
+    from jobledger._records import NewJob, PublishItem, QueueSettings
 
     ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
     job_id = finish(ledger, 1)  # key k1, task "work", payload {"n": 1}

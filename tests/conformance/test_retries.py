@@ -7,8 +7,7 @@ from datetime import timedelta
 import pytest
 
 from jobledger import JobState, Permanent, Retry
-from jobledger.backends import Failure
-from jobledger.types import AttemptOutcome
+from jobledger._records import AttemptOutcome, Failure
 
 from .conftest import T0, at, enqueue, lease_of
 

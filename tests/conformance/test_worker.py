@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from jobledger import JobState, LeaseLost, Ledger
-from jobledger.types import AttemptOutcome
+from jobledger._records import AttemptOutcome
 
 from ..support.processes import wait_exit, wait_until, worker_process
 from .conftest import T0

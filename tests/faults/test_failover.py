@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from jobledger import JobState, Ledger
+from jobledger._records import AttemptOutcome
 from jobledger.fakeprovider import FakeProvider
 from jobledger.history import HistoryRecorder, check_paths, load
-from jobledger.types import AttemptOutcome
 
 from ..apps.fault_app import QUEUE, register
 from ..support.history import assert_clean, enqueue

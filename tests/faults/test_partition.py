@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 import pytest
 
 from jobledger import JobFilter, JobState, Ledger
+from jobledger._records import AttemptOutcome
 from jobledger.fakeprovider import FakeProvider
 from jobledger.history import HistoryRecorder, load
-from jobledger.types import AttemptOutcome
 
 from ..apps.fault_app import QUEUE, register
 from ..support.history import assert_clean, enqueue

@@ -10,8 +10,8 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from jobledger import JobState
+from jobledger._records import AttemptOutcome
 from jobledger.http import ServerSettings
-from jobledger.types import AttemptOutcome
 
 from ..support.http import api_server
 from ..support.processes import wait_until

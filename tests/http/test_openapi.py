@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from jobledger import Ledger
-from jobledger.apikeys import create_api_key
+from jobledger._records import QueueSettings
+from jobledger._services.keys import create_api_key
 from jobledger.http.api import _PathApp
 from jobledger.http.routes import DEFAULT_GROUPS
-from jobledger.queues import QueueSettings
 
 from ..support.http import ServeProcess
 

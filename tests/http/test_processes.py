@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from jobledger import JobState, Ledger
-from jobledger.apikeys import create_api_key, digest
-from jobledger.queues import QueueSettings
+from jobledger._records import QueueSettings, digest
+from jobledger._services.keys import create_api_key
 
 from ..support.http import ServeProcess
 from ..support.processes import ROOT, wait_until

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from jobledger.apikeys import digest
+from jobledger._records import digest
 from jobledger.cli import main
 
 from .test_publish import assert_problem, publish

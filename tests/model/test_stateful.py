@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from jobledger import InvalidTransition, JobFilter, KeyConflict, Ledger
-from jobledger.backends import Failure, Lease
+from jobledger._records import Failure, Lease
 
 from .reference import Conflict, LedgerModel
 

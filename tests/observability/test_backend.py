@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from jobledger import Ledger
-from jobledger.apikeys import create_api_key, digest
-from jobledger.backends.base import Failure, Lease, MinuteStats
+from jobledger._records import Failure, Lease, MinuteStats, digest
+from jobledger._services.keys import create_api_key
 
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 

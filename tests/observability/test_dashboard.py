@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from jobledger import Permanent
-from jobledger.backends.base import Failure, Lease
+from jobledger._records import Failure, Lease
 from jobledger.http import ServerSettings
 
 from ..support.http import api_server

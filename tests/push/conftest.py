@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from jobledger import Ledger
+from jobledger._records import Subscription
+from jobledger._services.subscriptions import create_subscription
 from jobledger.push import PushService, PushSettings
-from jobledger.subscriptions import Subscription, create_subscription
 
 from ..support.endpoints import Endpoint, Responder, ok
 

@@ -11,8 +11,8 @@ import pytest
 import standardwebhooks
 
 from jobledger import JobState
-from jobledger.queues import QueueSettings
-from jobledger.subscriptions import SubscriptionState, rotate_secret
+from jobledger._records import QueueSettings, SubscriptionState
+from jobledger._services.subscriptions import rotate_secret
 from jobledger.webhooks import key_from_webhook_id
 
 from ..support.endpoints import scripted

@@ -19,8 +19,8 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from jobledger import ConfigError, JobState, Ledger
+from jobledger._records import QueueSettings
 from jobledger.push import WebhookReceiver
-from jobledger.queues import QueueSettings
 from jobledger.webhooks import generate_secret
 
 from ..support.processes import ROOT, wait_until

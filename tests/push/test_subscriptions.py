@@ -8,13 +8,10 @@ import pytest
 import standardwebhooks
 
 from jobledger import ConfigError, JobState, NotFound, Schedule
+from jobledger._records import SubscriptionState
+from jobledger._services.subscriptions import create_subscription, rotate_secret
+from jobledger.errors import SubscriptionExists
 from jobledger.push import HttpTarget
-from jobledger.subscriptions import (
-    SubscriptionExists,
-    SubscriptionState,
-    create_subscription,
-    rotate_secret,
-)
 
 from ..support.processes import wait_until
 from .conftest import subscribe

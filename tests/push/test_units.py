@@ -12,9 +12,10 @@ import pytest
 import standardwebhooks
 
 from jobledger import ConfigError
+from jobledger._records import validate_url
+from jobledger._services.subscriptions import create_subscription
 from jobledger.push import AddressPolicy, TargetRefused, decide, status_class
 from jobledger.push.guard import GuardedNetworkBackend, plain_http
-from jobledger.subscriptions import create_subscription, validate_url
 from jobledger.webhooks import (
     WebhookVerificationError,
     event_body,
@@ -318,8 +319,8 @@ def test_subscription_settings_are_checked(ledger):
 def test_the_push_api_is_explicit_and_documented():
     import inspect
 
+    import jobledger._records.subscriptions as subscriptions
     import jobledger.push as push
-    import jobledger.subscriptions as subscriptions
     import jobledger.webhooks as webhooks
 
     for module in (push, subscriptions, webhooks):

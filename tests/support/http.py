@@ -16,7 +16,7 @@ import httpx
 import uvicorn
 
 from jobledger import Ledger
-from jobledger.apikeys import create_api_key
+from jobledger._services.keys import create_api_key
 from jobledger.http import ServerSettings, create_app
 
 from .processes import ROOT, wait_until

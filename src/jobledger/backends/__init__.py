@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .base import Backend, FailResult, Failure, JobFilter, Lease, NewJob, QueueStats, RescueResult
+from .._records import (
+    FailResult,
+    Failure,
+    JobFilter,
+    Lease,
+    NewJob,
+    QueueStats,
+    RescueResult,
+)
+from .base import Backend
 from .url import DEFAULT_URL, DatabaseURL, redact
 
 __all__ = [

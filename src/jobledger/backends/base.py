@@ -12,247 +12,50 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxRecord, Route
-from ..groups import GroupLimits, GroupStatus
-from ..scheduling.records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
-from ..types import Attempt, ClaimedJob, Enqueued, Event, JobRow, JobState, Tombstone
+from .._records import (
+    ApiKey,
+    Attempt,
+    ClaimedJob,
+    Event,
+    FailResult,
+    Failure,
+    GroupLimits,
+    GroupStatus,
+    InsertResult,
+    JobFilter,
+    JobRow,
+    JobState,
+    KeyClaim,
+    LeaderLease,
+    Lease,
+    MinuteStats,
+    NewJob,
+    OnConflict,
+    OutboxQueueStats,
+    OutboxRecord,
+    PruneResult,
+    PublishItem,
+    PublishOutcome,
+    QueueDepth,
+    QueueInfo,
+    QueueSettings,
+    QueueStats,
+    RescueResult,
+    Route,
+    ScheduleDefinition,
+    ScheduleRow,
+    Subscription,
+    SubscriptionState,
+    TickRow,
+    TickState,
+    Tombstone,
+)
 from .url import DatabaseURL
 
-if TYPE_CHECKING:
-    from ..apikeys import ApiKey
-    from ..queues import QueueInfo, QueueSettings
-    from ..subscriptions import Subscription, SubscriptionState
-
-__all__ = [
-    "Backend",
-    "Failure",
-    "FailResult",
-    "JobFilter",
-    "Lease",
-    "Listener",
-    "MinuteStats",
-    "NewJob",
-    "PruneResult",
-    "PublishItem",
-    "PublishOutcome",
-    "QueueDepth",
-    "QueueStats",
-    "RescueResult",
-]
-
-OnConflict = Literal["raise", "report"]
-
-
-@dataclass(slots=True)  # not frozen: a batch builds thousands, and a frozen init costs 3x
-class NewJob:
-    """A job ready to insert: validated, its payload already encoded as canonical JSON."""
-
-    queue: str
-    key: str
-    task: str
-    payload_json: str
-    priority: int
-    run_at: datetime | None
-    """None: due now (by the clock the insert uses)."""
-    max_attempts: int
-    lease_seconds: float
-    correlation_id: str | None = None
-    group: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class InsertResult:
-    """What inserting one ``NewJob`` did."""
-
-    id: int
-    created: bool
-    conflict: bool = False
-    """True when the key exists with another task or payload (only with ``on_conflict="report"``)."""
-    pruned: bool = False
-    """True when the key belongs to a finished job that was pruned and whose tombstone still
-    blocks the key: nothing was created, and ``id`` names the pruned job (it no longer loads)."""
-
-    def enqueued(self) -> Enqueued:
-        return Enqueued(self.id, self.created)
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """A worker's hold on one job: the job, its lease token, and the attempt it opened."""
-
-    job_id: int
-    token: str
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """A failed attempt to record: back to pending at ``run_at`` if ``retry`` and budget is left,
-    otherwise dead."""
-
-    lease: Lease
-    retry: bool
-    run_at: datetime | None
-    error_class: str
-    message: str
-    traceback: str | None = None
-    pause_group_until: datetime | None = None
-    """Set by ``Retry(scope="group")``: the job's whole group is not claimed before then."""
-
-
-@dataclass(frozen=True, slots=True)
-class FailResult:
-    job_id: int
-    state: JobState | None
-    """The job's new state, or None when the lease was stale and nothing changed."""
-
-
-@dataclass(frozen=True, slots=True)
-class RescueResult:
-    job_id: int
-    queue: str
-    key: str
-    state: JobState
-    attempt: int
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilter:
-    """Which jobs an operator means. Every field narrows the selection; None means any."""
-
-    queue: str | None = None
-    states: tuple[JobState, ...] | None = None
-    task: str | None = None
-    key_prefix: str | None = None
-    group: str | None = None
-    """Only jobs of this group (see docs/groups.md)."""
-    error_contains: str | None = None
-    since: datetime | None = None
-    """Last changed at or after this time."""
-    until: datetime | None = None
-    """Last changed before this time."""
-    ids: tuple[int, ...] | None = None
-    limit: int | None = None
-    after_id: int | None = None
-    """Only jobs with a larger id (paging through a listing ordered by id)."""
-
-
-@dataclass(frozen=True, slots=True)
-class QueueStats:
-    """Counts for one queue at one moment."""
-
-    queue: str
-    counts: dict[str, int] = field(default_factory=dict)
-    oldest_due_pending_seconds: float | None = None
-    """Age of the oldest pending job whose run time has passed; None when there is none."""
-    late_pending: int = 0
-    """Pending jobs due longer ago than the objective given to ``queue_stats``."""
-    lease_expiries_last_hour: int = 0
-    attempts: dict[str, int] = field(default_factory=dict)
-    """Attempts made so far by the jobs in each state (``attempts["done"] / counts["done"]`` is
-    the attempts per completed job)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PruneResult:
-    """What one prune removed."""
-
-    jobs: int = 0
-    attempts: int = 0
-    events: int = 0
-    effects: int = 0
-    tombstones: int = 0
-    """Tombstones written: keys that keep blocking duplicates after their job is gone."""
-    expired_tombstones: int = 0
-    """Tombstones past their horizon that were deleted (their keys are free again)."""
-    ticks: int = 0
-    """Schedule ticks finished before the cut-off that were deleted (see docs/scheduling.md)."""
-    by_state: dict[str, int] = field(default_factory=dict)
-    """Jobs removed (or, for a dry run, that would be) per state."""
-
-    def __add__(self, other: PruneResult) -> PruneResult:
-        states = dict(self.by_state)
-        for state, n in other.by_state.items():
-            states[state] = states.get(state, 0) + n
-        return PruneResult(
-            self.jobs + other.jobs,
-            self.attempts + other.attempts,
-            self.events + other.events,
-            self.effects + other.effects,
-            self.tombstones + other.tombstones,
-            self.expired_tombstones + other.expired_tombstones,
-            self.ticks + other.ticks,
-            states,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PublishItem:
-    """One message published over HTTP: the job to insert, and a fingerprint of the request that
-    tells a replay (same fingerprint) from a reuse of its key with another request."""
-
-    job: NewJob
-    fingerprint: str
-    api_key_id: str | None = None
-
-
-PublishStatus = Literal["created", "replayed", "conflict", "in_flight"]
-
-
-@dataclass(frozen=True, slots=True)
-class PublishOutcome:
-    """What publishing one ``PublishItem`` did.
-
-    ``created``: a new job. ``replayed``: the key names a job made by the same request.
-    ``conflict``: the key names a job made by another request; nothing changed. ``in_flight``:
-    another request with the key is being published right now; nothing changed (``job_id`` None).
-    """
-
-    status: PublishStatus
-    job_id: int | None = None
-    state: JobState | None = None
-    run_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class QueueDepth:
-    """The live jobs of one queue, read without touching finished ones (``queue_depths``)."""
-
-    queue: str
-    pending: int = 0
-    due: int = 0
-    """Pending jobs whose run time has passed: a worker could take them now."""
-    leased: int = 0
-    expired_leases: int = 0
-    """Leased jobs whose lease has run out: the holder is gone or stalled; a rescuer will act."""
-    dead: int = 0
-    oldest_due_pending_seconds: float | None = None
-    """Age of the oldest due pending job (now minus its run time); None when none is due."""
-
-
-@dataclass(frozen=True, slots=True)
-class MinuteStats:
-    """What the workers and consumers of one queue and task did in one minute (rolled up)."""
-
-    minute: datetime
-    queue: str
-    task: str
-    claimed: int = 0
-    wait_sum: float = 0.0
-    """Seconds from due (run time) to claim, summed over ``claimed`` claims."""
-    wait_max: float = 0.0
-    done: int = 0
-    retried: int = 0
-    dead: int = 0
-    run_count: int = 0
-    """Outcomes whose run time was measured (Python workers'; a pull consumer's is unknown)."""
-    run_sum: float = 0.0
-    """Seconds the handlers ran, summed over ``run_count`` attempts."""
-    run_max: float = 0.0
+__all__ = ["Backend", "Listener", "chunks"]
 
 
 class Listener(Protocol):

@@ -7,9 +7,19 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from .._records import (
+    ClaimedJob,
+    Failure,
+    InsertResult,
+    JobFilter,
+    JobRow,
+    JobState,
+    NewJob,
+    PublishItem,
+    PublishStatus,
+    QueueDepth,
+)
 from ..errors import KeyConflict
-from ..types import ClaimedJob, JobRow, JobState
-from .base import Failure, InsertResult, JobFilter, NewJob, PublishItem, PublishStatus, QueueDepth
 
 JOB_COLUMNS = (
     "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "

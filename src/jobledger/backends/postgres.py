@@ -18,20 +18,26 @@ import psycopg.errors
 import psycopg_pool
 from psycopg import sql as pgsql
 
-from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
-from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState, Tombstone
-from .base import (
+from .._records import (
+    Attempt,
+    AttemptOutcome,
+    ClaimedJob,
+    Event,
     FailResult,
     Failure,
     InsertResult,
     JobFilter,
+    JobRow,
+    JobState,
     Lease,
     NewJob,
     OnConflict,
     PruneResult,
     QueueStats,
     RescueResult,
+    Tombstone,
 )
+from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
 from .common import (
     JOB_COLUMNS,
     ORDERS,

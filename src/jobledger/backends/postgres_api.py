@@ -17,12 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..apikeys import ApiKey
+from .._records import (
+    ApiKey,
+    JobState,
+    PublishItem,
+    PublishOutcome,
+    PublishStatus,
+    QueueInfo,
+    QueueSettings,
+    Tombstone,
+)
 from ..errors import BackendUnavailable, NotFound
 from ..faults import fault_point
-from ..queues import QueueInfo, QueueSettings
-from ..types import JobState, Tombstone
-from .base import PublishItem, PublishOutcome, PublishStatus
 from .common import publish_compare as _compare
 from .common import utc as _utc
 from .postgres_newjob import new_job_arrays

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..groups import (
+from .._records import (
     GroupLimits,
     GroupState,
     GroupStatus,

@@ -7,8 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..apikeys import ApiKey
-from .base import MinuteStats, QueueDepth
+from .._records import ApiKey, MinuteStats, QueueDepth
 from .common import queue_depths_from_rows
 from .common import utc as _utc
 

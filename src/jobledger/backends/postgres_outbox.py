@@ -15,10 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxReason, OutboxRecord, Route
+from .._records import (
+    JobRow,
+    KeyClaim,
+    LeaderLease,
+    OutboxQueueStats,
+    OutboxReason,
+    OutboxRecord,
+    Route,
+)
 from ..errors import NotFound
-from ..scheduling.records import LeaderLease
-from ..types import JobRow
 from .common import JOB_COLUMNS, claimed_job, job_row
 
 __all__ = ["PostgresOutbox"]

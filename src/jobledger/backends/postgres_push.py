@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..errors import NotFound
-from ..subscriptions import Subscription, SubscriptionExists, SubscriptionState
+from .._records import Subscription, SubscriptionState
+from ..errors import NotFound, SubscriptionExists
 from .common import utc as _utc
 from .sqlite_push import subscription_from_row
 

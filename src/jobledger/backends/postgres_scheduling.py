@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from ..errors import LeadershipLost, NotFound
-from ..scheduling.records import (
+from .._records import (
     CatchUp,
     LeaderLease,
     ScheduleDefinition,
@@ -23,6 +22,7 @@ from ..scheduling.records import (
     TickRow,
     TickState,
 )
+from ..errors import LeadershipLost, NotFound
 
 __all__ = ["PostgresScheduling"]
 

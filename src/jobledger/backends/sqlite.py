@@ -17,21 +17,27 @@ from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Any
 
-from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
-from ..payload import payload_digest
-from ..types import Attempt, AttemptOutcome, ClaimedJob, Event, JobRow, JobState, Tombstone
-from .base import (
+from .._records import (
+    Attempt,
+    AttemptOutcome,
+    ClaimedJob,
+    Event,
     FailResult,
     Failure,
     InsertResult,
     JobFilter,
+    JobRow,
+    JobState,
     Lease,
     NewJob,
     OnConflict,
     PruneResult,
     QueueStats,
     RescueResult,
+    Tombstone,
+    payload_digest,
 )
+from ..errors import BackendUnavailable, InvalidTransition, LeaseLost, NotFound, SchemaMismatch
 from .common import (
     JOB_COLUMNS,
     ORDERS,

@@ -14,13 +14,18 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..apikeys import ApiKey
+from .._records import (
+    ApiKey,
+    JobState,
+    PublishItem,
+    PublishOutcome,
+    QueueInfo,
+    QueueSettings,
+    Tombstone,
+    payload_digest,
+)
 from ..errors import NotFound
 from ..faults import fault_point
-from ..payload import payload_digest
-from ..queues import QueueInfo, QueueSettings
-from ..types import JobState, Tombstone
-from .base import PublishItem, PublishOutcome
 from .common import from_epoch as _dt
 from .common import insert_values
 from .common import publish_compare as _compare

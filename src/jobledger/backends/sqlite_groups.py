@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..groups import (
+from .._records import (
     GroupLimits,
     GroupState,
     GroupStatus,

@@ -10,8 +10,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..apikeys import ApiKey
-from .base import MinuteStats, QueueDepth
+from .._records import ApiKey, MinuteStats, QueueDepth
 from .common import from_epoch as _dt
 from .common import queue_depths_from_rows
 

@@ -14,9 +14,15 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..brokers.records import KeyClaim, OutboxQueueStats, OutboxReason, OutboxRecord, Route
+from .._records import (
+    KeyClaim,
+    LeaderLease,
+    OutboxQueueStats,
+    OutboxReason,
+    OutboxRecord,
+    Route,
+)
 from ..errors import NotFound
-from ..scheduling.records import LeaderLease
 from .common import JOB_COLUMNS, claimed_job, job_row
 
 __all__ = ["SqliteOutbox"]

@@ -10,8 +10,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import NotFound
-from ..subscriptions import Subscription, SubscriptionExists, SubscriptionState
+from .._records import Subscription, SubscriptionState
+from ..errors import NotFound, SubscriptionExists
 from .common import from_epoch as _dt
 
 _TIMES = (11, 13, 14, 15, 16, 17, 18)  # columns of subscription_select that are times

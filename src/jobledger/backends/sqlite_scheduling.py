@@ -13,8 +13,7 @@ from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LeadershipLost, NotFound
-from ..scheduling.records import (
+from .._records import (
     CatchUp,
     LeaderLease,
     ScheduleDefinition,
@@ -22,6 +21,7 @@ from ..scheduling.records import (
     TickRow,
     TickState,
 )
+from ..errors import LeadershipLost, NotFound
 
 __all__ = ["SqliteScheduling"]
 

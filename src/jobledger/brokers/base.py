@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Protocol
 
+from .._records import OutboxRecord
 from ..errors import ConfigError
-from .records import OutboxRecord
 from .urls import BrokerURL
 
 __all__ = [

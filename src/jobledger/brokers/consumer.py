@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .._records import JobRow, JobState
 from ..context import LeaseHold
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, JobledgerError
 from ..faults import fault_point
 from ..ledger import Ledger
-from ..types import JobRow, JobState
 from ..worker import Worker, WorkerStats
 from .base import Delivery, Subscriber, subscriber_for
 from .urls import BrokerURL

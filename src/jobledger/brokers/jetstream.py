@@ -21,9 +21,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from .._records import OutboxRecord
 from ..errors import BrokerUnavailable
 from .base import Delivery, Envelope, PublishOutcome, describe, headers_of, require
-from .records import OutboxRecord
 from .urls import BrokerURL
 
 __all__ = ["JetStreamPublisher", "JetStreamSubscriber"]

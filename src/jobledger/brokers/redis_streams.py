@@ -21,9 +21,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .._records import OutboxRecord
 from ..errors import BrokerUnavailable
 from .base import Delivery, Envelope, PublishOutcome, describe, require
-from .records import OutboxRecord
 from .urls import BrokerURL
 
 __all__ = ["RedisPublisher", "RedisSubscriber"]

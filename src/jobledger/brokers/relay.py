@@ -23,14 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from .._records import LeaderLease, OutboxRecord
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, LeadershipLost
 from ..faults import fault_point
 from ..ledger import Ledger
-from ..scheduling.records import LeaderLease
 from ..worker import default_worker_name
 from .base import Publisher, describe, publisher_for
-from .records import OutboxRecord
 from .urls import BrokerURL
 
 __all__ = ["Relay", "RelayStats"]

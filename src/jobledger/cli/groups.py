@@ -14,8 +14,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from .._records import GroupLimits, GroupStatus
 from ..errors import ConfigError
-from ..groups import GroupLimits, GroupStatus
 from .base import cli, json_option, open_ledger, url_option
 from .params import (
     DURATION,

@@ -8,7 +8,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..apikeys import ApiKey, create_api_key
+from .._records import ApiKey
+from .._services.keys import create_api_key
 from .base import cli, json_option, open_ledger, url_option
 
 

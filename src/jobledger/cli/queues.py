@@ -9,8 +9,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from .._records import DEFAULT_RETENTION_SECONDS, QueueInfo, QueueSettings
 from ..errors import ConfigError
-from ..queues import DEFAULT_RETENTION_SECONDS, QueueInfo, QueueSettings
 from .base import cli, json_option, open_ledger, url_option
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

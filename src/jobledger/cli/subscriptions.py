@@ -11,15 +11,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ..subscriptions import (
+from .._records import (
     DEFAULT_CONCURRENCY,
     DEFAULT_OVERLAP,
     DEFAULT_TIMEOUT_SECONDS,
     Subscription,
     SubscriptionState,
-    create_subscription,
-    rotate_secret,
 )
+from .._services.subscriptions import create_subscription, rotate_secret
 from .base import cli, json_option, open_ledger, url_option
 from .logs import log_format_option, setup_logging
 from .params import Duration, format_time

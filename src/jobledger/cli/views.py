@@ -10,10 +10,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
-from ..backends import JobFilter
-from ..backends.base import QueueStats
+from .._records import JobFilter, JobRow, JobState, QueueStats
 from ..ledger import JobHistory
-from ..types import JobRow, JobState
 from .base import cli, json_option, open_ledger, url_option
 from .params import (
     DURATION,

@@ -29,12 +29,12 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo
 
-from ..backends import DatabaseURL, JobFilter
+from .._records import AttemptOutcome, JobFilter, JobState
+from ..backends import DatabaseURL
 from ..errors import ConfigError, JobledgerError
 from ..fakeprovider import FakeProvider, ProviderScript
 from ..ledger import Ledger
 from ..processes import WorkerProcesses
-from ..types import AttemptOutcome, JobState
 from .app import QUEUE, register
 
 __all__ = ["DemoReport", "Snapshot", "run_demo"]

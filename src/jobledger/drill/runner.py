@@ -27,13 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backends import JobFilter
+from .._records import AttemptOutcome, JobFilter, JobRow, JobState
 from ..errors import JobledgerError
 from ..fakeprovider import FakeProvider, ProviderScript
 from ..ledger import Ledger
 from ..processes import WorkerProcesses, wait_exit
 from ..task import Task
-from ..types import AttemptOutcome, JobRow, JobState
 from .app import recipient, register
 
 __all__ = ["DRILLS", "DrillResult", "run_drills"]

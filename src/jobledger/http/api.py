@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from ..apikeys import ApiKey, digest
+from .._records import ApiKey, digest
 from ..errors import (
     BackendUnavailable,
     ConfigError,

@@ -5,9 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ..groups import MAX_GROUP_LENGTH, GroupStatus
-from ..queues import QueueInfo
-from ..types import Attempt, ClaimedJob, Event, JobRow, JobState
+from .._records import (
+    MAX_GROUP_LENGTH,
+    Attempt,
+    ClaimedJob,
+    Event,
+    GroupStatus,
+    JobRow,
+    JobState,
+    QueueInfo,
+)
 from .problems import Problem
 from .schema import AnyObject, Array, Boolean, Integer, Number, Object, String
 

@@ -11,11 +11,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..backends.base import MinuteStats, RescueResult
+from .._records import ClaimedJob, JobRow, MinuteStats, RescueResult
 from ..observability.metrics import Metrics, metrics_for
 from ..observability.rollup import MinuteStatsFlusher, MinuteStatsRecorder, install_rollups
 from ..observability.snapshot import SnapshotCache
-from ..types import ClaimedJob, JobRow
 
 if TYPE_CHECKING:
     from .state import ServerState

@@ -13,7 +13,8 @@ from ..errors import BackendUnavailable, ConfigError
 from .wakeups import Wakeups
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend, RescueResult
+    from .._records import RescueResult
+    from ..backends.base import Backend
     from ..ledger import Ledger
     from ..push import PushSettings
 

@@ -30,9 +30,8 @@ from .rollup import claim_wait
 from .snapshot import STATES, SnapshotCache
 
 if TYPE_CHECKING:
-    from ..backends.base import RescueResult
+    from .._records import ClaimedJob, RescueResult
     from ..ledger import Ledger
-    from ..types import ClaimedJob
     from ..worker import Worker
 
 __all__ = [

@@ -19,14 +19,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import MinuteStats
+from .._records import MinuteStats
 from ..errors import JobledgerError
 from ..hooks import WorkerObserver
 
 if TYPE_CHECKING:
+    from .._records import ClaimedJob
     from ..backends.base import Backend
     from ..ledger import Ledger
-    from ..types import ClaimedJob
     from ..worker import Worker
 
 __all__ = ["MinuteStatsFlusher", "MinuteStatsRecorder", "install_rollups", "rollups_of"]

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from .._records import JobState, LeaderLease
 from ..errors import JobledgerError
-from ..scheduling.records import LeaderLease
-from ..types import JobState
 
 if TYPE_CHECKING:
     from ..ledger import Ledger

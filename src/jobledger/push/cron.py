@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, NotFound, PayloadError
-from ..payload import encode_payload
-from ..subscriptions import SubscriptionExists, create_subscription, validate_url
-from ..validation import validate_queue_name, validate_task_name
+from .._records import encode_payload, validate_queue_name, validate_task_name, validate_url
+from .._services.subscriptions import create_subscription
+from ..errors import ConfigError, NotFound, PayloadError, SubscriptionExists
 from ..webhooks import secret_bytes
 
 if TYPE_CHECKING:

@@ -43,12 +43,20 @@ from urllib.parse import urlsplit
 
 import httpcore
 
-from ..backends.base import Backend, Failure, JobFilter, Lease
+from .._records import (
+    MAX_CONCURRENCY,
+    ClaimedJob,
+    Failure,
+    JobFilter,
+    JobState,
+    Lease,
+    Subscription,
+    SubscriptionState,
+)
+from ..backends.base import Backend
 from ..errors import BackendUnavailable, ConfigError, NotFound
 from ..faults import fault_point
 from ..policy import DEFAULT_BACKOFF, TRANSIENT_STATUSES, Backoff, parse_retry_after
-from ..subscriptions import MAX_CONCURRENCY, Subscription, SubscriptionState
-from ..types import ClaimedJob, JobState
 from ..webhooks import event_body, signature_header, webhook_id
 from .guard import AddressPolicy, GuardedNetworkBackend, TargetRefused, plain_http
 from .observe import DeliveryReport, PushCounters, SubscriptionChange, status_class

@@ -31,11 +31,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from .._records import DEFAULT_QUEUE, validate_key, validate_queue_name
 from ..errors import BackendUnavailable, ConfigError, KeyConflict, NotFound, PayloadError
 from ..faults import fault_point
-from ..payload import validate_key
 from ..task import Task
-from ..validation import DEFAULT_QUEUE, validate_queue_name
 from ..webhooks import DEFAULT_TOLERANCE, WebhookVerificationError, secret_bytes, verify_webhook
 
 if TYPE_CHECKING:

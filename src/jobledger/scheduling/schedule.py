@@ -18,18 +18,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..errors import ConfigError, NotFound, PayloadError
-from ..payload import encode_payload
-from ..task import DEFAULT_QUEUE, Task, validate_queue_name
-from .cron import CronSpec
-from .records import (
+from .._records import (
     CatchUp,
     LeaderLease,
     ScheduleDefinition,
     ScheduleRow,
     TickRow,
     TickState,
+    encode_payload,
 )
+from ..errors import ConfigError, NotFound, PayloadError
+from ..task import DEFAULT_QUEUE, Task, validate_queue_name
+from .cron import CronSpec
 
 if TYPE_CHECKING:
     from ..ledger import Ledger

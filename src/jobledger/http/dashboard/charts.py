@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ...backends.base import MinuteStats
+from ..._records import MinuteStats
 
 __all__ = ["Chart", "throughput_chart", "wait_chart"]
 

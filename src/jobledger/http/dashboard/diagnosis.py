@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from ...groups import GroupLimits, GroupStatus
-from ...types import Attempt, JobRow, JobState
+from ..._records import Attempt, GroupLimits, GroupStatus, JobRow, JobState
 from .render import seconds, when
 
 __all__ = ["diagnose"]

@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ...apikeys import ApiKey, digest
+from ..._records import ApiKey, digest
 from ..state import ServerState
 from .render import page, secure
 

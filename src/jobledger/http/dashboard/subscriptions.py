@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from ...subscriptions import Subscription, SubscriptionState
+from ..._records import Subscription, SubscriptionState
 from ..state import ServerState
 
 __all__ = ["SubscriptionView", "load_subscriptions"]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ...types import Attempt, JobRow
+from ..._records import Attempt, JobRow
 
 __all__ = ["Timeline", "attempt_timeline"]
 

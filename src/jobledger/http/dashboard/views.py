@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ...backends.base import JobFilter
+from ..._records import GroupLimits, GroupStatus, JobFilter, JobState
 from ...errors import (
     BackendUnavailable,
     ConfigError,
@@ -24,8 +24,6 @@ from ...errors import (
     NotFound,
     PayloadError,
 )
-from ...groups import GroupLimits, GroupStatus
-from ...types import JobState
 from ..observe import observe
 from ..state import ServerState
 from .charts import throughput_chart, wait_chart

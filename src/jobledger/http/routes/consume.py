@@ -15,10 +15,9 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ...backends.base import Failure, Lease
+from ..._records import Failure, JobRow, JobState, Lease
 from ...errors import NotFound
 from ...policy import DEFAULT_BACKOFF
-from ...types import JobRow, JobState
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import (
     MAX_ID,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from starlette.responses import Response
 
-from ...groups import GroupStatus
+from ..._records import GroupStatus
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import (
     GROUP_LIMITS,

@@ -10,9 +10,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ...backends.base import JobFilter
+from ..._records import JobFilter, JobRow, JobState
 from ...errors import NotFound
-from ...types import JobRow, JobState
 from ..api import Call, Param, Reply, RouteGroup, json_response
 from ..models import (
     KEY,

@@ -21,10 +21,15 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ...apikeys import ApiKey
-from ...backends.base import NewJob, PublishItem, PublishOutcome
-from ...payload import MAX_PAYLOAD_BYTES, encode_payload
-from ...queues import QueueInfo
+from ..._records import (
+    MAX_PAYLOAD_BYTES,
+    ApiKey,
+    NewJob,
+    PublishItem,
+    PublishOutcome,
+    QueueInfo,
+    encode_payload,
+)
 from ..api import Call, Param, Reply, RouteGroup, json_response
 from ..models import GROUP, KEY, MESSAGE_ID, PAYLOAD, QUEUE_NAME, STATE, TIME, iso
 from ..problems import Problem

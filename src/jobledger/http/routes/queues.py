@@ -6,15 +6,15 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ...queues import (
+from ..._records import (
     DEFAULT_RETENTION_SECONDS,
     MAX_BACKOFF_SECONDS,
+    MAX_LEASE_SECONDS,
     MAX_RETENTION_SECONDS,
     MIN_RETENTION_SECONDS,
     QueueInfo,
     QueueSettings,
 )
-from ...validation import MAX_LEASE_SECONDS
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import QUEUE, QUEUE_NAME, queue_json
 from ..problems import Problem

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response
 
-from ...subscriptions import (
+from ..._records import (
     DEFAULT_CONCURRENCY,
     DEFAULT_TIMEOUT_SECONDS,
     MAX_CONCURRENCY,
@@ -20,11 +20,10 @@ from ...subscriptions import (
     MAX_TIMEOUT_SECONDS,
     MAX_URL_LENGTH,
     Subscription,
-    SubscriptionExists,
     SubscriptionState,
-    create_subscription,
-    rotate_secret,
 )
+from ..._services.subscriptions import create_subscription, rotate_secret
+from ...errors import SubscriptionExists
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import QUEUE_NAME, TIME, text
 from ..problems import Problem

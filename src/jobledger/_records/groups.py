@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .errors import ConfigError
-from .payload import validate_name
+from ..errors import ConfigError
+from .checks import validate_name
 
 __all__ = [
     "GroupLimits",
     "GroupState",
     "GroupStatus",
+    "MAX_GROUP_LENGTH",
     "allowance",
+    "group_status",
     "tokens_now",
     "validate_group",
 ]

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .errors import ConfigError
-from .policy import Backoff
-from .validation import (
+from ..errors import ConfigError
+from ..policy import Backoff
+from .checks import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     validate_lease_seconds,
@@ -28,7 +28,10 @@ from .validation import (
 )
 
 __all__ = [
+    "DAY",
     "DEFAULT_RETENTION_SECONDS",
+    "MAX_BACKOFF_SECONDS",
+    "MAX_RETENTION_SECONDS",
     "MIN_RETENTION_SECONDS",
     "QueueInfo",
     "QueueSettings",

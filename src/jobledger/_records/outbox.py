@@ -1,6 +1,6 @@
 """What the backends store for broker delivery: routes, outbox records, and claims by key.
 
-A leaf module (the standard library and ``jobledger.types`` only), so that the backends can
+A leaf module (the standard library and the job records only), so that the backends can
 return these rows without depending on the relay, the consumers or any broker client.
 """
 
@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..types import ClaimedJob, JobRow
+from .jobs import ClaimedJob, JobRow
 
 __all__ = ["KeyClaim", "OutboxQueueStats", "OutboxReason", "OutboxRecord", "Route"]
 

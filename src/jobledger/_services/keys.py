@@ -1,0 +1,62 @@
+"""Creating API keys: shown once, stored as a digest (see ``jobledger._records.keys``)."""
+
+from __future__ import annotations
+
+import math
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from .._records.keys import KEY_PREFIX, MAX_KEY_NAME, ApiKey, digest, parse_scopes
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+
+__all__ = ["create_api_key", "new_key"]
+
+
+def _positive(value: float | None, what: str, low: float) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{what} must be a number, got {value!r}")
+    if value < low or value <= 0:
+        raise ConfigError(f"{what} must be >= {low:g}, got {value!r}")
+    return float(value)
+
+
+def new_key() -> tuple[str, str]:
+    """A fresh ``(id, key)`` pair. The key embeds the id and 256 random bits."""
+    key_id = secrets.token_hex(5)
+    return key_id, f"{KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+
+
+def create_api_key(
+    backend: Backend,
+    name: str,
+    scopes: Any,
+    *,
+    rate_per_second: float | None = None,
+    burst: float | None = None,
+) -> tuple[str, ApiKey]:
+    """Create a key; return ``(key, record)``. The key is not stored and cannot be shown again."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_KEY_NAME:
+        raise ConfigError(f"a key name is 1-{MAX_KEY_NAME} characters, got {name!r}")
+    if any(ord(ch) < 32 for ch in name):
+        raise ConfigError("a key name cannot contain control characters")
+    rate = _positive(rate_per_second, "rate", 0.001)
+    burst_value = _positive(burst, "burst", 1.0)
+    if burst_value is not None and rate is None:
+        raise ConfigError("burst needs a rate: give --rate too")
+    if rate is not None and burst_value is None:
+        burst_value = max(1.0, rate)
+    key_id, key = new_key()
+    record = ApiKey(
+        id=key_id,
+        name=name.strip(),
+        scopes=parse_scopes(scopes),
+        rate_per_second=rate,
+        burst=burst_value,
+    )
+    stored = backend.apikey_insert(record, digest(key))
+    return key, stored

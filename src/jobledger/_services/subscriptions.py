@@ -1,0 +1,120 @@
+"""Creating push subscriptions and rotating their secrets (see ``jobledger._records.subscriptions``)."""
+
+from __future__ import annotations
+
+import math
+import secrets as _random
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .._records.checks import validate_queue_name
+from .._records.subscriptions import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_OVERLAP,
+    DEFAULT_TIMEOUT_SECONDS,
+    MAX_CONCURRENCY,
+    MAX_OVERLAP,
+    MAX_TIMEOUT_SECONDS,
+    Subscription,
+    validate_url,
+)
+from ..errors import ConfigError
+from ..webhooks import generate_secret, secret_bytes
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+
+__all__ = ["create_subscription", "new_subscription_id", "rotate_secret"]
+
+
+def _number(value: Any, what: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{what} must be a number, got {value!r}")
+    if not low < value <= high:
+        raise ConfigError(f"{what} must be > {low:g} and <= {high:g}, got {value!r}")
+    return float(value)
+
+
+def _limits(
+    timeout_seconds: Any, concurrency: Any, rate: Any, burst: Any
+) -> tuple[float, int, float | None, float | None]:
+    timeout = _number(timeout_seconds, "timeout_seconds", 0, MAX_TIMEOUT_SECONDS)
+    if (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, int)
+        or not 1 <= concurrency <= MAX_CONCURRENCY
+    ):
+        raise ConfigError(
+            f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, got {concurrency!r}"
+        )
+    rate_value = None if rate is None else _number(rate, "rate_limit", 0, 100_000)
+    burst_value = None if burst is None else _number(burst, "burst", 0, 100_000)
+    if burst_value is not None:
+        if rate_value is None:
+            raise ConfigError("a burst needs a rate limit")
+        if burst_value < 1:
+            raise ConfigError(f"burst must be >= 1, got {burst!r}")
+    if rate_value is not None and burst_value is None:
+        burst_value = max(1.0, rate_value)
+    return timeout, concurrency, rate_value, burst_value
+
+
+def new_subscription_id() -> str:
+    return "sub_" + _random.token_hex(6)
+
+
+def create_subscription(
+    backend: Backend,
+    queue: str,
+    url: str,
+    *,
+    secret: str | None = None,
+    rate_per_second: float | None = None,
+    burst: float | None = None,
+    timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    now: datetime | None = None,
+) -> Subscription:
+    """Validate and store a subscription; a ``whsec_`` secret is generated when none is given.
+    The returned record carries the secret: show it once. ``SubscriptionExists`` when the queue
+    already has one."""
+    validate_queue_name(queue)
+    validate_url(url)
+    if secret is None:
+        secret = generate_secret()
+    else:
+        secret_bytes(secret)
+    timeout, workers, rate, burst_value = _limits(
+        timeout_seconds, concurrency, rate_per_second, burst
+    )
+    record = Subscription(
+        id=new_subscription_id(),
+        queue=queue,
+        url=url,
+        secret=secret,
+        timeout_seconds=timeout,
+        concurrency=workers,
+        rate_per_second=rate,
+        burst=burst_value,
+    )
+    return backend.subscription_insert(record, now)
+
+
+def rotate_secret(
+    backend: Backend,
+    subscription_id: str,
+    *,
+    secret: str | None = None,
+    overlap: timedelta = DEFAULT_OVERLAP,
+    now: datetime | None = None,
+) -> Subscription:
+    """Give a subscription a new secret (generated unless given). The old one keeps signing —
+    a second signature in each delivery's header — for ``overlap`` (default 24 h; zero ends it
+    at once), so that receivers can switch without a failed delivery."""
+    if secret is None:
+        secret = generate_secret()
+    else:
+        secret_bytes(secret)
+    if not isinstance(overlap, timedelta) or not timedelta(0) <= overlap <= MAX_OVERLAP:
+        raise ConfigError(f"the overlap must be between 0 and {MAX_OVERLAP.days} days")
+    return backend.subscription_rotate(subscription_id, secret, overlap.total_seconds(), now)
