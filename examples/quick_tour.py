@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from jobledger import Ledger, check_response
-from jobledger.fakeprovider import FakeProvider
+from jobledger.testing.fakeprovider import FakeProvider
 
 workdir = Path(tempfile.mkdtemp(prefix="jobledger-tour-"))
 ledger = Ledger(f"sqlite:///{workdir / 'jobs.db'}")

@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from jobledger import Ledger
-from jobledger.demo.app import register
-from jobledger.demo.story import _report
-from jobledger.fakeprovider import FakeProvider
+from jobledger.testing.demo.app import register
+from jobledger.testing.demo.story import _report
+from jobledger.testing.fakeprovider import FakeProvider
 
 from .support.processes import ROOT
 

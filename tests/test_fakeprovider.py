@@ -8,7 +8,7 @@ import socket
 
 import httpx
 
-from jobledger.fakeprovider import FakeProvider
+from jobledger.testing.fakeprovider import FakeProvider
 
 from .support.processes import wait_until
 

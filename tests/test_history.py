@@ -11,8 +11,15 @@ from click.testing import CliRunner
 
 from jobledger import Backoff, JobFilter, JobState, Ledger
 from jobledger.cli import cli
-from jobledger.fakeprovider import FakeProvider
-from jobledger.history import HistoryError, HistoryRecorder, check, check_paths, install, load
+from jobledger.testing.fakeprovider import FakeProvider
+from jobledger.testing.history import (
+    HistoryError,
+    HistoryRecorder,
+    check,
+    check_paths,
+    install,
+    load,
+)
 
 from .support.history import enqueue, history_dir
 from .support.processes import bursts_until

@@ -16,6 +16,7 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
     ledger.run_worker(queues=["digests"], concurrency=4, burst=True)
 """
 
+from ._faults import fault_point
 from ._records import (
     Attempt,
     AttemptOutcome,
@@ -57,7 +58,6 @@ from .errors import (
     Retry,
     SchemaMismatch,
 )
-from .faults import fault_point
 from .ledger import JobHistory, Ledger, RedriveResult
 from .policy import Backoff, check_response, classify, parse_retry_after
 from .scheduling.schedule import (

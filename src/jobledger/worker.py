@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ._faults import fault_point
 from ._records import ClaimedJob, Failure, JobState
 from .backends.base import Backend, Listener
 from .context import JobContext, LeaseHold
 from .errors import BackendUnavailable, LeaseLost, PayloadError, Permanent
-from .faults import fault_point
 from .hooks import WorkerObserver, WorkerService
 from .policy import classify
 

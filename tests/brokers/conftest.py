@@ -19,7 +19,7 @@ import pytest
 from jobledger import Ledger
 from jobledger.brokers.consumer import BrokerConsumer
 from jobledger.brokers.relay import Relay
-from jobledger.fakeprovider import FakeProvider
+from jobledger.testing.fakeprovider import FakeProvider
 
 from ..support.brokers import (
     BROKERS,

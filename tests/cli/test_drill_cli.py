@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from jobledger.fakeprovider import FakeProvider
+from jobledger.testing.fakeprovider import FakeProvider
 
 from ..support.processes import ROOT
 
@@ -46,7 +46,7 @@ class ForgetfulProvider(FakeProvider):
 def test_a_broken_guarantee_fails_the_drill(cli, tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path}/jobs.db"
     assert cli("migrate", "--url", url).code == 0
-    monkeypatch.setattr("jobledger.drill.runner.FakeProvider", ForgetfulProvider)
+    monkeypatch.setattr("jobledger.testing.drill.runner.FakeProvider", ForgetfulProvider)
     run = cli("drill", "--url", url, "--only", "3", "--only", "1")
     assert run.code == 1, run.out + run.err
     assert "drill 1" in run.out and "drill 3" in run.out

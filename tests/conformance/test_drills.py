@@ -11,7 +11,7 @@ import pytest
 
 from jobledger import JobState
 from jobledger._records import AttemptOutcome
-from jobledger.fakeprovider import FakeProvider
+from jobledger.testing.fakeprovider import FakeProvider
 
 from ..support.processes import killed_by_sigkill, wait_exit, wait_until, worker_process
 

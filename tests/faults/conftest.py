@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jobledger.history import HistoryRecorder
+from jobledger.testing.history import HistoryRecorder
 
 from ..support import netns, pgcluster
 from ..support.history import history_dir

@@ -18,8 +18,8 @@ import pytest
 
 from jobledger import JobState, Ledger
 from jobledger._records import AttemptOutcome
-from jobledger.fakeprovider import FakeProvider
-from jobledger.history import HistoryRecorder, check_paths, load
+from jobledger.testing.fakeprovider import FakeProvider
+from jobledger.testing.history import HistoryRecorder, check_paths, load
 
 from ..apps.fault_app import QUEUE, register
 from ..support.history import assert_clean, enqueue

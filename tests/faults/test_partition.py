@@ -17,8 +17,8 @@ import pytest
 
 from jobledger import JobFilter, JobState, Ledger
 from jobledger._records import AttemptOutcome
-from jobledger.fakeprovider import FakeProvider
-from jobledger.history import HistoryRecorder, load
+from jobledger.testing.fakeprovider import FakeProvider
+from jobledger.testing.history import HistoryRecorder, load
 
 from ..apps.fault_app import QUEUE, register
 from ..support.history import assert_clean, enqueue

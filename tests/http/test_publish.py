@@ -6,7 +6,8 @@ import json
 import socket
 import threading
 
-from jobledger import JobState, faults
+from jobledger import JobState
+from jobledger import _faults as faults
 
 from ..support.processes import wait_until
 

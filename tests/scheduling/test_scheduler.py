@@ -11,9 +11,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from jobledger import ConfigError, JobFilter, LeadershipLost, Ledger, TickState
-from jobledger.faults import FaultInjected, configure
 from jobledger.scheduling.cron import CronSpec
 from jobledger.scheduling.schedule import leader_name
+from jobledger.testing import FaultInjected
+from jobledger.testing import configure_faults as configure
 
 # Sunday 2026-08-09 12:00 UTC; the next Monday 06:00 in Berlin is 2026-08-10 04:00 UTC (W33).
 T0 = datetime(2026, 8, 9, 12, 0, tzinfo=UTC)

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from jobledger import BackendUnavailable, JobFilter, JobState, Ledger
-from jobledger.fakeprovider import FakeProvider, ProviderScript
-from jobledger.history import HistoryRecorder, HistoryReport, check_paths
-from jobledger.processes import WorkerProcesses
+from jobledger.testing.fakeprovider import FakeProvider, ProviderScript
+from jobledger.testing.history import HistoryRecorder, HistoryReport, check_paths
+from jobledger.testing.processes import WorkerProcesses
 
 from .pgcluster import PrivatePostgres
 from .processes import ROOT
@@ -113,7 +113,7 @@ class ChaosRun:
     provider_messages: list[dict[str, Any]] = field(default_factory=list)
     log_tail: str = ""
     history: HistoryReport | None = None
-    """The history checker's verdict on the run's recorded history (see ``jobledger.history``)."""
+    """The history checker's verdict on the run's recorded history (see ``jobledger.testing.history``)."""
 
     def export_jsonl(self, path: Path) -> int:
         """Write the run as JSON lines: a ``run`` line, then one line per job, attempt, event,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jobledger import BackendUnavailable, Enqueued, Ledger
-from jobledger.history import HistoryRecorder, HistoryReport, check_paths
+from jobledger.testing.history import HistoryRecorder, HistoryReport, check_paths
 
 
 def history_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from .._faults import fault_point
 from .._records import (
     ApiKey,
     JobState,
@@ -28,7 +29,6 @@ from .._records import (
     Tombstone,
 )
 from ..errors import BackendUnavailable, NotFound
-from ..faults import fault_point
 from .common import publish_compare as _compare
 from .common import utc as _utc
 from .postgres_newjob import new_job_arrays

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from .._faults import fault_point
 from .._records import (
     ApiKey,
     JobState,
@@ -25,7 +26,6 @@ from .._records import (
     payload_digest,
 )
 from ..errors import NotFound
-from ..faults import fault_point
 from .common import from_epoch as _dt
 from .common import insert_values
 from .common import publish_compare as _compare

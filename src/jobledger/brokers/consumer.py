@@ -41,10 +41,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .._faults import fault_point
 from .._records import JobRow, JobState
 from ..context import LeaseHold
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, JobledgerError
-from ..faults import fault_point
 from ..ledger import Ledger
 from ..worker import Worker, WorkerStats
 from .base import Delivery, Subscriber, subscriber_for

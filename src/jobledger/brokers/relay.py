@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from .._faults import fault_point
 from .._records import LeaderLease, OutboxRecord
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, LeadershipLost
-from ..faults import fault_point
 from ..ledger import Ledger
 from ..worker import default_worker_name
 from .base import Publisher, describe, publisher_for

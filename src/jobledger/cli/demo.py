@@ -8,7 +8,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..demo.story import DemoReport, Snapshot, run_demo
+from ..testing.demo.story import DemoReport, Snapshot, run_demo
 from .base import cli, json_option
 from .params import console, echo_json
 

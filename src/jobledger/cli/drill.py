@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..drill.runner import DRILLS, DrillResult, run_drills
+from ..testing.drill.runner import DRILLS, DrillResult, run_drills
 from .base import cli, json_option, open_ledger, url_option
 from .params import console, echo_json
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ..history import check_paths, ledger_records
+from ..testing.history import check_paths, ledger_records
 from .base import cli, json_option, open_ledger
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ..history import ENV
-from ..history import install as install_history
 from ..ledger import Ledger
+from ..testing.history import ENV
+from ..testing.history import install as install_history
 from .base import cli, load_app, split_csv, url_option
 from .logs import announce, log_format_option, setup_logging
 from .supervise import supervise

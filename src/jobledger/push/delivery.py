@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 import httpcore
 
+from .._faults import fault_point
 from .._records import (
     MAX_CONCURRENCY,
     ClaimedJob,
@@ -55,7 +56,6 @@ from .._records import (
 )
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, ConfigError, NotFound
-from ..faults import fault_point
 from ..policy import DEFAULT_BACKOFF, TRANSIENT_STATUSES, Backoff, parse_retry_after
 from ..webhooks import event_body, signature_header, webhook_id
 from .guard import AddressPolicy, GuardedNetworkBackend, TargetRefused, plain_http

@@ -31,9 +31,9 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from .._faults import fault_point
 from .._records import DEFAULT_QUEUE, validate_key, validate_queue_name
 from ..errors import BackendUnavailable, ConfigError, KeyConflict, NotFound, PayloadError
-from ..faults import fault_point
 from ..task import Task
 from ..webhooks import DEFAULT_TOLERANCE, WebhookVerificationError, secret_bytes, verify_webhook
 

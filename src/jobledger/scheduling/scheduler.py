@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .._faults import fault_point
 from .._records import JobSpec, LeaderLease, TickRow, TickState
 from ..errors import BackendUnavailable, ConfigError, LeadershipLost, PayloadError
-from ..faults import fault_point
 from .schedule import Entity, Schedule, leader_name
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """The demo's application: one task that sends a customer's weekly digest through the e-mail
 provider, once, whatever retries happen.
 
-Worker processes run it as ``jobledger worker jobledger.demo.app:ledger``; they read the database
+Worker processes run it as ``jobledger worker jobledger.testing.demo.app:ledger``; they read the database
 from ``JOBLEDGER_URL`` and the provider from ``JOBLEDGER_DEMO_PROVIDER``.
 """
 
@@ -11,9 +11,9 @@ import os
 
 import httpx
 
-from ..ledger import Ledger
-from ..policy import Backoff, check_response
-from ..task import Task
+from ...ledger import Ledger
+from ...policy import Backoff, check_response
+from ...task import Task
 
 QUEUE = "digests"
 LEASE_SECONDS = 3.0

@@ -29,11 +29,11 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo
 
-from .._records import AttemptOutcome, JobFilter, JobState
-from ..backends import DatabaseURL
-from ..errors import ConfigError, JobledgerError
+from ..._records import AttemptOutcome, JobFilter, JobState
+from ...backends import DatabaseURL
+from ...errors import ConfigError, JobledgerError
+from ...ledger import Ledger
 from ..fakeprovider import FakeProvider, ProviderScript
-from ..ledger import Ledger
 from ..processes import WorkerProcesses
 from .app import QUEUE, register
 
@@ -183,7 +183,7 @@ def run_demo(
         total = len(active)
 
         pool = WorkerProcesses(
-            "jobledger.demo.app:ledger",
+            "jobledger.testing.demo.app:ledger",
             db_url,
             workdir,
             env={"JOBLEDGER_DEMO_PROVIDER": provider.url},

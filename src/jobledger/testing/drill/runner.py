@@ -27,12 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._records import AttemptOutcome, JobFilter, JobRow, JobState
-from ..errors import JobledgerError
+from ..._records import (
+    AttemptOutcome,
+    JobFilter,
+    JobRow,
+    JobState,
+)
+from ...errors import JobledgerError
+from ...ledger import Ledger
+from ...task import Task
 from ..fakeprovider import FakeProvider, ProviderScript
-from ..ledger import Ledger
 from ..processes import WorkerProcesses, wait_exit
-from ..task import Task
 from .app import recipient, register
 
 __all__ = ["DRILLS", "DrillResult", "run_drills"]
@@ -90,7 +95,7 @@ class _Drills:
     def workers(self, n: int) -> WorkerProcesses:
         queue = self.queue(n)
         return WorkerProcesses(
-            "jobledger.drill.app:ledger",
+            "jobledger.testing.drill.app:ledger",
             self.ledger.url.raw,
             self.workdir,
             env={"JOBLEDGER_DRILL_QUEUE": queue, "JOBLEDGER_DRILL_PROVIDER": self.provider.url},

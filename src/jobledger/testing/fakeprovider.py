@@ -1,6 +1,6 @@
 """A fake email provider (on 127.0.0.1 unless told otherwise) that honours ``Idempotency-Key`` —
 for the demo, the drill and the tests. Given a history recorder, it records every accepted
-request as an ``effect`` (see ``jobledger.history``).
+request as an ``effect`` (see ``jobledger.testing.history``).
 
 ``POST /send`` with a JSON body and an ``Idempotency-Key`` header "sends" a message: the first
 request with a key is accepted (200 and a message id); a repeat with the same key answers the
@@ -58,7 +58,7 @@ class FakeProvider:
     ):
         self.script = script or ProviderScript()
         self.history = history
-        """Where to record each accepted request as an ``effect`` (see ``jobledger.history``)."""
+        """Where to record each accepted request as an ``effect`` (see ``jobledger.testing.history``)."""
         self._lock = threading.Lock()
         self.accepted: dict[str, dict[str, Any]] = {}
         """idempotency key → the accepted message."""
@@ -242,7 +242,7 @@ class FakeProvider:
         self.stop()
 
 
-def main() -> None:  # pragma: no cover - manual use: python -m jobledger.fakeprovider
+def main() -> None:  # pragma: no cover - manual use: python -m jobledger.testing.fakeprovider
     provider = FakeProvider(port=8025).start()
     print(f"fake provider on {provider.url}; Ctrl-C to stop")
     try:

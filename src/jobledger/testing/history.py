@@ -52,14 +52,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._records import ClaimedJob, Enqueued, JobFilter, RescueResult
-from .backends.base import Backend
-from .errors import JobledgerError
-from .hooks import WorkerObserver
+from .._records import (
+    ClaimedJob,
+    Enqueued,
+    JobFilter,
+    RescueResult,
+)
+from ..backends.base import Backend
+from ..errors import JobledgerError
+from ..hooks import WorkerObserver
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
-    from .worker import Worker
+    from ..ledger import Ledger
+    from ..worker import Worker
 
 __all__ = [
     "ENV",

@@ -1,4 +1,4 @@
-"""The drill's application, run by its worker processes as ``jobledger.drill.app:ledger``.
+"""The drill's application, run by its worker processes as ``jobledger.testing.drill.app:ledger``.
 
 Reads ``JOBLEDGER_URL``, ``JOBLEDGER_DRILL_QUEUE`` (the queue this worker serves) and
 ``JOBLEDGER_DRILL_PROVIDER`` (the fake provider's base URL) from the environment.
@@ -10,9 +10,9 @@ import os
 
 import httpx
 
-from ..ledger import Ledger
-from ..policy import Backoff, check_response
-from ..task import Task
+from ...ledger import Ledger
+from ...policy import Backoff, check_response
+from ...task import Task
 
 LEASE_SECONDS = 3.0
 """The lease of every drill job (SPEC drill 4: "lease 3")."""
