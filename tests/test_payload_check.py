@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from jobledger import PayloadError
-from jobledger.task import Task
+from jobledger._task import Task
 
 
 def plain(ctx, n, m=1): ...

@@ -13,10 +13,9 @@ from jobledger import (
     Permanent,
     Retry,
     check_response,
-    classify,
     parse_retry_after,
 )
-from jobledger.policy import classify_status
+from jobledger.policy import classify, classify_status
 
 NOW = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 

@@ -14,34 +14,17 @@ without repeating its effect. SQLite is the embedded default; PostgreSQL is for 
 
     ledger.enqueue(send_digest, {"customer_id": 4187, "week": "2026-W33"}, key="4187:2026-W33")
     ledger.run_worker(queues=["digests"], concurrency=4, burst=True)
+
+Everything a user needs is importable from here, and ``__all__`` lists exactly that (a test
+keeps it so). The modules behind these names are private (``jobledger._ledger``, …) and may
+change. Public too are ``jobledger.push`` (receiving Standard Webhooks), ``jobledger.client``
+(the HTTP API from Python) and ``jobledger.testing`` (fake provider, fault points, history
+checker). Names are imported when first used, so that ``import jobledger`` stays quick.
 """
 
-from ._faults import fault_point
-from ._records import (
-    Attempt,
-    AttemptOutcome,
-    CatchUp,
-    ClaimedJob,
-    Enqueued,
-    Event,
-    GroupLimits,
-    GroupStatus,
-    InsertResult,
-    JobFilter,
-    JobRow,
-    JobSpec,
-    JobState,
-    LeaderLease,
-    PruneResult,
-    ScheduleRow,
-    TickRow,
-    TickState,
-    Tombstone,
-)
-from .brokers.consumer import BrokerConsumer
-from .brokers.outbox import Outbox
-from .brokers.relay import Relay
-from .context import JobContext
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from .errors import (
     BackendUnavailable,
     BrokerUnavailable,
@@ -57,22 +40,68 @@ from .errors import (
     Permanent,
     Retry,
     SchemaMismatch,
+    SubscriptionExists,
 )
-from .ledger import JobHistory, Ledger, RedriveResult
-from .policy import Backoff, check_response, classify, parse_retry_after
-from .scheduling.schedule import (
-    Schedule,
-    ScheduleBook,
-    ScheduleStatus,
-    ScheduleTarget,
-    TaskTarget,
-    Tick,
-)
-from .scheduling.scheduler import Scheduler, SchedulerPass
-from .task import Task
-from .worker import Worker, WorkerStats
 
 __version__ = "0.1.0"
+
+if _TYPE_CHECKING:
+    from ._ledger import (
+        JobHistory,
+        Ledger,
+        RedriveResult,
+    )
+    from ._records import (
+        Attempt,
+        AttemptOutcome,
+        CatchUp,
+        ClaimedJob,
+        Enqueued,
+        Event,
+        GroupLimits,
+        GroupStatus,
+        JobFilter,
+        JobRow,
+        JobSpec,
+        JobState,
+    )
+    from ._runtime.context import (
+        JobContext,
+    )
+    from ._runtime.hooks import (
+        WorkerObserver,
+    )
+    from ._runtime.worker import (
+        Worker,
+        WorkerStats,
+    )
+    from ._task import (
+        Task,
+    )
+    from .brokers.consumer import (
+        BrokerConsumer,
+    )
+    from .brokers.outbox import (
+        Outbox,
+    )
+    from .brokers.relay import (
+        Relay,
+    )
+    from .policy import (
+        Backoff,
+        check_response,
+        parse_retry_after,
+    )
+    from .scheduling.schedule import (
+        Schedule,
+        ScheduleStatus,
+        ScheduleTarget,
+        TaskTarget,
+        Tick,
+    )
+    from .scheduling.scheduler import (
+        Scheduler,
+    )
 
 __all__ = [
     "Attempt",
@@ -89,7 +118,6 @@ __all__ = [
     "GroupLimits",
     "GroupStatus",
     "HandlerOutcome",
-    "InsertResult",
     "InvalidTransition",
     "JobContext",
     "JobFilter",
@@ -99,7 +127,6 @@ __all__ = [
     "JobState",
     "JobledgerError",
     "KeyConflict",
-    "LeaderLease",
     "LeadershipLost",
     "LeaseLost",
     "Ledger",
@@ -107,28 +134,73 @@ __all__ = [
     "Outbox",
     "PayloadError",
     "Permanent",
-    "PruneResult",
     "RedriveResult",
     "Relay",
     "Retry",
     "Schedule",
-    "ScheduleBook",
-    "ScheduleRow",
     "ScheduleStatus",
     "ScheduleTarget",
     "Scheduler",
-    "SchedulerPass",
     "SchemaMismatch",
+    "SubscriptionExists",
     "Task",
     "TaskTarget",
     "Tick",
-    "TickRow",
-    "TickState",
-    "Tombstone",
     "Worker",
+    "WorkerObserver",
     "WorkerStats",
+    "__version__",
     "check_response",
-    "classify",
-    "fault_point",
     "parse_retry_after",
 ]
+
+# Where each lazily imported name lives.
+_LAZY = {
+    "Attempt": "_records",
+    "AttemptOutcome": "_records",
+    "Backoff": "policy",
+    "BrokerConsumer": "brokers.consumer",
+    "CatchUp": "_records",
+    "ClaimedJob": "_records",
+    "Enqueued": "_records",
+    "Event": "_records",
+    "GroupLimits": "_records",
+    "GroupStatus": "_records",
+    "JobContext": "_runtime.context",
+    "JobFilter": "_records",
+    "JobHistory": "_ledger",
+    "JobRow": "_records",
+    "JobSpec": "_records",
+    "JobState": "_records",
+    "Ledger": "_ledger",
+    "Outbox": "brokers.outbox",
+    "RedriveResult": "_ledger",
+    "Relay": "brokers.relay",
+    "Schedule": "scheduling.schedule",
+    "ScheduleStatus": "scheduling.schedule",
+    "ScheduleTarget": "scheduling.schedule",
+    "Scheduler": "scheduling.scheduler",
+    "Task": "_task",
+    "TaskTarget": "scheduling.schedule",
+    "Tick": "scheduling.schedule",
+    "Worker": "_runtime.worker",
+    "WorkerObserver": "_runtime.hooks",
+    "WorkerStats": "_runtime.worker",
+    "check_response": "policy",
+    "parse_retry_after": "policy",
+}
+
+
+def __getattr__(name: str) -> _Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -84,7 +84,7 @@ def test_transactional_completion_with_a_lost_lease_commits_nothing(ledger):
     ledger.backend.job_rescue(now=at(120))
     ledger.backend.job_claim(["holds"], "b", 1, now=at(121))
 
-    from jobledger.context import JobContext, LeaseHold
+    from jobledger._runtime.context import JobContext, LeaseHold
 
     ctx = JobContext(LeaseHold(old), ledger.backend, lambda hold: None, lambda: at(122))
     with pytest.raises(LeaseLost), ctx.transaction() as conn:

@@ -13,7 +13,7 @@ import standardwebhooks
 from jobledger import JobState
 from jobledger._records import QueueSettings, SubscriptionState
 from jobledger._services.subscriptions import rotate_secret
-from jobledger.webhooks import key_from_webhook_id
+from jobledger._webhooks import key_from_webhook_id
 
 from ..support.endpoints import scripted
 from ..support.processes import wait_until

@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from jobledger import ConfigError, JobState, Ledger
 from jobledger._records import QueueSettings
+from jobledger._webhooks import generate_secret
 from jobledger.push import WebhookReceiver
-from jobledger.webhooks import generate_secret
 
 from ..support.processes import ROOT, wait_until
 from .conftest import publish, subscribe

@@ -14,9 +14,7 @@ import standardwebhooks
 from jobledger import ConfigError
 from jobledger._records import validate_url
 from jobledger._services.subscriptions import create_subscription
-from jobledger.push import AddressPolicy, TargetRefused, decide, status_class
-from jobledger.push.guard import GuardedNetworkBackend, plain_http
-from jobledger.webhooks import (
+from jobledger._webhooks import (
     WebhookVerificationError,
     event_body,
     generate_secret,
@@ -27,6 +25,8 @@ from jobledger.webhooks import (
     verify_webhook,
     webhook_id,
 )
+from jobledger.push import AddressPolicy, TargetRefused, decide, status_class
+from jobledger.push.guard import GuardedNetworkBackend, plain_http
 
 # The example of the Standard Webhooks specification's reference libraries.
 SPEC_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -320,8 +320,8 @@ def test_the_push_api_is_explicit_and_documented():
     import inspect
 
     import jobledger._records.subscriptions as subscriptions
+    import jobledger._webhooks as webhooks
     import jobledger.push as push
-    import jobledger.webhooks as webhooks
 
     for module in (push, subscriptions, webhooks):
         assert module.__all__ == sorted(module.__all__), module.__name__

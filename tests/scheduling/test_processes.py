@@ -12,7 +12,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jobledger import JobFilter, JobState, Ledger, TickState
+from jobledger import JobFilter, JobState, Ledger
+from jobledger._records import TickState
 from jobledger.scheduling.cron import CronSpec
 
 from ..apps.schedule_app import CRON, ZONE, declare, sim_clock

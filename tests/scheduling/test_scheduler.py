@@ -10,7 +10,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from jobledger import ConfigError, JobFilter, LeadershipLost, Ledger, TickState
+from jobledger import (
+    ConfigError,
+    JobFilter,
+    LeadershipLost,
+    Ledger,
+)
+from jobledger._records import TickState
 from jobledger.scheduling.cron import CronSpec
 from jobledger.scheduling.schedule import leader_name
 from jobledger.testing import FaultInjected

@@ -2,7 +2,7 @@
 
 A subscription is the consumer of its queue: the delivery loop (``jobledger push``, and inside
 ``jobledger serve``) claims the queue's jobs under leases, like any worker, and POSTs each one to
-the subscription's URL per Standard Webhooks (see ``jobledger.webhooks`` and docs/push.md). A
+the subscription's URL per Standard Webhooks (see ``jobledger.push`` and docs/push.md). A
 queue has at most one subscription.
 
 The row also keeps the subscription's health — the last status, the last error, consecutive

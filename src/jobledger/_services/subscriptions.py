@@ -18,8 +18,8 @@ from .._records.subscriptions import (
     Subscription,
     validate_url,
 )
+from .._webhooks import generate_secret, secret_bytes
 from ..errors import ConfigError
-from ..webhooks import generate_secret, secret_bytes
 
 if TYPE_CHECKING:
     from ..backends.base import Backend

@@ -42,11 +42,11 @@ from datetime import datetime
 from typing import Any
 
 from .._faults import fault_point
+from .._ledger import Ledger
 from .._records import JobRow, JobState
-from ..context import LeaseHold
+from .._runtime.context import LeaseHold
+from .._runtime.worker import Worker, WorkerStats
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, JobledgerError
-from ..ledger import Ledger
-from ..worker import Worker, WorkerStats
 from .base import Delivery, Subscriber, subscriber_for
 from .urls import BrokerURL
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .._ledger import Ledger
 from .._records import OutboxQueueStats, OutboxRecord, Route
+from .._task import validate_queue_name
 from ..backends.base import Backend
 from ..errors import ConfigError
-from ..ledger import Ledger
-from ..task import validate_queue_name
 
 __all__ = ["Outbox", "RouteResult", "record_dict", "route_dict", "stats_dict"]
 

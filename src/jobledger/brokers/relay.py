@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from .._faults import fault_point
+from .._ledger import Ledger
 from .._records import LeaderLease, OutboxRecord
+from .._runtime.worker import default_worker_name
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, LeadershipLost
-from ..ledger import Ledger
-from ..worker import default_worker_name
 from .base import Publisher, describe, publisher_for
 from .urls import BrokerURL
 

@@ -13,8 +13,8 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from .._ledger import DEFAULT_KEEP_KEYS
 from .._records import JobFilter, JobState
-from ..ledger import DEFAULT_KEEP_KEYS
 from .base import cli, json_option, open_ledger, url_option
 from .params import (
     DURATION,

@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 
 import click
 
+from .._ledger import Ledger
 from ..backends.url import DEFAULT_URL
 from ..errors import ConfigError
-from ..ledger import Ledger
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -10,8 +10,8 @@ import click
 from rich.table import Table
 from rich.text import Text
 
+from .._ledger import JobHistory
 from .._records import JobFilter, JobRow, JobState, QueueStats
-from ..ledger import JobHistory
 from .base import cli, json_option, open_ledger, url_option
 from .params import (
     DURATION,

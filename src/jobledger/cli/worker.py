@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..ledger import Ledger
+from .._ledger import Ledger
 from ..testing.history import ENV
 from ..testing.history import install as install_history
 from .base import cli, load_app, split_csv, url_option

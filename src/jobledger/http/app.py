@@ -19,7 +19,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..ledger import Ledger
+from .._ledger import Ledger
 from .api import RouteGroup, build_routes
 from .observe import observe
 from .openapi import openapi_document

@@ -13,9 +13,9 @@ from ..errors import BackendUnavailable, ConfigError
 from .wakeups import Wakeups
 
 if TYPE_CHECKING:
+    from .._ledger import Ledger
     from .._records import RescueResult
     from ..backends.base import Backend
-    from ..ledger import Ledger
     from ..push import PushSettings
 
 __all__ = ["InFlight", "Rescuer", "ServerSettings", "ServerState", "Service"]

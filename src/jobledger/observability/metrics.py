@@ -25,14 +25,14 @@ from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-from ..hooks import WorkerObserver
+from .._runtime.hooks import WorkerObserver
 from .rollup import claim_wait
 from .snapshot import STATES, SnapshotCache
 
 if TYPE_CHECKING:
+    from .._ledger import Ledger
     from .._records import ClaimedJob, RescueResult
-    from ..ledger import Ledger
-    from ..worker import Worker
+    from .._runtime.worker import Worker
 
 __all__ = [
     "LedgerCollector",

@@ -20,14 +20,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._records import MinuteStats
+from .._runtime.hooks import WorkerObserver
 from ..errors import JobledgerError
-from ..hooks import WorkerObserver
 
 if TYPE_CHECKING:
+    from .._ledger import Ledger
     from .._records import ClaimedJob
+    from .._runtime.worker import Worker
     from ..backends.base import Backend
-    from ..ledger import Ledger
-    from ..worker import Worker
 
 __all__ = ["MinuteStatsFlusher", "MinuteStatsRecorder", "install_rollups", "rollups_of"]
 

@@ -24,7 +24,7 @@ from .._records import JobState, LeaderLease
 from ..errors import JobledgerError
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from .._ledger import Ledger
     from ..scheduling.schedule import ScheduleStatus
 
 __all__ = ["LedgerSnapshot", "QueueView", "SnapshotCache"]

@@ -7,12 +7,23 @@
   ``webhook-id``, records acceptance in the ledger and hands the event to a task;
 - ``HttpTarget`` — a cron schedule whose ticks are POSTed to a URL.
 
-Subscriptions themselves are in ``jobledger.subscriptions``; signatures in ``jobledger.webhooks``.
+- Standard Webhooks itself: ``verify_webhook``, ``sign``, ``signature_header``,
+  ``generate_secret``, ``webhook_id`` and ``key_from_webhook_id``.
+
 See docs/push.md.
 """
 
 from __future__ import annotations
 
+from .._webhooks import (
+    WebhookVerificationError,
+    generate_secret,
+    key_from_webhook_id,
+    sign,
+    signature_header,
+    verify_webhook,
+    webhook_id,
+)
 from .cron import HttpTarget
 from .delivery import Decision, PushService, PushSettings, decide
 from .guard import AddressPolicy, TargetRefused
@@ -31,6 +42,13 @@ __all__ = [
     "SubscriptionChange",
     "TargetRefused",
     "WebhookReceiver",
+    "WebhookVerificationError",
     "decide",
+    "generate_secret",
+    "key_from_webhook_id",
+    "sign",
+    "signature_header",
     "status_class",
+    "verify_webhook",
+    "webhook_id",
 ]

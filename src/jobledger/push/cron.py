@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from .._records import encode_payload, validate_queue_name, validate_task_name, validate_url
 from .._services.subscriptions import create_subscription
+from .._webhooks import secret_bytes
 from ..errors import ConfigError, NotFound, PayloadError, SubscriptionExists
-from ..webhooks import secret_bytes
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from .._ledger import Ledger
     from ..scheduling.schedule import Entity, Schedule, Tick
 
 __all__ = ["HttpTarget"]

@@ -5,7 +5,7 @@ subscription. A lane claims its queue's due jobs with ``job_claim`` — the stat
 uses: a new lease token, an attempt record, ``attempts + 1`` — and delivers each under that lease:
 
 - the body is ``{"type": <task>, "timestamp": <job created>, "data": <payload>}``; the headers
-  ``webhook-id`` (the job key, see ``jobledger.webhooks.webhook_id``), ``webhook-timestamp`` and
+  ``webhook-id`` (the job key, see ``jobledger.push.webhook_id``), ``webhook-timestamp`` and
   ``webhook-signature`` follow Standard Webhooks; ``jobledger-attempt`` and
   ``jobledger-correlation-id`` are added for the receiver's logs;
 - the answer decides, and the lease token fences the write: 2xx → done; 429, 502, 503, 504 (and,
@@ -54,15 +54,15 @@ from .._records import (
     Subscription,
     SubscriptionState,
 )
+from .._webhooks import event_body, signature_header, webhook_id
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, ConfigError, NotFound
 from ..policy import DEFAULT_BACKOFF, TRANSIENT_STATUSES, Backoff, parse_retry_after
-from ..webhooks import event_body, signature_header, webhook_id
 from .guard import AddressPolicy, GuardedNetworkBackend, TargetRefused, plain_http
 from .observe import DeliveryReport, PushCounters, SubscriptionChange, status_class
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from .._ledger import Ledger
 
 __all__ = ["Decision", "PushService", "PushSettings", "decide"]
 
@@ -234,7 +234,7 @@ class PushService:
         name: str | None = None,
         observers: Iterable[Any] = (),
     ):
-        from ..worker import default_worker_name
+        from .._runtime.worker import default_worker_name
 
         self.ledger = ledger
         self.settings = settings or PushSettings()

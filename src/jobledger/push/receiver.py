@@ -33,12 +33,17 @@ from typing import TYPE_CHECKING, Any
 
 from .._faults import fault_point
 from .._records import DEFAULT_QUEUE, validate_key, validate_queue_name
+from .._task import Task
+from .._webhooks import (
+    DEFAULT_TOLERANCE,
+    WebhookVerificationError,
+    secret_bytes,
+    verify_webhook,
+)
 from ..errors import BackendUnavailable, ConfigError, KeyConflict, NotFound, PayloadError
-from ..task import Task
-from ..webhooks import DEFAULT_TOLERANCE, WebhookVerificationError, secret_bytes, verify_webhook
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from .._ledger import Ledger
 
 __all__ = ["WebhookReceiver"]
 

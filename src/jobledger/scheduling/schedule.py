@@ -27,12 +27,12 @@ from .._records import (
     TickState,
     encode_payload,
 )
+from .._task import DEFAULT_QUEUE, Task, validate_queue_name
 from ..errors import ConfigError, NotFound, PayloadError
-from ..task import DEFAULT_QUEUE, Task, validate_queue_name
 from .cron import CronSpec
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from .._ledger import Ledger
 
 __all__ = [
     "DEFAULT_COHORT",

@@ -33,9 +33,9 @@ from ..errors import BackendUnavailable, ConfigError, LeadershipLost, PayloadErr
 from .schedule import Entity, Schedule, leader_name
 
 if TYPE_CHECKING:
+    from .._ledger import Ledger
+    from .._runtime.worker import Worker
     from ..backends.base import Backend
-    from ..ledger import Ledger
-    from ..worker import Worker
 
 __all__ = ["Scheduler", "SchedulerPass", "scheduler_service"]
 
@@ -86,7 +86,7 @@ class Scheduler:
         poll_interval: float | None = None,
         clock: Callable[[], datetime] | None = None,
     ):
-        from ..worker import default_worker_name
+        from .._runtime.worker import default_worker_name
 
         book = ledger.schedules
         self.ledger = ledger

@@ -58,13 +58,13 @@ from .._records import (
     JobFilter,
     RescueResult,
 )
+from .._runtime.hooks import WorkerObserver
 from ..backends.base import Backend
 from ..errors import JobledgerError
-from ..hooks import WorkerObserver
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
-    from ..worker import Worker
+    from .._ledger import Ledger
+    from .._runtime.worker import Worker
 
 __all__ = [
     "ENV",

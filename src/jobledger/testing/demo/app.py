@@ -11,9 +11,9 @@ import os
 
 import httpx
 
-from ...ledger import Ledger
+from ..._ledger import Ledger
+from ..._task import Task
 from ...policy import Backoff, check_response
-from ...task import Task
 
 QUEUE = "digests"
 LEASE_SECONDS = 3.0

@@ -29,10 +29,10 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from zoneinfo import ZoneInfo
 
+from ..._ledger import Ledger
 from ..._records import AttemptOutcome, JobFilter, JobState
 from ...backends import DatabaseURL
 from ...errors import ConfigError, JobledgerError
-from ...ledger import Ledger
 from ..fakeprovider import FakeProvider, ProviderScript
 from ..processes import WorkerProcesses
 from .app import QUEUE, register

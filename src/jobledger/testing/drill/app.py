@@ -10,9 +10,9 @@ import os
 
 import httpx
 
-from ...ledger import Ledger
+from ..._ledger import Ledger
+from ..._task import Task
 from ...policy import Backoff, check_response
-from ...task import Task
 
 LEASE_SECONDS = 3.0
 """The lease of every drill job (SPEC drill 4: "lease 3")."""

@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..._ledger import Ledger
 from ..._records import (
     AttemptOutcome,
     JobFilter,
     JobRow,
     JobState,
 )
+from ..._task import Task
 from ...errors import JobledgerError
-from ...ledger import Ledger
-from ...task import Task
 from ..fakeprovider import FakeProvider, ProviderScript
 from ..processes import WorkerProcesses, wait_exit
 from .app import recipient, register

@@ -21,8 +21,8 @@ from .errors import ConfigError, PayloadError
 from .policy import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
+    from ._ledger import Ledger
     from ._records import Enqueued
-    from .ledger import Ledger
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",

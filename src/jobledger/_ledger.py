@@ -32,14 +32,9 @@ from ._records import (
     validate_group,
     validate_key,
 )
-from .backends import DEFAULT_URL, DatabaseURL, open_backend
-from .backends.base import Backend
-from .errors import ConfigError, InvalidTransition, NotFound, PayloadError
-from .hooks import WorkerObserver, WorkerService
-from .observability.rollup import install_rollups
-from .policy import DEFAULT_BACKOFF, Backoff
-from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
-from .task import (
+from ._runtime.hooks import WorkerObserver, WorkerService
+from ._runtime.worker import Worker, WorkerStats
+from ._task import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_QUEUE,
@@ -48,7 +43,17 @@ from .task import (
     validate_max_attempts,
     validate_queue_name,
 )
-from .worker import Worker, WorkerStats
+from .backends import DEFAULT_URL, DatabaseURL, open_backend
+from .backends.base import Backend
+from .errors import (
+    ConfigError,
+    InvalidTransition,
+    NotFound,
+    PayloadError,
+)
+from .observability.rollup import install_rollups
+from .policy import DEFAULT_BACKOFF, Backoff
+from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
 
 if TYPE_CHECKING:
     from .scheduling.schedule import Tick
@@ -101,7 +106,7 @@ class Ledger:
         self._wakes: weakref.WeakSet[threading.Event] = weakref.WeakSet()
         self.default_backoff = DEFAULT_BACKOFF
         self.observers: list[WorkerObserver] = []
-        """Told what this ledger's workers do (metrics, logs); see ``jobledger.hooks``."""
+        """Told what this ledger's workers do (metrics, logs); see ``jobledger.WorkerObserver``."""
         self.worker_services: list[Callable[[Worker], WorkerService | None]] = []
         """Factories of services each worker runs beside itself (the scheduler, metrics)."""
         self.schedules = ScheduleBook(self)

@@ -36,17 +36,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._faults import fault_point
-from ._records import ClaimedJob, Failure, JobState
-from .backends.base import Backend, Listener
+from .._faults import fault_point
+from .._records import ClaimedJob, Failure, JobState
+from ..backends.base import Backend, Listener
+from ..errors import (
+    BackendUnavailable,
+    LeaseLost,
+    PayloadError,
+    Permanent,
+)
+from ..policy import classify
 from .context import JobContext, LeaseHold
-from .errors import BackendUnavailable, LeaseLost, PayloadError, Permanent
 from .hooks import WorkerObserver, WorkerService
-from .policy import classify
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
-    from .task import Task
+    from .._ledger import Ledger
+    from .._task import Task
 
 __all__ = ["Worker", "WorkerStats", "default_worker_name"]
 
@@ -173,7 +178,7 @@ class Worker:
         grace_seconds: float = 30.0,
         clock: Callable[[], datetime] | None = None,
     ):
-        from .task import validate_queue_name
+        from .._task import validate_queue_name
 
         if not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")

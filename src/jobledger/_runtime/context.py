@@ -10,10 +10,10 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ._faults import fault_point
-from ._records import ClaimedJob, Lease
-from .backends.base import Backend
-from .errors import LeaseLost
+from .._faults import fault_point
+from .._records import ClaimedJob, Lease
+from ..backends.base import Backend
+from ..errors import LeaseLost
 
 __all__ = ["JobContext"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ._records import ClaimedJob, RescueResult
+    from .._records import ClaimedJob, RescueResult
     from .worker import Worker
 
 __all__ = ["WorkerObserver", "WorkerService"]
