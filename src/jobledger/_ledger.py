@@ -178,6 +178,7 @@ class Ledger:
         priority: int = 0,
         key: KeyRule = None,
         group: KeyRule = None,
+        timeout: float | None = None,
     ) -> Task: ...
 
     @overload
@@ -194,6 +195,7 @@ class Ledger:
         priority: int = 0,
         key: KeyRule = None,
         group: KeyRule = None,
+        timeout: float | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -209,6 +211,7 @@ class Ledger:
         priority: int = 0,
         key: KeyRule = None,
         group: KeyRule = None,
+        timeout: float | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler, sync or async: ``@ledger.task(queue="digests", max_attempts=8)``.
 
@@ -223,6 +226,11 @@ class Ledger:
           a format string such as ``"{customer_id}:{week}"`` or a function of the payload.
         - ``group``: the group (tenant) of a job when ``enqueue`` is given none, the same way:
           e.g. ``"{customer_id}"``. Groups share a queue fairly; see ``set_group_limits``.
+        - ``timeout``: the longest an attempt may run, in seconds (default: no bound). An
+          attempt that runs past it is recorded as ``timed_out``, its lease is no longer
+          renewed, and the job is retried by its backoff or parked dead when its attempts are
+          spent; whatever the abandoned handler writes later is refused by the fence. Async
+          handlers are cancelled; a sync handler's thread cannot be (see docs/concepts.md).
         """
 
         def register(func: Callable[..., Any]) -> Task:
@@ -236,6 +244,7 @@ class Ledger:
                 priority=_priority(priority),
                 key=key,
                 group=group,
+                timeout=timeout,
                 ledger=self,
             )
             existing = self._tasks.get(task.name)

@@ -16,6 +16,7 @@ from ._records import (
     validate_max_attempts,
     validate_queue_name,
     validate_task_name,
+    validate_timeout_seconds,
 )
 from .errors import ConfigError, PayloadError
 from .policy import DEFAULT_BACKOFF, Backoff
@@ -56,6 +57,8 @@ class Task:
     priority: int = 0
     key: KeyRule = None
     group: KeyRule = None
+    timeout: float | None = None
+    """Seconds an attempt may run before it is abandoned as ``timed_out`` (None: no bound)."""
     ledger: Ledger | None = field(default=None, repr=False)
     is_async: bool = field(init=False)
     _signature: inspect.Signature = field(init=False, repr=False)
@@ -68,6 +71,7 @@ class Task:
         validate_queue_name(self.queue)
         validate_max_attempts(self.max_attempts)
         self.lease_seconds = validate_lease_seconds(self.lease_seconds)
+        self.timeout = validate_timeout_seconds(self.timeout)
         if not isinstance(self.backoff, Backoff):
             raise ConfigError(f"task {self.name!r}: backoff must be a jobledger.Backoff")
         for rule in ("key", "group"):

@@ -79,6 +79,8 @@ class Decision:
     message: str
     pause_group: bool = False
     """True: pause the job's whole group for ``delay`` (``Retry(scope="group")``)."""
+    timed_out: bool = False
+    """True: the attempt ran past its timeout (its outcome is ``timed_out``)."""
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:

@@ -94,7 +94,7 @@ def test_shutdown_releases_claimed_but_unstarted_jobs(ledger):
     ledger.task(lambda ctx: None, name="t", queue="w")
     job_id, _ = ledger.enqueue("t", {}, key="k", now=T0)
     worker = ledger.worker(["w"], concurrency=1)
-    worker._dispatch(ledger.backend.job_claim(["w"], worker.name, 1))  # claimed; no runner started
+    worker._dispatch(worker.claim(["w"], 1))  # claimed; no runner started
     worker._shutdown()
     row = ledger.job(job_id)
     assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
@@ -150,7 +150,7 @@ def test_postgres_notify_wakes_an_idle_worker(ledger, db_url):
     t.start()
     try:
         wait_until(
-            lambda: worker._in_flight() == 0 and worker.stats.claimed == 0 and t.is_alive(),
+            lambda: worker.in_flight() == 0 and worker.stats.claimed == 0 and t.is_alive(),
             what="worker up",
         )
         time.sleep(

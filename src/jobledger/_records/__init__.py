@@ -31,6 +31,7 @@ from .checks import (
     validate_name,
     validate_queue_name,
     validate_task_name,
+    validate_timeout_seconds,
 )
 from .groups import (
     MAX_GROUP_LENGTH,
@@ -198,5 +199,6 @@ __all__ = [
     "validate_name",
     "validate_queue_name",
     "validate_task_name",
+    "validate_timeout_seconds",
     "validate_url",
 ]

@@ -44,7 +44,7 @@ from typing import Any
 from .._faults import fault_point
 from .._ledger import Ledger
 from .._records import JobRow, JobState
-from .._runtime.context import LeaseHold
+from .._runtime.leases import LeaseHold
 from .._runtime.worker import Worker, WorkerStats
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, JobledgerError
 from .base import Delivery, Subscriber, subscriber_for
@@ -175,8 +175,8 @@ class BrokerConsumer(Worker):
                 next_rescue = time.monotonic() + self.rescue_interval
             self._stopping.wait(min(self.rescue_interval, 0.5))
 
-    def _finished(self, holds: list[LeaseHold]) -> None:
-        super()._finished(holds)
+    def finished(self, holds: list[LeaseHold]) -> None:
+        super().finished(holds)
         for hold in holds:
             with self._acks_lock:
                 delivery = self._acks.pop((hold.job.id, hold.job.lease_token), None)
@@ -330,9 +330,7 @@ class BrokerConsumer(Worker):
             return
         wanted = [(d.envelope.queue, d.envelope.key) for d in valid if d.envelope is not None]
         try:
-            claims = await asyncio.to_thread(
-                self.backend.job_claim_keys, wanted, self.name, self._now()
-            )
+            claims, holds = await asyncio.to_thread(self.claim_keys, wanted)
         except BackendUnavailable as exc:
             log.warning("consumer %s: cannot claim %d job(s): %s", self.name, len(valid), exc)
             for delivery in valid:
@@ -340,13 +338,11 @@ class BrokerConsumer(Worker):
                 self._outcome(delivery, "ledger_error")
                 self._later(delivery, 0.5 + random.random())
             return
-        jobs = []
         for delivery, claim in zip(valid, claims, strict=True):
             if claim.job is not None:
                 with self._acks_lock:
                     self._acks[(claim.job.id, claim.job.lease_token)] = delivery
                 self._outcome(delivery, "claimed")
-                jobs.append(claim.job)
                 continue
             outcome, wait = self._decide(claim.current, claim.paused_until)
             self._outcome(delivery, outcome)
@@ -354,7 +350,7 @@ class BrokerConsumer(Worker):
                 self._later(delivery, wait)
             else:
                 await delivery.ack()
-        self._dispatch(jobs)
+        self._dispatch(holds)
 
     def _decide(
         self, job: JobRow | None, paused_until: datetime | None = None

@@ -32,7 +32,7 @@ from .snapshot import STATES, SnapshotCache
 if TYPE_CHECKING:
     from .._ledger import Ledger
     from .._records import ClaimedJob, RescueResult
-    from .._runtime.worker import Worker
+    from .._runtime.runtime import Runtime
 
 __all__ = [
     "LedgerCollector",
@@ -180,12 +180,12 @@ class _MetricsObserver(WorkerObserver):
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
 
-    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+    def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         self.metrics.claimed(jobs)
 
     def on_outcome(
         self,
-        worker: Worker,
+        worker: Runtime,
         job: ClaimedJob,
         outcome: str,
         duration: float,
@@ -193,10 +193,10 @@ class _MetricsObserver(WorkerObserver):
     ) -> None:
         self.metrics.finished(job.queue, job.task, outcome, duration, job.attempt)
 
-    def on_lease_lost(self, worker: Worker, job: ClaimedJob, action: str) -> None:
+    def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
         self.metrics.stale_write(job.queue, action)
 
-    def on_rescue(self, worker: Worker, rescued: Sequence[RescueResult]) -> None:
+    def on_rescue(self, worker: Runtime, rescued: Sequence[RescueResult]) -> None:
         self.metrics.rescued(rescued)
 
     def on_push_delivery(self, report: Any) -> None:

@@ -26,7 +26,7 @@ from ..errors import JobledgerError
 if TYPE_CHECKING:
     from .._ledger import Ledger
     from .._records import ClaimedJob
-    from .._runtime.worker import Worker
+    from .._runtime.runtime import Runtime
     from ..backends.base import Backend
 
 __all__ = ["MinuteStatsFlusher", "MinuteStatsRecorder", "install_rollups", "rollups_of"]
@@ -123,12 +123,12 @@ class MinuteStatsRecorder(WorkerObserver):
             values.update(run_count=len(runs), run_sum=sum(runs), run_max=max(runs))
         self._add(self._minute(), queue, task, values)
 
-    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+    def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         self.claimed(jobs)
 
     def on_outcome(
         self,
-        worker: Worker,
+        worker: Runtime,
         job: ClaimedJob,
         outcome: str,
         duration: float,
@@ -137,7 +137,7 @@ class MinuteStatsRecorder(WorkerObserver):
         self.finished(job.queue, job.task, outcome, duration)
 
     def on_outcomes(
-        self, worker: Worker, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
+        self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:
         durations: dict[tuple[str, str, str], list[float]] = {}
         for job, outcome, duration, _ in outcomes:
@@ -236,7 +236,7 @@ def install_rollups(ledger: Ledger, interval: float = 5.0) -> MinuteStatsRecorde
     recorder = MinuteStatsRecorder()
     ledger.observers.append(recorder)
 
-    def flusher(worker: Worker) -> MinuteStatsFlusher:
+    def flusher(worker: Runtime) -> MinuteStatsFlusher:
         return MinuteStatsFlusher(recorder, worker.backend, interval)
 
     flusher.recorder = recorder  # type: ignore[attr-defined]

@@ -580,9 +580,11 @@ class ScheduleBook:
                     "one of them another key= template"
                 )
         if not self._schedules:
+            from functools import partial
+
             from .scheduler import scheduler_service
 
-            self._ledger.worker_services.append(scheduler_service)
+            self._ledger.worker_services.append(partial(scheduler_service, self._ledger))
         self._schedules[schedule.name] = schedule
         return schedule
 

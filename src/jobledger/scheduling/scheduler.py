@@ -500,13 +500,13 @@ class Scheduler:
             self._thread = None
 
 
-def scheduler_service(worker: Worker) -> Scheduler | None:
+def scheduler_service(ledger: Ledger, worker: Worker) -> Scheduler | None:
     """The worker service (see ``ledger.worker_services``) that runs the ledger's schedules in
     each worker, unless ``ledger.schedules.run_in_workers`` is off."""
-    book = worker.ledger.schedules
+    book = ledger.schedules
     if not book.run_in_workers or not len(book):
         return None
-    return Scheduler(worker.ledger, name=worker.name, clock=worker.clock or book.clock)
+    return Scheduler(ledger, name=worker.name, clock=worker.clock or book.clock)
 
 
 def _batches(items: Iterable[Any], size: int) -> Iterator[list[Any]]:

@@ -64,7 +64,7 @@ from ..errors import JobledgerError
 
 if TYPE_CHECKING:
     from .._ledger import Ledger
-    from .._runtime.worker import Worker
+    from .._runtime.runtime import Runtime
 
 __all__ = [
     "ENV",
@@ -227,7 +227,7 @@ class HistoryObserver(WorkerObserver):
     def __init__(self, recorder: HistoryRecorder):
         self.recorder = recorder
 
-    def _job(self, event: str, worker: Worker, job: ClaimedJob, **extra: Any) -> None:
+    def _job(self, event: str, worker: Runtime, job: ClaimedJob, **extra: Any) -> None:
         self.recorder.record(
             event,
             worker=worker.name,
@@ -239,17 +239,17 @@ class HistoryObserver(WorkerObserver):
             **extra,
         )
 
-    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+    def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         for job in jobs:
             self._job("claim", worker, job, lease_until=job.lease_until)
 
-    def on_heartbeat(self, worker: Worker, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
+    def on_heartbeat(self, worker: Runtime, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
         for job, until in renewed:
             self._job("heartbeat", worker, job, lease_until=until)
 
     def on_outcome(
         self,
-        worker: Worker,
+        worker: Runtime,
         job: ClaimedJob,
         outcome: str,
         duration: float,
@@ -260,10 +260,10 @@ class HistoryObserver(WorkerObserver):
         else:
             self._job("fail", worker, job, outcome=outcome, error_class=error_class)
 
-    def on_lease_lost(self, worker: Worker, job: ClaimedJob, action: str) -> None:
+    def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
         self._job("lease_lost", worker, job, action=action)
 
-    def on_rescue(self, worker: Worker, rescued: Sequence[RescueResult]) -> None:
+    def on_rescue(self, worker: Runtime, rescued: Sequence[RescueResult]) -> None:
         for r in rescued:
             self.recorder.record(
                 "rescue",
