@@ -130,10 +130,12 @@ class Runtime:
     def stopping(self) -> bool:
         return self._stopping.is_set()
 
-    def start_runtime(self) -> None:
-        """Start the completer and the keeper."""
+    def start_runtime(self, renew: bool = True) -> None:
+        """Start the completer and (unless ``renew`` is off: leases that outlast their
+        delivery) the keeper."""
         self._completer.start()
-        self._keeper.start()
+        if renew:
+            self._keeper.start()
 
     # -- observers (the recorder's ``Observers``) -------------------------------------------------
 
@@ -166,10 +168,17 @@ class Runtime:
     # -- claiming ---------------------------------------------------------------------------------
 
     def claim(
-        self, queues: Sequence[str], limit: int, lease_seconds: float | None = None
+        self,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float | None = None,
+        holder: str | None = None,
     ) -> list[LeaseHold]:
-        """Lease up to ``limit`` due jobs of ``queues`` and hold them."""
-        jobs = self.backend.job_claim(queues, self.name, limit, self._now(), lease_seconds)
+        """Lease up to ``limit`` due jobs of ``queues`` and hold them (``holder`` names the
+        claimant in the attempts, default the runtime's name)."""
+        jobs = self.backend.job_claim(
+            queues, holder or self.name, limit, self._now(), lease_seconds
+        )
         return self.hold(jobs)
 
     def claim_keys(
@@ -293,18 +302,22 @@ class Runtime:
                     if not hold.started:
                         hold.released = True
                         unstarted.append(hold)
-        if not unstarted:
-            return
+        if unstarted:
+            self.give_back(unstarted)
+
+    def give_back(self, holds: list[LeaseHold]) -> None:
+        """Give claimed jobs back at once, uncharged (never started, or not to be delivered
+        now); if the database is unavailable their leases expire instead."""
         try:
-            self.backend.job_release([h.lease for h in unstarted], self._now())
-            self.stats.add(released=len(unstarted))
+            self.backend.job_release([h.lease for h in holds], self._now())
+            self.stats.add(released=len(holds))
         except BackendUnavailable as exc:
             log.warning(
                 "could not release %d unstarted jobs (their leases will expire): %s",
-                len(unstarted),
+                len(holds),
                 exc,
             )
-        self.finished(unstarted)
+        self.finished(holds)
 
     def drain(self, deadline: float) -> None:
         """Wait until what runs has finished and its outcomes are written (or ``deadline``, a
