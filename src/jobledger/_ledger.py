@@ -33,6 +33,8 @@ from ._records import (
     validate_key,
 )
 from ._runtime.hooks import WorkerObserver, WorkerService
+from ._runtime.outcomes import Observers
+from ._runtime.pull import PullLeases
 from ._runtime.worker import Worker, WorkerStats
 from ._services.health import Health
 from ._services.jobs import JobReads
@@ -61,6 +63,7 @@ from .errors import (
     NotFound,
     PayloadError,
 )
+from .maintenance.rescuer import Rescuer
 from .observability.rollup import install_rollups
 from .policy import DEFAULT_BACKOFF, Backoff
 from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
@@ -615,7 +618,29 @@ class Ledger:
 
     def rescue(self, now: datetime | None = None) -> list[RescueResult]:
         """Close expired leases now (workers do this on their own every few seconds)."""
-        return self.backend.job_rescue(now)
+        return self.rescuer().run_once(now)
+
+    def rescuer(
+        self,
+        interval: float = 5.0,
+        on_rescue: Callable[[list[RescueResult]], None] | None = None,
+    ) -> Rescuer:
+        """The rescuer of this ledger (``start()`` runs it every ``interval`` seconds on a
+        thread): expired leases back to pending, or to dead when their budget is spent. Every
+        transport's leases are rescued by it; workers run one in their own loop."""
+        return Rescuer(lambda: self.backend, interval, on_rescue)
+
+    def pull_leases(self, observers: Observers) -> PullLeases:
+        """Pull consumers' leases over this ledger (receive, ack, nack, extend), telling
+        ``observers`` of outcomes and refused writes; a nack retries by the queue's declared
+        backoff."""
+        return PullLeases(lambda: self.backend, observers, self._queue_backoff)
+
+    def _queue_backoff(self, queue: str) -> Backoff:
+        try:
+            return self.queue_settings.get(queue).settings.backoff
+        except NotFound:
+            return DEFAULT_BACKOFF
 
     def redrive(
         self,

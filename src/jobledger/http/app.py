@@ -25,7 +25,7 @@ from .observe import observe
 from .openapi import openapi_document
 from .problems import Problem, problem_response
 from .routes import DEFAULT_GROUPS
-from .state import Rescuer, ServerSettings, ServerState, Service
+from .state import ServerSettings, ServerState, Service
 from .wakeups import Wakeups
 
 __all__ = ["create_app"]
@@ -79,7 +79,7 @@ def create_app(
         await run_in_threadpool(ledger.health.check)  # open (and check) the database now
         state.wakeups = Wakeups(ledger.listening, asyncio.get_running_loop())
         services: list[Service] = [
-            Rescuer(ledger.rescue, state.settings.rescue_interval, observe(state).rescued)
+            ledger.rescuer(state.settings.rescue_interval, observe(state).rescued)
         ]
         for group in groups:
             for factory in group.services:
