@@ -58,5 +58,5 @@ def create_api_key(
         rate_per_second=rate,
         burst=burst_value,
     )
-    stored = backend.apikey_insert(record, digest(key))
+    stored = backend.api.key_insert(record, digest(key))
     return key, stored

@@ -97,7 +97,7 @@ def create_subscription(
         rate_per_second=rate,
         burst=burst_value,
     )
-    return backend.subscription_insert(record, now)
+    return backend.subscriptions.insert(record, now)
 
 
 def rotate_secret(
@@ -117,4 +117,4 @@ def rotate_secret(
         secret_bytes(secret)
     if not isinstance(overlap, timedelta) or not timedelta(0) <= overlap <= MAX_OVERLAP:
         raise ConfigError(f"the overlap must be between 0 and {MAX_OVERLAP.days} days")
-    return backend.subscription_rotate(subscription_id, secret, overlap.total_seconds(), now)
+    return backend.subscriptions.rotate(subscription_id, secret, overlap.total_seconds(), now)

@@ -364,7 +364,7 @@ async def authenticate(request: Request, state: ServerState) -> ApiKey:
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise _unauthorized("the Authorization header must be 'Bearer <key>'")
-    key = await run_in_threadpool(state.backend.apikey_get, digest(token))
+    key = await run_in_threadpool(state.backend.api.key_get, digest(token))
     if key is None or key.revoked:
         raise _unauthorized("the API key is unknown or revoked")
     return key

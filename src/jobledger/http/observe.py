@@ -77,7 +77,7 @@ class ServerObservability:
                 return cached[1], cached[2]
             read_at = datetime.now(UTC)
             since = read_at.replace(second=0, microsecond=0) - timedelta(minutes=59)
-            rows = self.state.backend.minute_stats_list(since)
+            rows = self.state.backend.stats.minutes(since)
             self._minutes = (now, read_at, rows)
             return read_at, rows
 

@@ -164,7 +164,7 @@ class Rescuer:
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                rescued = self._backend.job_rescue()
+                rescued = self._backend.jobs.rescue()
                 if rescued and self._on_rescue is not None:
                     self._on_rescue(rescued)
                 for r in rescued:

@@ -3,7 +3,7 @@
 A ``MinuteStatsRecorder`` is a worker observer that adds up, in memory, per minute, queue and
 task: claims and their wait (seconds from a job's run time to its claim), and outcomes (done,
 retried, dead) with their run time. A flusher thread writes what accumulated every few seconds
-in one upsert per row (``Backend.minute_stats_add``), so neither the claim nor the completion
+in one upsert per row (``Backend.stats.minutes_add``), so neither the claim nor the completion
 path gains a statement, and the dashboard reads an hour of throughput from at most 60 rows per
 queue and task. Every worker and server writes its own share; the rows add up.
 
@@ -177,7 +177,7 @@ class MinuteStatsRecorder(WorkerObserver):
         rows = self.take()
         if rows:
             try:
-                backend.minute_stats_add(rows)
+                backend.stats.minutes_add(rows)
             except JobledgerError as exc:
                 self.put_back(rows)
                 log.warning("could not write %d per-minute stats rows: %s", len(rows), exc)
@@ -186,7 +186,7 @@ class MinuteStatsRecorder(WorkerObserver):
         if now - self._last_prune > 3600:
             self._last_prune = now
             try:
-                backend.minute_stats_prune(datetime.fromtimestamp(now, UTC) - KEEP)
+                backend.stats.minutes_prune(datetime.fromtimestamp(now, UTC) - KEEP)
             except JobledgerError as exc:
                 log.warning("could not prune per-minute stats: %s", exc)
         return len(rows)

@@ -107,7 +107,7 @@ async def current_viewer(request: Request) -> Viewer | None:
     token = request.cookies.get(SESSION_COOKIE)
     if not token or len(token) > 200:
         return None
-    key = await run_in_threadpool(_state(request).backend.session_get, digest(token))
+    key = await run_in_threadpool(_state(request).backend.api.session_get, digest(token))
     if key is None or key.revoked or not key.can_read:
         return None
     return Viewer(key, token)
@@ -246,7 +246,7 @@ async def login_submit(request: Request) -> Response:
         )
     presented = form.get("key")
     key = (
-        await run_in_threadpool(state.backend.apikey_get, digest(presented)) if presented else None
+        await run_in_threadpool(state.backend.api.key_get, digest(presented)) if presented else None
     )
     if key is None or key.revoked:
         return _login_form(request, target, "That API key is unknown or revoked.", 401)
@@ -259,9 +259,9 @@ async def login_submit(request: Request) -> Response:
         )
     token = secrets.token_urlsafe(32)
     backend = state.backend
-    await run_in_threadpool(backend.session_prune)
+    await run_in_threadpool(backend.api.session_prune)
     await run_in_threadpool(
-        backend.session_insert, digest(token), key.id, state.settings.session_seconds
+        backend.api.session_insert, digest(token), key.id, state.settings.session_seconds
     )
     response = secure(RedirectResponse(target, status_code=303))
     _set_cookie(request, response, SESSION_COOKIE, token, int(state.settings.session_seconds))
@@ -276,7 +276,7 @@ async def logout(request: Request) -> Response:
         if refused.response.status_code == 401:
             return secure(RedirectResponse("/ui/login", status_code=303))
         return refused.response
-    await run_in_threadpool(_state(request).backend.session_delete, digest(viewer.token))
+    await run_in_threadpool(_state(request).backend.api.session_delete, digest(viewer.token))
     response = secure(RedirectResponse("/ui/login", status_code=303))
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

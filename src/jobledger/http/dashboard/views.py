@@ -277,11 +277,11 @@ async def search_page(request: Request) -> Response:
     tombstones: list[Any] = []
     if text:
         backend = state.backend
-        jobs = await run_in_threadpool(backend.job_find_key, text)
-        tombstones = await run_in_threadpool(backend.tombstone_find, text)
+        jobs = await run_in_threadpool(backend.history.find_key, text)
+        tombstones = await run_in_threadpool(backend.history.tombstones, text)
         if text.isdigit() and len(text) <= 19:
             try:
-                by_id = await run_in_threadpool(backend.job_get, int(text))
+                by_id = await run_in_threadpool(backend.history.get, int(text))
             except NotFound:
                 by_id = None
             if by_id is not None and all(j.id != by_id.id for j in jobs):

@@ -104,8 +104,8 @@ def _actor(call: Call, given: str | None) -> str:
 
 async def _message(call: Call, job: JobRow) -> dict[str, Any]:
     backend = call.state.backend
-    attempts = await call.run(backend.attempt_list, job.id)
-    events = await call.run(backend.event_list, job.id)
+    attempts = await call.run(backend.history.attempts, job.id)
+    events = await call.run(backend.history.events, job.id)
     return message_json(job, attempts, events)
 
 
@@ -121,7 +121,7 @@ async def _message(call: Call, job: JobRow) -> dict[str, Any]:
 async def get_message(call: Call) -> Response:
     """Attempts (who held the lease, when, the outcome and error) and operator events (redrive,
     resolve, refused late writes). The lease token is never shown."""
-    job = await call.run(call.state.backend.job_get, call.path["message_id"])
+    job = await call.run(call.state.backend.history.get, call.path["message_id"])
     return json_response(await _message(call, job))
 
 
@@ -150,7 +150,7 @@ async def list_messages(call: Call) -> Response:
     limit = q.get("limit", 50)
     if "key" in q:
         try:
-            jobs = [await call.run(backend.job_get_by_key, queue, q["key"])]
+            jobs = [await call.run(backend.history.get_by_key, queue, q["key"])]
         except NotFound:
             jobs = []
         if "state" in q:
@@ -164,7 +164,7 @@ async def list_messages(call: Call) -> Response:
             after_id=q.get("after"),
             limit=limit + 1,
         )
-        jobs = await call.run(backend.job_list, where)
+        jobs = await call.run(backend.history.find, where)
     more = len(jobs) > limit
     jobs = jobs[:limit]
     return json_response(

@@ -203,7 +203,7 @@ async def create(call: Call) -> Response:
 async def list_subscriptions(call: Call) -> Response:
     """`health` is new, healthy, failing (the last delivery failed), paused or disabled (the
     endpoint answered 410 Gone)."""
-    subs = await call.run(call.state.backend.subscription_list)
+    subs = await call.run(call.state.backend.subscriptions.all)
     return json_response({"subscriptions": [s.public() for s in subs]})
 
 
@@ -218,13 +218,13 @@ async def list_subscriptions(call: Call) -> Response:
 )
 async def get_subscription(call: Call) -> Response:
     """404 for an unknown id."""
-    sub = await call.run(call.state.backend.subscription_get, call.path["subscription_id"])
+    sub = await call.run(call.state.backend.subscriptions.get, call.path["subscription_id"])
     return json_response(sub.public())
 
 
 async def _set_state(call: Call, state: SubscriptionState) -> Response:
     sub = await call.run(
-        call.state.backend.subscription_set_state,
+        call.state.backend.subscriptions.set_state,
         call.path["subscription_id"],
         state,
         _actor(call),
@@ -299,7 +299,7 @@ async def rotate(call: Call) -> Response:
 )
 async def delete(call: Call) -> Response:
     """The queue's jobs stay where they are, waiting for a new subscription or a consumer."""
-    sub = await call.run(call.state.backend.subscription_delete, call.path["subscription_id"])
+    sub = await call.run(call.state.backend.subscriptions.delete, call.path["subscription_id"])
     return json_response(sub.public())
 
 
