@@ -150,13 +150,13 @@ class Recorder:
         released = [f for f in batch if f.released]
         stale: set[int] = set()
         if done:
-            stale.update(backend.job_complete([f.hold.lease for f in done], now))
+            stale.update(backend.jobs.complete([f.hold.lease for f in done], now))
         states: dict[int, JobState | None] = {}
         if failed:
-            results = backend.job_fail([f.failure for f in failed if f.failure is not None], now)
+            results = backend.jobs.fail([f.failure for f in failed if f.failure is not None], now)
             states = {r.job_id: r.state for r in results}
         if released:
-            stale.update(backend.job_release([f.hold.lease for f in released], now))
+            stale.update(backend.jobs.release([f.hold.lease for f in released], now))
         counts = {"completed": 0, "dead": 0, "retried": 0, "released": 0}
         # Outcome lines are built only when someone reads them, and observers hear of the
         # batch at once: at 30k jobs/s per-job records would cost more than the writes.
@@ -230,7 +230,7 @@ class Recorder:
             },
         )
         with contextlib.suppress(BackendUnavailable):
-            self.backend.event_record(
+            self.backend.history.record_event(
                 job.id,
                 "lease_lost",
                 actor or self.holder,

@@ -73,12 +73,12 @@ class PullLeases:
         self, queue: str, holder: str, limit: int, lease_seconds: float | None
     ) -> list[ClaimedJob]:
         """Lease up to ``limit`` due messages of ``queue`` for ``holder``."""
-        return self._backend().job_claim([queue], holder, limit, self._clock(), lease_seconds)
+        return self._backend().jobs.claim([queue], holder, limit, self._clock(), lease_seconds)
 
     def give_back(self, jobs: Sequence[ClaimedJob]) -> None:
         """Messages received that nobody will read (the consumer went away): back at once,
         uncharged."""
-        self._backend().job_release([Lease(j.id, j.lease_token, j.attempt) for j in jobs])
+        self._backend().jobs.release([Lease(j.id, j.lease_token, j.attempt) for j in jobs])
 
     # -- receipts ---------------------------------------------------------------------------------
 
@@ -86,12 +86,14 @@ class PullLeases:
         """What a receipt holds."""
         backend = self._backend()
         try:
-            job = backend.job_get(job_id)
+            job = backend.history.get(job_id)
         except NotFound:
             return Stale(None, "no such message")
         if job.state is JobState.LEASED and job.lease_token == token:
             return Held(job, Lease(job.id, token, job.attempts))
-        earlier = next((a for a in backend.attempt_list(job.id) if a.lease_token == token), None)
+        earlier = next(
+            (a for a in backend.history.attempts(job.id) if a.lease_token == token), None
+        )
         if earlier is None:
             return Stale(job, "no such lease")
         now = "leased under another receipt" if job.state is JobState.LEASED else job.state.value
@@ -127,7 +129,7 @@ class PullLeases:
 
     def extend(self, held: Held, lease_seconds: float) -> datetime | None:
         """The lease now ends ``lease_seconds`` from now; None when it was lost meanwhile."""
-        renewed = self._backend().job_heartbeat([held.lease], self._clock(), lease_seconds)
+        renewed = self._backend().jobs.heartbeat([held.lease], self._clock(), lease_seconds)
         return renewed.get(held.job.id)
 
 

@@ -176,7 +176,7 @@ class Runtime:
     ) -> list[LeaseHold]:
         """Lease up to ``limit`` due jobs of ``queues`` and hold them (``holder`` names the
         claimant in the attempts, default the runtime's name)."""
-        jobs = self.backend.job_claim(
+        jobs = self.backend.jobs.claim(
             queues, holder or self.name, limit, self._now(), lease_seconds
         )
         return self.hold(jobs)
@@ -186,7 +186,7 @@ class Runtime:
     ) -> tuple[list[KeyClaim], list[LeaseHold]]:
         """Lease the jobs named by ``(queue, key)`` (a broker's messages) and hold those
         claimed; the claims say what became of each."""
-        claims = self.backend.job_claim_keys(wanted, self.name, self._now(), lease_seconds)
+        claims = self.backend.jobs.claim_keys(wanted, self.name, self._now(), lease_seconds)
         holds = self.hold([c.job for c in claims if c.job is not None])
         return claims, holds
 
@@ -274,7 +274,7 @@ class Runtime:
         if not holds:
             return
         started = time.monotonic()
-        held = self.backend.job_heartbeat([h.lease for h in holds], self._now())
+        held = self.backend.jobs.heartbeat([h.lease for h in holds], self._now())
         renewed = []
         for hold in holds:
             until = held.get(hold.job.id)
@@ -309,7 +309,7 @@ class Runtime:
         """Give claimed jobs back at once, uncharged (never started, or not to be delivered
         now); if the database is unavailable their leases expire instead."""
         try:
-            self.backend.job_release([h.lease for h in holds], self._now())
+            self.backend.jobs.release([h.lease for h in holds], self._now())
             self.stats.add(released=len(holds))
         except BackendUnavailable as exc:
             log.warning(

@@ -141,7 +141,7 @@ class BrokerConsumer(Worker):
     def run(self) -> WorkerStats:
         """Consume until ``stop()``. Returns the worker's stats; ``deliveries`` has the
         messages'."""
-        routed = {r.queue for r in self.backend.route_list()}
+        routed = {r.queue for r in self.backend.outbox.routes()}
         missing = [q for q in self.queues if q not in routed]
         if missing:
             raise ConfigError(

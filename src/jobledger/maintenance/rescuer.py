@@ -51,7 +51,7 @@ class Rescuer(Looper):
         return b() if callable(b) else b
 
     def run_once(self, now: datetime | None = None) -> list[RescueResult]:
-        rescued = self.backend.job_rescue(now or self._clock(), self._limit)
+        rescued = self.backend.jobs.rescue(now or self._clock(), self._limit)
         if not rescued:
             return rescued
         if self._on_rescue is not None:

@@ -300,7 +300,7 @@ class PushService:
         try:
             while not self._stopping.is_set():
                 try:
-                    subscriptions = await self.db(self.backend.subscription_list)
+                    subscriptions = await self.db(self.backend.subscriptions.all)
                     self._reconcile(subscriptions)
                 except BackendUnavailable as exc:
                     log.warning("push: cannot read subscriptions: %s", exc)
@@ -530,7 +530,9 @@ class _Lane:
         if not holds or sub.rate_per_second is None:
             return holds
         rate, burst = sub.rate_per_second, sub.burst or max(1.0, sub.rate_per_second)
-        wait = await service.db(backend.ratelimit_take, f"push:{sub.id}", rate, burst, len(holds))
+        wait = await service.db(
+            backend.api.ratelimit_take, f"push:{sub.id}", rate, burst, len(holds)
+        )
         interval = 1.0 / rate
         now = time.monotonic()
         if wait > 0:
@@ -545,7 +547,7 @@ class _Lane:
     async def _created_at(self, jobs: Sequence[ClaimedJob]) -> dict[int, datetime]:
         try:
             rows = await self.service.db(
-                self.service.backend.job_list, JobFilter(ids=tuple(j.id for j in jobs))
+                self.service.backend.history.find, JobFilter(ids=tuple(j.id for j in jobs))
             )
         except BackendUnavailable:
             return {}
@@ -555,7 +557,7 @@ class _Lane:
         if time.monotonic() - self._backoff_read > 30:
             self._backoff_read = time.monotonic()
             try:
-                info = await self.service.db(self.service.backend.queue_get, queue)
+                info = await self.service.db(self.service.backend.api.queue_get, queue)
                 self._backoff = info.settings.backoff
             except NotFound:
                 self._backoff = DEFAULT_BACKOFF
@@ -685,7 +687,7 @@ class _Lane:
         ok = decision.action == "done"
         with contextlib.suppress(BackendUnavailable):
             await self.service.db(
-                self.service.backend.subscription_record,
+                self.service.backend.subscriptions.record,
                 sub.id,
                 ok,
                 status,
@@ -726,7 +728,7 @@ class _Lane:
         reason = f"{message}: the endpoint asked for no more deliveries"
         try:
             self.sub = await self.service.db(
-                self.service.backend.subscription_set_state,
+                self.service.backend.subscriptions.set_state,
                 sub.id,
                 SubscriptionState.DISABLED,
                 "push",
