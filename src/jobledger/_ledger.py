@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 from ._records import (
@@ -64,13 +65,14 @@ from .errors import (
     PayloadError,
 )
 from .maintenance.rescuer import Rescuer
+from .maintenance.scheduler import Scheduler, scheduler_service
 from .observability.rollup import install_rollups
 from .policy import DEFAULT_BACKOFF, Backoff
 from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
 
 if TYPE_CHECKING:
+    from .maintenance.scheduler import Scheduler
     from .scheduling.schedule import Tick
-    from .scheduling.scheduler import Scheduler
 
 __all__ = ["DEFAULT_KEEP_KEYS", "JobHistory", "Ledger", "RedriveResult"]
 
@@ -358,9 +360,12 @@ class Ledger:
     def scheduler(self, **options: Any) -> Scheduler:
         """Build a ``Scheduler`` for this ledger's schedules (see its options) without starting
         it. ``scheduler.run()`` runs it in this thread; workers run one by themselves."""
-        from .scheduling.scheduler import Scheduler
-
         return Scheduler(self, **options)
+
+    def _schedules_declared(self) -> None:
+        # The first schedule is declared: every worker runs the scheduler beside itself from
+        # now on (unless ``schedules.run_in_workers`` is off); see maintenance/scheduler.py.
+        self.worker_services.append(partial(scheduler_service, self))
 
     def get_task(self, name: str) -> Task | None:
         return self._tasks.get(name)

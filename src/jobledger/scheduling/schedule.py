@@ -580,11 +580,7 @@ class ScheduleBook:
                     "one of them another key= template"
                 )
         if not self._schedules:
-            from functools import partial
-
-            from .scheduler import scheduler_service
-
-            self._ledger.worker_services.append(partial(scheduler_service, self._ledger))
+            self._ledger._schedules_declared()
         self._schedules[schedule.name] = schedule
         return schedule
 

@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 from .._faults import fault_point
 from .._records import JobSpec, LeaderLease, TickRow, TickState
 from ..errors import BackendUnavailable, ConfigError, LeadershipLost, PayloadError
-from .schedule import Entity, Schedule, leader_name
+from ..scheduling.schedule import Entity, Schedule, leader_name
+from .leader import LeaderElection
 
 if TYPE_CHECKING:
     from .._ledger import Ledger
@@ -111,8 +111,7 @@ class Scheduler:
                 f"no schedule is declared in cohort(s) {', '.join(sorted(unknown))}; declared "
                 f"cohorts: {', '.join(sorted(known)) or 'none'}"
             )
-        self._leases: dict[str, LeaderLease] = {}
-        self._renewed_mono: dict[str, float] = {}
+        self._elections: dict[str, LeaderElection] = {}
         self._declared: dict[str, tuple[str, frozenset[str]]] = {}
         self._failures: dict[str, tuple[int, datetime]] = {}
         self._pass_now: datetime | None = None
@@ -139,87 +138,51 @@ class Scheduler:
             return self._pass_now
         return self.clock() if self.clock is not None else None
 
-    def _py_now(self, lease: LeaderLease) -> datetime:
+    def _py_now(self, cohort: str) -> datetime:
         """The time to decide what is due: explicit, or the database's clock as of the lease's
         last statement plus the time that has passed here since."""
-        explicit = self._now()
-        if explicit is not None:
-            return explicit
-        elapsed = time.monotonic() - self._renewed_mono.get(lease.name, time.monotonic())
-        return lease.now + timedelta(seconds=elapsed)
-
-    def _since_renewal(self, lease: LeaderLease) -> float:
-        explicit = self._now()
-        if explicit is not None:
-            return (explicit - lease.renewed_at).total_seconds()
-        return time.monotonic() - self._renewed_mono.get(lease.name, 0.0)
+        return self._election(cohort).database_now(self._now())
 
     # -- leases ----------------------------------------------------------------------------------
+
+    def _election(self, cohort: str) -> LeaderElection:
+        election = self._elections.get(cohort)
+        if election is None:
+            election = self._elections[cohort] = LeaderElection(
+                lambda: self.backend.leader,
+                leader_name(cohort),
+                self.name,
+                self.lease_seconds,
+                self._now,
+                label=f"scheduler {self.name}",
+                what=f"cohort {cohort!r}",
+            )
+        return election
 
     @property
     def leading(self) -> list[str]:
         """The cohorts whose lease this scheduler believes it holds."""
-        return sorted(c for c in self.cohorts if leader_name(c) in self._leases)
+        return sorted(c for c in self.cohorts if self._election(c).leading)
 
     def _hold(self, cohort: str) -> LeaderLease | None:
-        name = leader_name(cohort)
-        lease = self._leases.get(name)
-        if lease is not None:
-            try:
-                return self._keep(cohort)
-            except LeadershipLost:
-                pass
-        # Read first: a standby polls every pass, and a read takes no lock that the leader's
-        # fenced batches would have to wait for (or, on SQLite, the write lock).
-        current = next((x for x in self.backend.leader.leases(self._now()) if x.name == name), None)
-        if current is not None and current.valid:
-            return None
-        acquired = self.backend.leader.acquire(name, self.name, self.lease_seconds, self._now())
-        if acquired is None:
-            return None
-        self._took(acquired)
-        log.info(
-            "scheduler %s now leads cohort %r (term %d, lease %.0f s)",
-            self.name,
-            cohort,
-            acquired.term,
-            self.lease_seconds,
-        )
-        return acquired
-
-    def _took(self, lease: LeaderLease) -> None:
-        self._leases[lease.name] = lease
-        self._renewed_mono[lease.name] = time.monotonic()
+        return self._election(cohort).hold(self._now())
 
     def _keep(self, cohort: str) -> LeaderLease:
         """The cohort's lease, renewed if a third of it has passed; ``LeadershipLost`` if gone."""
-        name = leader_name(cohort)
-        lease = self._leases.get(name)
-        if lease is None:
-            raise LeadershipLost(name, self.name, "renew")
-        if self._since_renewal(lease) < self.lease_seconds / 3:
-            return lease
-        renewed = self.backend.leader.renew(lease, self.lease_seconds, self._now())
-        if renewed is None:
-            self._lost(cohort)
-            raise LeadershipLost(name, self.name, "renew")
-        self._took(renewed)
-        return renewed
+        try:
+            return self._election(cohort).keep(self._now())
+        except LeadershipLost:
+            self._declared.pop(cohort, None)
+            raise
 
     def _lost(self, cohort: str) -> None:
-        name = leader_name(cohort)
-        if self._leases.pop(name, None) is not None:
-            log.warning("scheduler %s lost the lead of cohort %r", self.name, cohort)
+        self._election(cohort).lost()
         self._declared.pop(cohort, None)
 
     def release(self, now: datetime | None = None) -> None:
         """Give up every lease now, so that another scheduler takes over at its next pass."""
-        for name, lease in list(self._leases.items()):
-            try:
-                self.backend.leader.release(lease, now or self._now())
-            except BackendUnavailable as exc:
-                log.warning("could not release %s (it will expire): %s", name, exc)
-            self._leases.pop(name, None)
+        for election in self._elections.values():
+            election.release(now or self._now())
         self._declared.clear()
 
     # -- passes ----------------------------------------------------------------------------------
@@ -265,8 +228,8 @@ class Scheduler:
             row = rows.get(schedule.name)
             if row is None or row.paused:
                 continue
-            lease = self._keep(cohort)
-            now = self._py_now(lease)
+            self._keep(cohort)
+            now = self._py_now(cohort)
             failed = self._failures.get(schedule.name)
             if failed is not None and now < failed[1]:
                 continue
@@ -401,10 +364,9 @@ class Scheduler:
                     correlation_id=correlation,
                 )
             )
-        lease = self._keep(cohort)
         backend = self.backend
         with backend.transaction() as conn:
-            backend.leader.fence(lease, self._now(), conn=conn)
+            self._election(cohort).fence(conn, self._now())
             results = self.ledger.enqueue_many(
                 target.task,
                 specs,
