@@ -116,6 +116,14 @@ _log_level = click.option(
     help="Prune records published longer ago than this (e.g. 6h, 7d; 0 keeps them).",
 )
 @click.option("--once", is_flag=True, help="Publish what is due now, then exit.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1),
+    default=30.0,
+    show_default=True,
+    help="With --once: the longest it keeps trying (the broker down, another relay leading), "
+    "clean-up included; then it exits 2 and says what is still due.",
+)
 @_log_level
 def relay(
     to: str,
@@ -127,15 +135,18 @@ def relay(
     lease_seconds: float,
     keep_published: str,
     once: bool,
+    timeout: float,
     log_level: str,
 ) -> None:
     """Publish the ledger's outbox to a broker, in order, marking each record published only
     after the broker confirmed it (publisher confirms on RabbitMQ, JetStream acknowledgements,
     the XADD reply on Redis).
 
-    Runs until SIGTERM or Ctrl-C (or, with --once, until nothing is due). A relay killed
-    between the broker's confirmation and the mark publishes those records again when it
-    restarts; consumers skip the repeats. Only one relay of a --name publishes at a time.
+    Runs until SIGTERM or Ctrl-C. With --once (e.g. from cron) it publishes what is due
+    now and exits 0, or after --timeout seconds exits 2 with one line saying why (the broker,
+    or another relay holding the lease) and how many records are still due, per queue. A relay
+    killed between the broker's confirmation and the mark publishes those records again when
+    it restarts; consumers skip the repeats. Only one relay of a --name publishes at a time.
     """
     setup_logging(log_level)
     keep = _duration(keep_published)
@@ -151,7 +162,7 @@ def relay(
         keep_published=timedelta(seconds=keep) if keep > 0 else None,
     )
     with _signals_stop(lambda _: runner.stop()):
-        stats = runner.drain(timeout=max(60.0, lease_seconds * 2)) if once else runner.run()
+        stats = runner.drain(timeout=timeout) if once else runner.run()
     ledger.close()
     click.echo(
         f"relay done: published {stats.published} ({stats.duplicates} already at the broker), "
