@@ -64,6 +64,7 @@ from .errors import (
     NotFound,
     PayloadError,
 )
+from .maintenance.pruner import Pruner
 from .maintenance.rescuer import Rescuer
 from .maintenance.scheduler import Scheduler, scheduler_service
 from .observability.rollup import install_rollups
@@ -122,6 +123,7 @@ class Ledger:
         self.default_backoff = DEFAULT_BACKOFF
         self.observers: list[WorkerObserver] = []
         """Told what this ledger's workers do (metrics, logs); see ``jobledger.WorkerObserver``."""
+        self._pruning = False
         self.worker_services: list[Callable[[Worker], WorkerService | None]] = []
         """Factories of services each worker runs beside itself (the scheduler, metrics)."""
         self.schedules = ScheduleBook(self)
@@ -526,7 +528,7 @@ class Ledger:
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
         """Build a ``Worker`` (see its options) without starting it."""
-        install_rollups(self)  # the dashboard's per-minute charts
+        self._install_housekeeping()
         return Worker(self, queues, **options)
 
     def run_worker(
@@ -542,7 +544,7 @@ class Ledger:
         """Run a worker in this thread until SIGTERM/SIGINT, or with ``burst=True`` until nothing
         is due. The first signal stops claiming and lets running jobs finish (``grace_seconds``,
         default 30); a second one stops waiting."""
-        install_rollups(self)  # the dashboard's per-minute charts
+        self._install_housekeeping()
         worker = Worker(
             self, queues, concurrency=concurrency, batch_size=batch_size, burst=burst, **options
         )
@@ -624,6 +626,18 @@ class Ledger:
     def rescue(self, now: datetime | None = None) -> list[RescueResult]:
         """Close expired leases now (workers do this on their own every few seconds)."""
         return self.rescuer().run_once(now)
+
+    def pruner(self, holder: str, interval: float = 600.0) -> Pruner:
+        """The housekeeping of the small tables (old rollups, expired sessions and
+        tombstones), done by whichever pruner holds its leader lease; ``start()`` runs it."""
+        return Pruner(lambda: self.backend, holder, interval)
+
+    def _install_housekeeping(self) -> None:
+        """Give this ledger's workers the dashboard's per-minute rollups and the pruner."""
+        install_rollups(self)
+        if not self._pruning:
+            self._pruning = True
+            self.worker_services.append(lambda worker: self.pruner(worker.name))
 
     def rescuer(
         self,

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._ledger import Ledger
+from .._runtime.worker import default_worker_name
 from .api import RouteGroup, build_routes
 from .observe import observe
 from .openapi import openapi_document
@@ -79,7 +80,8 @@ def create_app(
         await run_in_threadpool(ledger.health.check)  # open (and check) the database now
         state.wakeups = Wakeups(ledger.listening, asyncio.get_running_loop())
         services: list[Service] = [
-            ledger.rescuer(state.settings.rescue_interval, observe(state).rescued)
+            ledger.rescuer(state.settings.rescue_interval, observe(state).rescued),
+            ledger.pruner(f"serve:{default_worker_name()}"),
         ]
         for group in groups:
             for factory in group.services:

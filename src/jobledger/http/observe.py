@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from .._records import ClaimedJob, MinuteStats, RescueResult
+from ..maintenance.rollups import RollupFlusher
 from ..observability.metrics import Metrics, metrics_for
-from ..observability.rollup import MinuteStatsFlusher, MinuteStatsRecorder, install_rollups
+from ..observability.rollup import MinuteStatsRecorder, install_rollups
 from ..observability.snapshot import SnapshotCache
 
 if TYPE_CHECKING:
@@ -70,8 +71,8 @@ class ServerObservability:
     def rescued(self, rescued: list[RescueResult]) -> None:
         self.metrics.rescued(rescued)
 
-    def flusher(self) -> MinuteStatsFlusher:
-        return MinuteStatsFlusher(self.rollups, self.state.ledger.minute_stats)
+    def flusher(self) -> RollupFlusher:
+        return RollupFlusher(self.rollups, self.state.ledger.minute_stats)
 
     # -- reading -----------------------------------------------------------------------------------
 
