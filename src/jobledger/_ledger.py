@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from .maintenance.scheduler import Scheduler
     from .scheduling.schedule import Tick
 
-__all__ = ["DEFAULT_KEEP_KEYS", "JobHistory", "Ledger", "RedriveResult"]
+__all__ = ["DEFAULT_KEEP_KEYS", "DEFAULT_URL", "JobHistory", "Ledger", "RedriveResult"]
 
 _INT32 = 2**31 - 1
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._records import (
     DEFAULT_LEASE_SECONDS,
@@ -22,8 +22,16 @@ from .errors import ConfigError, PayloadError
 from .policy import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
-    from ._ledger import Ledger
     from ._records import Enqueued
+
+
+class Enqueuer(Protocol):
+    """What a task needs of its ledger (``jobledger.Ledger`` is one)."""
+
+    def enqueue(
+        self, task: Task | str, payload: dict[str, Any] | None = None, *, key: str | None = None
+    ) -> Enqueued: ...
+
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -59,7 +67,7 @@ class Task:
     group: KeyRule = None
     timeout: float | None = None
     """Seconds an attempt may run before it is abandoned as ``timed_out`` (None: no bound)."""
-    ledger: Ledger | None = field(default=None, repr=False)
+    ledger: Enqueuer | None = field(default=None, repr=False)
     is_async: bool = field(init=False)
     _signature: inspect.Signature = field(init=False, repr=False)
     _fits: tuple[frozenset[str], frozenset[str] | None, str] = field(init=False, repr=False)

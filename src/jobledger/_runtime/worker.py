@@ -24,18 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue as queue_mod
 import random
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
+from .._host import default_worker_name
 from .._records import ClaimedJob, validate_queue_name
 from ..errors import BackendUnavailable, PayloadError, Permanent
 from ..maintenance.rescuer import Rescuer
@@ -55,11 +53,6 @@ if TYPE_CHECKING:
 __all__ = ["LedgerView", "UnknownTask", "Worker", "WorkerStats", "default_worker_name"]
 
 log = logging.getLogger("jobledger.worker")
-
-
-def default_worker_name() -> str:
-    """``host:pid:random`` — unique per worker, readable in a job's attempt history."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
 class LedgerView(Protocol):

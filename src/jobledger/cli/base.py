@@ -10,8 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from .._ledger import Ledger
-from ..backends.url import DEFAULT_URL
+from .._ledger import DEFAULT_URL, Ledger
 from ..errors import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])

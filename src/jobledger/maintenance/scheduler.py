@@ -24,22 +24,52 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .._faults import fault_point
+from .._host import default_worker_name
 from .._records import JobSpec, LeaderLease, TickRow, TickState
 from ..errors import BackendUnavailable, ConfigError, LeadershipLost, PayloadError
 from ..scheduling.schedule import Entity, Schedule, leader_name
 from .leader import LeaderElection
 
 if TYPE_CHECKING:
-    from .._ledger import Ledger
-    from .._runtime.worker import Worker
+    from .._records import InsertResult
+    from .._task import Task
     from ..backends.base import Backend
+    from ..scheduling.schedule import ScheduleBook
 
 __all__ = ["Scheduler", "SchedulerPass", "scheduler_service"]
 
 log = logging.getLogger("jobledger.scheduler")
+
+
+class SchedulerHost(Protocol):
+    """What a scheduler needs of its ledger (``jobledger.Ledger`` is one)."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    schedules: ScheduleBook
+
+    def enqueue_many(
+        self,
+        task: Task | str,
+        jobs: Iterable[JobSpec | dict[str, Any]],
+        *,
+        queue: str | None = None,
+        conn: Any = None,
+        on_conflict: Literal["raise", "report"] = "raise",
+        now: datetime | None = None,
+    ) -> list[InsertResult]: ...
+
+
+class WorkerLike(Protocol):
+    """The worker a scheduler runs beside: its name and its clock."""
+
+    name: str
+    clock: Callable[[], datetime] | None
+
 
 _MAX_RETRY_DELAY = 300.0
 
@@ -78,7 +108,7 @@ class Scheduler:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: SchedulerHost,
         *,
         cohorts: Sequence[str] | None = None,
         name: str | None = None,
@@ -86,8 +116,6 @@ class Scheduler:
         poll_interval: float | None = None,
         clock: Callable[[], datetime] | None = None,
     ):
-        from .._runtime.worker import default_worker_name
-
         book = ledger.schedules
         self.ledger = ledger
         self.name = name or default_worker_name()
@@ -462,7 +490,7 @@ class Scheduler:
             self._thread = None
 
 
-def scheduler_service(ledger: Ledger, worker: Worker) -> Scheduler | None:
+def scheduler_service(ledger: SchedulerHost, worker: WorkerLike) -> Scheduler | None:
     """The worker service (see ``ledger.worker_services``) that runs the ledger's schedules in
     each worker, unless ``ledger.schedules.run_in_workers`` is off."""
     book = ledger.schedules

@@ -30,9 +30,9 @@ from .rollup import claim_wait
 from .snapshot import STATES, SnapshotCache
 
 if TYPE_CHECKING:
-    from .._ledger import Ledger
     from .._records import ClaimedJob, RescueResult
     from .._runtime.runtime import Runtime
+    from .host import ObservedLedger
 
 __all__ = [
     "LedgerCollector",
@@ -311,11 +311,11 @@ class LedgerCollector:
         yield age
 
 
-_BY_LEDGER: weakref.WeakKeyDictionary[Ledger, Metrics] = weakref.WeakKeyDictionary()
+_BY_LEDGER: weakref.WeakKeyDictionary[ObservedLedger, Metrics] = weakref.WeakKeyDictionary()
 _BY_LEDGER_LOCK = threading.Lock()
 
 
-def metrics_for(ledger: Ledger) -> Metrics:
+def metrics_for(ledger: ObservedLedger) -> Metrics:
     """The ``Metrics`` of ``ledger`` in this process, created (and its worker observer
     installed) on first use."""
     with _BY_LEDGER_LOCK:
@@ -356,7 +356,7 @@ class MetricsServer:
 
 
 def install_metrics(
-    ledger: Ledger,
+    ledger: ObservedLedger,
     port: int,
     host: str = "127.0.0.1",
     live_seconds: float = 5.0,

@@ -25,10 +25,10 @@ from ..errors import JobledgerError
 from ..maintenance.rollups import RollupFlusher
 
 if TYPE_CHECKING:
-    from .._ledger import Ledger
     from .._records import ClaimedJob
     from .._runtime.runtime import Runtime
     from .._services.stats import MinuteStatsBook
+    from .host import ObservedLedger
 
 __all__ = ["MinuteStatsRecorder", "install_rollups", "rollups_of"]
 
@@ -184,7 +184,7 @@ class MinuteStatsRecorder(WorkerObserver):
         return len(rows)
 
 
-def install_rollups(ledger: Ledger, interval: float = 5.0) -> MinuteStatsRecorder:
+def install_rollups(ledger: ObservedLedger, interval: float = 5.0) -> MinuteStatsRecorder:
     """Give ``ledger``'s workers a recorder (an observer) and a flusher (a worker service).
     Idempotent: a ledger has at most one recorder."""
     existing = rollups_of(ledger)
@@ -201,7 +201,7 @@ def install_rollups(ledger: Ledger, interval: float = 5.0) -> MinuteStatsRecorde
     return recorder
 
 
-def rollups_of(ledger: Ledger) -> MinuteStatsRecorder | None:
+def rollups_of(ledger: ObservedLedger) -> MinuteStatsRecorder | None:
     """The recorder installed on ``ledger``, if any."""
     for observer in ledger.observers:
         if isinstance(observer, MinuteStatsRecorder):
