@@ -17,12 +17,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .._faults import fault_point
-from .._records import ClaimedJob, KeyClaim
+from .._records import ClaimedJob, Counts, KeyClaim
 from ..errors import BackendUnavailable
 from ..policy import DEFAULT_BACKOFF, Backoff
 from .completer import Completer
@@ -39,7 +39,7 @@ log = logging.getLogger("jobledger.worker")
 
 
 @dataclass
-class WorkerStats:
+class WorkerStats(Counts):
     """What one worker did, counted as outcomes were written."""
 
     claimed: int = 0
@@ -53,12 +53,6 @@ class WorkerStats:
     """Expired leases (of any worker) that this worker's rescuer closed."""
     timed_out: int = 0
     """Attempts that ran past their timeout and were abandoned."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
 
 
 class Runtime:

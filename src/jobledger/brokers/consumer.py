@@ -37,13 +37,13 @@ import random
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .._faults import fault_point
 from .._ledger import Ledger
-from .._records import JobRow, JobState
+from .._records import Counts, JobRow, JobState
 from .._runtime.leases import LeaseHold
 from .._runtime.worker import Worker, WorkerStats
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, JobledgerError
@@ -58,7 +58,7 @@ DeliveryHook = Callable[[Delivery, str], None]
 
 
 @dataclass
-class DeliveryStats:
+class DeliveryStats(Counts):
     """What a consumer did with the messages it received."""
 
     received: int = 0
@@ -79,12 +79,6 @@ class DeliveryStats:
     malformed: int = 0
     ledger_errors: int = 0
     """Times a claim failed because the ledger was unreachable (the message was kept)."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
 
 
 class BrokerConsumer(Worker):

@@ -21,12 +21,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from .._faults import fault_point
 from .._ledger import Ledger
-from .._records import OutboxRecord
+from .._records import Counts, OutboxRecord
 from .._runtime.worker import default_worker_name
 from ..backends.base import Backend
 from ..errors import (
@@ -46,7 +46,7 @@ log = logging.getLogger("jobledger.relay")
 
 
 @dataclass
-class RelayStats:
+class RelayStats(Counts):
     """What one relay did."""
 
     published: int = 0
@@ -59,12 +59,6 @@ class RelayStats:
     leadership_lost: int = 0
     """Times the relay's lease was taken over before it could mark what it had published."""
     pruned: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
 
 
 class Relay:
