@@ -177,11 +177,13 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
             "2",
             "--batch-size",
             "10",
-            env={"DRILL_START_BARRIER": str(barrier)},
+            # Each job takes 2 ms: the share does not depend on which process starts first.
+            env={"DRILL_START_BARRIER": str(barrier), "DRILL_NOOP_SECONDS": "0.002"},
         )
         for _ in range(2)
     ]
-    time.sleep(0.5)  # both interpreters importing; the barrier below releases them together
+    # Both interpreters import the app, which says it is ready and waits for the barrier.
+    wait_until(lambda: len(list(tmp_path.glob("start.ready.*"))) == 2, what="both processes ready")
     barrier.touch()
     claimed = []
     for proc in procs:
