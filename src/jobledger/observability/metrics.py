@@ -183,15 +183,11 @@ class _MetricsObserver(WorkerObserver):
     def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         self.metrics.claimed(jobs)
 
-    def on_outcome(
-        self,
-        worker: Runtime,
-        job: ClaimedJob,
-        outcome: str,
-        duration: float,
-        error_class: str | None,
+    def on_outcomes(
+        self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:
-        self.metrics.finished(job.queue, job.task, outcome, duration, job.attempt)
+        for job, outcome, duration, _ in outcomes:
+            self.metrics.finished(job.queue, job.task, outcome, duration, job.attempt)
 
     def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
         self.metrics.stale_write(job.queue, action)

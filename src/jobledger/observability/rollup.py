@@ -125,16 +125,6 @@ class MinuteStatsRecorder(WorkerObserver):
     def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         self.claimed(jobs)
 
-    def on_outcome(
-        self,
-        worker: Runtime,
-        job: ClaimedJob,
-        outcome: str,
-        duration: float,
-        error_class: str | None,
-    ) -> None:
-        self.finished(job.queue, job.task, outcome, duration)
-
     def on_outcomes(
         self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:

@@ -247,18 +247,14 @@ class HistoryObserver(WorkerObserver):
         for job, until in renewed:
             self._job("heartbeat", worker, job, lease_until=until)
 
-    def on_outcome(
-        self,
-        worker: Runtime,
-        job: ClaimedJob,
-        outcome: str,
-        duration: float,
-        error_class: str | None,
+    def on_outcomes(
+        self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:
-        if outcome == "done":
-            self._job("complete", worker, job, duration=round(duration, 6))
-        else:
-            self._job("fail", worker, job, outcome=outcome, error_class=error_class)
+        for job, outcome, duration, error_class in outcomes:
+            if outcome == "done":
+                self._job("complete", worker, job, duration=round(duration, 6))
+            else:
+                self._job("fail", worker, job, outcome=outcome, error_class=error_class)
 
     def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
         self._job("lease_lost", worker, job, action=action)
