@@ -25,7 +25,7 @@ PAUSED_GROUP = "throttled-tenant-with-a-long-name"
 
 def _clear_rollups(ledger: Ledger) -> None:
     """Forget the per-minute rollups the worker just wrote (they are for this minute)."""
-    ledger.backend.minute_stats_prune(datetime.now(UTC) + timedelta(hours=1))
+    ledger.backend.stats.minutes_prune(datetime.now(UTC) + timedelta(hours=1))
 
 
 def empty(tmp: Path) -> Ledger:
@@ -45,7 +45,7 @@ def idle(tmp: Path) -> Ledger:
     ledger.run_worker(["reports"], burst=True, handle_signals=False)
     _clear_rollups(ledger)
     old = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
-    ledger.backend.minute_stats_add(
+    ledger.backend.stats.minutes_add(
         [MinuteStats(old, "reports", "report", claimed=IDLE_DONE, wait_sum=1.0, done=IDLE_DONE)]
     )
     return ledger
@@ -81,7 +81,7 @@ def busy(tmp: Path) -> Ledger:
     ledger.enqueue_many(
         send, [{"payload": {"n": 1000 + n}, "key": f"message-{1000 + n}"} for n in range(2)]
     )
-    ledger.backend.job_claim(["mail"], "web-1.internal.example:4242:9f3c2a", 2, None)
+    ledger.backend.jobs.claim(["mail"], "web-1.internal.example:4242:9f3c2a", 2, None)
 
     for tenant, count in (("flood", 12), (PAUSED_GROUP, 3), ("quiet", 1)):
         for n in range(count):
@@ -101,10 +101,10 @@ def busy(tmp: Path) -> Ledger:
         "hooks",
         "https://hooks.partner.example.com/v2/integrations/jobledger/webhooks/receive/" + "a" * 40,
     )
-    ledger.backend.subscription_record(
+    ledger.backend.subscriptions.record(
         sub.id, False, 410, "HTTP 410 Gone: the endpoint says it no longer exists"
     )
-    ledger.backend.subscription_set_state(
+    ledger.backend.subscriptions.set_state(
         sub.id, SubscriptionState.DISABLED, None, "the endpoint answered 410 Gone"
     )
     create_subscription(ledger.backend, "mail", "https://example.com/hook")
@@ -132,5 +132,5 @@ def busy(tmp: Path) -> Ledger:
                 dead=i % 4,
             )
         )
-    ledger.backend.minute_stats_add(rows)
+    ledger.backend.stats.minutes_add(rows)
     return ledger

@@ -367,9 +367,9 @@ def test_the_overview_says_which_counts_are_now_and_which_are_the_last_hour(ledg
     ledger.enqueue_many("report", [{"payload": {"n": n}, "key": f"r{n}"} for n in range(5)])
     ledger.run_worker(["reports"], burst=True, handle_signals=False)
     # The jobs finished two hours ago, as far as the rollups know.
-    ledger.backend.minute_stats_prune(datetime.now(UTC) + timedelta(hours=1))
+    ledger.backend.stats.minutes_prune(datetime.now(UTC) + timedelta(hours=1))
     two_hours_ago = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
-    ledger.backend.minute_stats_add(
+    ledger.backend.stats.minutes_add(
         [MinuteStats(two_hours_ago, "reports", "report", claimed=5, wait_sum=1.0, done=5)]
     )
     with api_server(ledger, ServerSettings(snapshot_seconds=0)) as api:
