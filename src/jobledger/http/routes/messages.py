@@ -13,6 +13,7 @@ from starlette.responses import Response
 from ..._records import JobFilter, JobRow, JobState
 from ..api import Call, Param, Reply, RouteGroup, json_response
 from ..models import (
+    ID_DIGITS,
     KEY,
     MESSAGE,
     MESSAGE_ID,
@@ -36,7 +37,7 @@ MESSAGE_LIST = Object(
         "messages": Array(MESSAGE),
         "next_after": String(
             nullable=True,
-            pattern=r"^[0-9]{1,19}$",
+            pattern=f"^{ID_DIGITS}$",
             description="Pass as `after` for the next page; null on the last page.",
         ),
     },
