@@ -15,7 +15,7 @@ from .._records import (
     JobState,
     QueueInfo,
 )
-from .problems import Problem
+from .problems import invalid
 from .schema import AnyObject, Array, Boolean, Integer, Number, Object, String
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -48,6 +48,11 @@ def _decimals_up_to(limit: int) -> str:
     alternatives.append(digits)
     return "(?:" + "|".join(alternatives) + ")"
 
+
+#: The shortest lease a consumer may ask for (receive, extend) or a queue may give: a lease
+#: must outlive the round trip of its receive and its ack, or every delivery expires before it
+#: can be acked and only burns the message's attempts (see docs/http-api.md).
+MIN_LEASE_SECONDS = 1.0
 
 #: A message id as text: 1 to ``MAX_ID``, digits only.
 ID_DIGITS = _decimals_up_to(MAX_ID)
@@ -355,10 +360,10 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     except ValueError:
         parsed = None
     if parsed is None or parsed.tzinfo is None:
-        raise Problem(
-            "validation-failed",
+        raise invalid(
             f"{field} must be an RFC 3339 time with an offset, e.g. 2026-08-10T06:00:00Z",
-            errors=[{"pointer": f"/{field}", "detail": "not an RFC 3339 date-time"}],
+            f"/{field}",
+            "not an RFC 3339 date-time",
         )
     return parsed
 
