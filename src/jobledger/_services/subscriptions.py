@@ -112,7 +112,7 @@ def create_subscription(
         rate_per_second=rate,
         burst=burst_value,
     )
-    return backend.subscription_insert(record, now)
+    return backend.subscriptions.insert(record, now)
 
 
 def rotate_secret(
@@ -132,7 +132,7 @@ def rotate_secret(
         _check_secret(secret)
     if not isinstance(overlap, timedelta) or not timedelta(0) <= overlap <= MAX_OVERLAP:
         raise ConfigError(f"the overlap must be between 0 and {MAX_OVERLAP.days} days")
-    return backend.subscription_rotate(subscription_id, secret, overlap.total_seconds(), now)
+    return backend.subscriptions.rotate(subscription_id, secret, overlap.total_seconds(), now)
 
 
 class Subscriptions(Service):
@@ -173,11 +173,11 @@ class Subscriptions(Service):
 
     def list(self) -> list[Subscription]:
         """Every subscription, by queue (with its secrets: never show them in a listing)."""
-        return self._backend.subscription_list()
+        return self._backend.subscriptions.all()
 
     def get(self, subscription_id: str) -> Subscription:
         """The subscription with this id, or ``NotFound``."""
-        return self._backend.subscription_get(subscription_id)
+        return self._backend.subscriptions.get(subscription_id)
 
     def set_state(
         self,
@@ -187,8 +187,8 @@ class Subscriptions(Service):
         reason: str | None = None,
     ) -> Subscription:
         """Pause, resume (``active``) or disable a subscription, recording who and why."""
-        return self._backend.subscription_set_state(subscription_id, state, actor, reason)
+        return self._backend.subscriptions.set_state(subscription_id, state, actor, reason)
 
     def delete(self, subscription_id: str) -> Subscription:
         """Delete a subscription (its queue's jobs stay); return what was deleted."""
-        return self._backend.subscription_delete(subscription_id)
+        return self._backend.subscriptions.delete(subscription_id)
