@@ -118,7 +118,7 @@ def test_a_receipt_tells_a_key_without_consume_nothing_about_the_queue(api):
     # The receipt's own holder is still told 403 (it already knows the message exists).
     own = outsider.post("/v1/queue/ack", json={"receipt": held["receipt"]})
     assert_problem(own, 403, "forbidden")
-    assert api.ledger.backend.event_list(existing) == []
+    assert api.ledger.backend.history.events(existing) == []
 
 
 def test_the_secret_pattern_is_exactly_what_the_server_accepts(ledger):
