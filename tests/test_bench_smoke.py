@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from .support.waiting import run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
     out = tmp_path / "results.json"
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
         cwd=ROOT,
         env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
-        capture_output=True,
         text=True,
         timeout=120,
     )
@@ -41,12 +41,11 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
 
 
 def test_the_groups_bench_runs_every_case_on_both_backends(pg):
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, "-m", "bench.groups", "--jobs", "300", "--pending", "300"]
         + ["--claims", "5", "--rounds", "1"],
         cwd=ROOT,
         env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
-        capture_output=True,
         text=True,
         timeout=120,
     )

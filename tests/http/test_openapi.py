@@ -4,7 +4,6 @@ schemathesis generating requests from it against a real server on each backend."
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from jobledger.http.api import _PathApp
 from jobledger.http.routes import DEFAULT_GROUPS
 
 from ..support.http import ServeProcess
+from ..support.waiting import run as run_patiently
 
 #: Examples per operation and phase. Bounded so that the run takes seconds, not minutes; raise
 #: it (JOBLEDGER_SCHEMATHESIS_EXAMPLES) for a deeper run.
@@ -114,7 +114,7 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
     server = ServeProcess(db_url, "--no-access-log", "--rescue-interval", "0.5", "--no-push")
     try:
         st = Path(sys.executable).with_name("st")
-        run = subprocess.run(
+        run = run_patiently(
             [
                 str(st),
                 "run",
@@ -135,7 +135,6 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
                 "30",
             ],
             cwd=tmp_path,
-            capture_output=True,
             text=True,
             timeout=240,
         )
