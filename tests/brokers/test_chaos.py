@@ -131,7 +131,7 @@ def test_digests_survive_the_relay_a_consumer_and_the_broker_each_killed_once(
     assert all(j.attempts == 1 for j in jobs), "a job ran twice"
     keys = {f"{c}:{w}" for c in range(CUSTOMERS) for w in WEEKS}
     assert {j.key for j in jobs} == keys
-    effects = [e for j in jobs for e in ledger.backend.effect_list(QUEUE, j.key)]
+    effects = [e for j in jobs for e in ledger.backend.effects.all(QUEUE, j.key)]
     assert sorted(e["key"] for e in effects) == sorted(keys), "an effect is missing or doubled"
     stats = provider.stats()
     assert stats["accepted"] == total and stats["requests"] == total, stats

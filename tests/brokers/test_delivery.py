@@ -199,7 +199,7 @@ def test_consumer_killed_after_the_outcome_before_the_ack_is_redelivered_and_ski
     assert killed_by_sigkill(code), err
     job = ledger.job(job_id)
     assert job.state is JobState.DONE and job.attempts == 1
-    assert ledger.backend.effect_get(QUEUE, key_of(4187), "email") is not None
+    assert ledger.backend.effects.get(QUEUE, key_of(4187), "email") is not None
     assert broker.backlog() == 1, "the message was acknowledged before the kill"
 
     consumer = running.consumer(ledger, url, concurrency=1)

@@ -205,7 +205,7 @@ def test_the_queue_page_shows_a_paused_group_and_sees_it_resumed(tmp_path, page,
         for n in range(count):
             ledger.enqueue("send", {"n": n}, key=f"{tenant}:{n}", queue="tenants", group=tenant)
     ledger.set_group_limits("tenants", max_leased=2, rate=5)
-    ledger.backend.job_claim(["tenants"], "w1", 4, None)
+    ledger.backend.jobs.claim(["tenants"], "w1", 4, None)
     ledger.pause_group("tenants", "throttled", seconds=900, reason="HTTP 429 from the provider")
     try:
         with api_server(ledger, SETTINGS) as api:

@@ -95,7 +95,7 @@ def claims(ledger: Ledger) -> list[tuple[str, float, str | None, int, str | None
     """Every attempt: (worker, claimed at, group, job id, outcome, finished at), by claim time."""
     rows = []
     for job in ledger.jobs():
-        for a in ledger.backend.attempt_list(job.id):
+        for a in ledger.backend.history.attempts(job.id):
             finished = a.finished_at.timestamp() if a.finished_at else None
             rows.append(
                 (a.worker, a.started_at.timestamp(), job.group, job.id, a.outcome, finished)

@@ -108,7 +108,7 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
     ledger = Ledger(db_url)
     ledger.migrate()
     key, _ = create_api_key(ledger.backend, "schemathesis", ["admin"])
-    ledger.backend.queue_put(QueueSettings("weekly-digests", max_attempts=2))
+    ledger.backend.api.queue_put(QueueSettings("weekly-digests", max_attempts=2))
     ledger.close()
     # --no-push: the subscriptions schemathesis makes point at made-up URLs; nothing is sent.
     server = ServeProcess(db_url, "--no-access-log", "--rescue-interval", "0.5", "--no-push")

@@ -33,7 +33,7 @@ def prepared(db_url):
     """A migrated database with queue ``q`` and an admin key."""
     ledger = Ledger(db_url)
     ledger.migrate()
-    ledger.backend.queue_put(QueueSettings("q", max_attempts=3))
+    ledger.backend.api.queue_put(QueueSettings("q", max_attempts=3))
     key, _ = create_api_key(ledger.backend, "admin", ["admin"])
     try:
         yield ledger, key
@@ -194,7 +194,7 @@ def test_a_consumer_in_another_process_pulls_acks_and_nacks(db_url, prepared, se
         "e": (JobState.DONE, 2),
     }
     [b] = [j for j in ledger.jobs() if j.key == "b"]
-    attempts = ledger.backend.attempt_list(b.id)
+    attempts = ledger.backend.history.attempts(b.id)
     assert [a.outcome.value for a in attempts] == ["retry", "done"]
     assert all(a.worker.endswith(":py-proc") for a in attempts)
 
@@ -230,9 +230,9 @@ def test_a_client_in_another_language(db_url, prepared, servers):
     assert jobs["order-3"].attempts == 2
     dead_one = jobs["order-4"]
     assert stats["redriven"] == [str(dead_one.id)]
-    [event] = ledger.backend.event_list(dead_one.id)
+    [event] = ledger.backend.history.events(dead_one.id)
     assert event.kind == "redrive" and event.actor.startswith("node-operator via apikey:")
-    outcomes = [a.outcome.value for a in ledger.backend.attempt_list(dead_one.id)]
+    outcomes = [a.outcome.value for a in ledger.backend.history.attempts(dead_one.id)]
     assert outcomes == ["dead", "done"]
 
 
@@ -307,7 +307,7 @@ def test_keys_never_appear_in_logs(db_url, prepared, servers):
     ledger, admin = prepared
     server = servers(db_url, "--log-level", "debug")
     revoked, record = create_api_key(ledger.backend, "old", ["admin"])
-    ledger.backend.apikey_revoke(record.id)
+    ledger.backend.api.key_revoke(record.id)
     unknown = "jlk_0123456789_" + "x" * 43
     with httpx.Client(base_url=server.url, timeout=30) as client:
         for secret in (admin, revoked, unknown):

@@ -79,7 +79,7 @@ def test_a_session_cookie_is_httponly_strict_and_ends_with_its_key(dash, ledger)
     assert key not in cookie  # the cookie is a session token, never the API key
     assert client.get("/").status_code == 200
     key_id = key.split("_")[1]
-    ledger.backend.apikey_revoke(key_id)
+    ledger.backend.api.key_revoke(key_id)
     assert client.get("/").status_code == 303  # revoking the key ends its sessions
 
 
@@ -172,10 +172,10 @@ def test_a_read_key_cannot_act(dash, ledger):
 def test_redrive_all_dead_letters_of_one_queue_and_resolve_one(dash, ledger):
     ledger.task(lambda ctx: None, name="never", queue="elsewhere")
     other = ledger.enqueue("never", {}, key="x")
-    ledger.backend.job_claim(["elsewhere"], "w", 1)
+    ledger.backend.jobs.claim(["elsewhere"], "w", 1)
     lease = Lease(other.id, ledger.job(other.id).lease_token, 1)
     failure = Failure(lease, retry=False, run_at=None, error_class="Permanent", message="no")
-    ledger.backend.job_fail([failure])
+    ledger.backend.jobs.fail([failure])
     client = login(dash, dash.admin_key)
     page = client.get("/ui/dead?queue=mail")
     dead = sorted(j.id for j in ledger.jobs() if j.state.value == "dead" and j.queue == "mail")
@@ -206,7 +206,7 @@ def test_a_queue_page_shows_its_groups_with_the_paused_one_first(dash, ledger):
         for n in range(2):
             ledger.enqueue("other", {"n": n}, key=f"{tenant}:{n}", queue="tenants", group=tenant)
     ledger.set_group_limits("tenants", max_leased=1, rate=5)
-    ledger.backend.job_claim(["tenants"], "w1", 10, None)
+    ledger.backend.jobs.claim(["tenants"], "w1", 10, None)
     ledger.pause_group("tenants", "globex", seconds=600, reason=f"HTTP 429 {XSS}")
     client = login(dash, dash.key("read"))
     page = client.get("/ui/queues/tenants").text

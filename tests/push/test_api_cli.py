@@ -108,7 +108,7 @@ def test_subscriptions_from_the_cli(cli, ledger, tmp_path):  # noqa: F811
     table = cli("subscriptions", "list", "--url", db)
     assert sub["id"] in table.out and "new" in table.out
     assert cli("subscriptions", "pause", "--url", db, sub["id"], "--reason", "deploy").code == 0
-    assert ledger.backend.subscription_get(sub["id"]).state_reason == "deploy"
+    assert ledger.backend.subscriptions.get(sub["id"]).state_reason == "deploy"
     assert "paused: deploy" in cli("subscriptions", "list", "--url", db).out
     assert cli("subscriptions", "resume", "--url", db, sub["id"]).code == 0
     rotated = cli("subscriptions", "rotate", "--url", db, sub["id"], "--overlap", "1h", "--json")

@@ -169,7 +169,7 @@ def test_pushes_reach_an_application_worker_at_once(ledger, app_ledger, served, 
     thread.start()
     sub = subscribe(ledger, "http://127.0.0.1:1/hooks")  # replaced below, once served
     url = served(WebhookReceiver(app_ledger, sub.secret, on_event)).url
-    ledger.backend.subscription_delete(sub.id)
+    ledger.backend.subscriptions.delete(sub.id)
     subscribe(ledger, url, secret=sub.secret)
     for i in range(3):
         publish(ledger, f"4187:2026-W3{i}", customer=4187)
@@ -215,7 +215,7 @@ def test_every_job_once_in_effect_through_crashes_timeouts_and_429s(ledger, push
     proc, port = receiver_process(
         0, app_url, secret, faults="receiver.after_accept=kill@6", chaos="429:4,slow:5:2"
     )
-    ledger.backend.queue_put(QueueSettings(name="hooks", backoff_base=0.1, backoff_cap=0.3))
+    ledger.backend.api.queue_put(QueueSettings(name="hooks", backoff_base=0.1, backoff_cap=0.3))
     subscribe(ledger, f"http://127.0.0.1:{port}/hooks", secret=secret, timeout_seconds=1.0)
     keys = [f"{c}:2026-W33" for c in range(4180, 4200)]
     ids = [publish(ledger, key, customer=key) for key in keys]

@@ -142,7 +142,7 @@ def test_two_schedulers_one_killed_mid_tick_make_one_job_per_customer_per_week(d
     declare(final, CUSTOMERS, BATCH)
     end = clock()
     final.scheduler(name="final", lease_seconds=LEASE_REAL * SPEED, clock=clock).run_once(end)
-    [row] = final.backend.schedule_list()
+    [row] = final.backend.schedules.all()
     expected, _ = CronSpec(CRON, ZONE).ticks_between(row.created_at, end)
     assert len(expected) >= 4
     ticks = final.schedules.ticks(limit=1000)

@@ -358,7 +358,7 @@ def _collect(
                 "finished_at": job.finished_at,
             }
         )
-        for a in backend.attempt_list(job.id):
+        for a in backend.history.attempts(job.id):
             run.attempts.append(
                 {
                     "job_id": a.job_id,
@@ -371,11 +371,11 @@ def _collect(
                     "error_class": a.error_class,
                 }
             )
-        for e in backend.event_list(job.id):
+        for e in backend.history.events(job.id):
             run.events.append(
                 {"job_id": e.job_id, "at": e.at, "type": e.kind, "actor": e.actor, "note": e.note}
             )
-        effects = backend.effect_list(QUEUE, job.key)
+        effects = backend.effects.all(QUEUE, job.key)
         effects_by_key[job.key] = effects
         run.effects.extend(
             {

@@ -98,7 +98,7 @@ def list_keys(url: str, as_json: bool) -> None:
     """List API keys (never the keys themselves): id, name, scopes, limits, state."""
     ledger = open_ledger(url)
     try:
-        records = ledger.backend.apikey_list()
+        records = ledger.backend.api.keys()
     finally:
         ledger.close()
     if as_json:
@@ -125,7 +125,7 @@ def revoke(url: str, key_id: str) -> None:
     """Revoke the key with id KEY_ID (from 'keys list'); it stops working at once."""
     ledger = open_ledger(url, write=True)
     try:
-        record = ledger.backend.apikey_revoke(key_id)
+        record = ledger.backend.api.key_revoke(key_id)
     finally:
         ledger.close()
     click.echo(f"revoked key {record.id} ({record.name})")

@@ -118,7 +118,7 @@ def create(
     )
     ledger = open_ledger(url, write=True)
     try:
-        info, created = ledger.backend.queue_put(settings)
+        info, created = ledger.backend.api.queue_put(settings)
     finally:
         ledger.close()
     if as_json:
@@ -134,7 +134,7 @@ def list_queues(url: str, as_json: bool) -> None:
     """List declared queues and their settings."""
     ledger = open_ledger(url)
     try:
-        infos = ledger.backend.queue_list()
+        infos = ledger.backend.api.queues()
     finally:
         ledger.close()
     if as_json:

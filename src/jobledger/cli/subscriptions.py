@@ -111,7 +111,7 @@ def _limits(sub: Subscription) -> str:
 def list_subscriptions(url: str, as_json: bool) -> None:
     """Every subscription: queue, URL, state, health, last status and error (never secrets)."""
     ledger = open_ledger(url)
-    subs = ledger.backend.subscription_list()
+    subs = ledger.backend.subscriptions.all()
     if as_json:
         click.echo(json.dumps([s.public() for s in subs]))
         return
@@ -138,7 +138,7 @@ def _state(
     url: str, subscription_id: str, state: SubscriptionState, actor: str, reason: Any
 ) -> None:
     ledger = open_ledger(url, write=True)
-    sub = ledger.backend.subscription_set_state(subscription_id, state, actor, reason)
+    sub = ledger.backend.subscriptions.set_state(subscription_id, state, actor, reason)
     verb = "paused" if state is SubscriptionState.PAUSED else "resumed"
     click.echo(f"{verb} subscription {sub.id} (queue {sub.queue} → {sub.url})")
 
@@ -191,7 +191,7 @@ def rotate(
 def delete(url: str, subscription_id: str) -> None:
     """Delete SUBSCRIPTION_ID. The queue's jobs stay, waiting for another consumer."""
     ledger = open_ledger(url, write=True)
-    sub = ledger.backend.subscription_delete(subscription_id)
+    sub = ledger.backend.subscriptions.delete(subscription_id)
     click.echo(f"deleted subscription {sub.id} (queue {sub.queue} → {sub.url})")
 
 

@@ -152,8 +152,8 @@ async def receive(call: Call) -> Response:
     queue = body["queue"]
     api_key = call.require("consume", queue)
     state = call.state
-    backend = state.backend
-    await call.run(backend.queue_get, queue)
+    backend = state.ledger.backend
+    await call.run(state.ledger.queue_settings.get, queue)
     limit = body.get("max_messages", 10)
     lease = body.get("lease_seconds")
     consumer = body.get("consumer")
@@ -164,7 +164,7 @@ async def receive(call: Call) -> Response:
     pause = 0.05
     while True:
         event = state.wakeups.arm(queue) if state.wakeups is not None and wait > 0 else None
-        jobs = await call.run(backend.job_claim, [queue], worker, limit, None, lease)
+        jobs = await call.run(backend.jobs.claim, [queue], worker, limit, None, lease)
         remaining = deadline - loop.time()
         if jobs or remaining <= 0 or event is None:
             break
@@ -174,7 +174,7 @@ async def receive(call: Call) -> Response:
         pause = min(pause * 2, state.poll_interval)
     if jobs and await call.request.is_disconnected():
         # Nobody will read these: give them back now rather than when their leases expire.
-        await call.run(backend.job_release, [Lease(j.id, j.lease_token, j.attempt) for j in jobs])
+        await call.run(backend.jobs.release, [Lease(j.id, j.lease_token, j.attempt) for j in jobs])
         return json_response({"messages": []})
     if jobs:
         observe(state).received(jobs, lease)
@@ -185,11 +185,11 @@ async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
     """The job a receipt names, if the receipt still holds its lease; else 409."""
     id_text, _, token = receipt.partition(".")
     job_id = int(id_text)
-    backend = call.state.backend
+    backend = call.state.ledger.backend
     if job_id > MAX_ID:
         raise _stale(job_id, "no such message")
     try:
-        job = await call.run(backend.job_get, job_id)
+        job = await call.run(backend.history.get, job_id)
     except NotFound:
         raise _stale(job_id, "no such message") from None
     if not call.caller.allows("consume", job.queue):
@@ -198,14 +198,14 @@ async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
         raise _stale(job.id, "no such lease")
     if job.state is JobState.LEASED and job.lease_token == token:
         return job, Lease(job.id, token, job.attempts)
-    attempts = await call.run(backend.attempt_list, job.id)
+    attempts = await call.run(backend.history.attempts, job.id)
     earlier = next((a for a in attempts if a.lease_token == token), None)
     if earlier is None:
         raise _stale(job.id, "no such lease")
     # A genuine late write: note it in the message's history, as the Python worker does.
     observe(call.state).stale(job.queue, action)
     await call.run(
-        backend.event_record,
+        backend.history.record_event,
         job.id,
         "lease_lost",
         call.caller.actor,
@@ -237,7 +237,7 @@ def _stale(job_id: int, why: str) -> Problem:
 async def ack(call: Call) -> Response:
     """409 when the receipt is stale (nothing changes)."""
     job, lease = await held(call, call.body["receipt"], "ack")
-    stale = await call.run(call.state.backend.job_complete, [lease])
+    stale = await call.run(call.state.ledger.backend.jobs.complete, [lease])
     if stale:
         observe(call.state).stale(job.queue, "ack")
         raise _stale(job.id, "its lease expired a moment ago")
@@ -292,7 +292,7 @@ async def nack(call: Call) -> Response:
         message=body.get("error") or "nacked by the consumer",
         pause_group_until=run_at if pause_group and job.group is not None else None,
     )
-    [result] = await call.run(call.state.backend.job_fail, [failure])
+    [result] = await call.run(call.state.ledger.backend.jobs.fail, [failure])
     if result.state is None:
         observe(call.state).stale(job.queue, "nack")
         raise _stale(job.id, "its lease expired a moment ago")
@@ -309,7 +309,7 @@ async def nack(call: Call) -> Response:
 
 async def _backoff(call: Call, queue: str) -> Any:
     try:
-        info = await call.run(call.state.backend.queue_get, queue)
+        info = await call.run(call.state.ledger.queue_settings.get, queue)
     except NotFound:
         return DEFAULT_BACKOFF
     return info.settings.backoff
@@ -329,7 +329,7 @@ async def extend(call: Call) -> Response:
     body = call.body
     job, lease = await held(call, body["receipt"], "extend")
     renewed = await call.run(
-        call.state.backend.job_heartbeat, [lease], None, float(body["lease_seconds"])
+        call.state.ledger.backend.jobs.heartbeat, [lease], None, float(body["lease_seconds"])
     )
     until = renewed.get(job.id)
     if until is None:
