@@ -1,4 +1,10 @@
-"""Loading the SQL that lives beside the backends: numbered migrations and named queries."""
+"""Loading the SQL that lives beside the backends: numbered migrations and named queries.
+
+``sql/<dialect>/migrations/NNN_name.sql`` are the migrations, applied in order. Every other
+``sql/<dialect>/<file>.sql`` holds named blocks (``-- name: <name>``), one file per storage role
+(``jobs.sql``, ``leader.sql``, …) and one for the grouped claim (``grouped.sql``); a name is
+unique across a dialect's files.
+"""
 
 from __future__ import annotations
 
@@ -32,7 +38,7 @@ def _sql_dir(dialect: str) -> resources.abc.Traversable:
 def migrations(dialect: str) -> tuple[Migration, ...]:
     """The numbered migrations of a dialect, in order. Numbers are unique and increasing."""
     found = []
-    for entry in _sql_dir(dialect).iterdir():
+    for entry in (_sql_dir(dialect) / "migrations").iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
@@ -45,13 +51,20 @@ def migrations(dialect: str) -> tuple[Migration, ...]:
 
 @cache
 def queries(dialect: str) -> dict[str, str]:
-    """The named blocks of ``sql/<dialect>/queries.sql``, by name."""
-    text = (_sql_dir(dialect) / "queries.sql").read_text(encoding="utf-8")
-    parts = _QUERY_HEADER.split(text)
+    """The named blocks of every ``sql/<dialect>/<file>.sql``, by name (comments removed)."""
     named: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
-        named[name] = "\n".join(lines).strip()
+    where: dict[str, str] = {}
+    files = [e for e in _sql_dir(dialect).iterdir() if e.name.endswith(".sql")]
+    for entry in sorted(files, key=lambda e: e.name):
+        parts = _QUERY_HEADER.split(entry.read_text(encoding="utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in named:
+                raise RuntimeError(
+                    f"{dialect} query {name!r} is in both {where[name]} and {entry.name}"
+                )
+            lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+            named[name] = "\n".join(lines).strip()
+            where[name] = entry.name
     return named
 
 
