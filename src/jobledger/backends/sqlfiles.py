@@ -3,7 +3,9 @@
 ``sql/<dialect>/migrations/NNN_name.sql`` are the migrations, applied in order. Every other
 ``sql/<dialect>/<file>.sql`` holds named blocks (``-- name: <name>``), one file per storage role
 (``jobs.sql``, ``leader.sql``, …) and one for the grouped claim (``grouped.sql``); a name is
-unique across a dialect's files.
+unique across a dialect's files. A block may include another with ``{@name}``: what several
+statements must say alike (how a claim leases a job, which leases are still held) is written
+once.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-__all__ = ["Migration", "migrations", "queries"]
+__all__ = ["Migration", "fill", "migrations", "queries"]
 
 _MIGRATION_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
 _QUERY_HEADER = re.compile(r"^-- name: ([a-z_]+)\s*$", re.MULTILINE)
+_INCLUDE = re.compile(r"\{@([a-z_]+)\}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,16 @@ def queries(dialect: str) -> dict[str, str]:
             lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
             named[name] = "\n".join(lines).strip()
             where[name] = entry.name
-    return named
+    return {name: _expand(named, name, ()) for name in named}
+
+
+def _expand(named: dict[str, str], name: str, seen: tuple[str, ...]) -> str:
+    """A block with the blocks it includes (``{@name}``) written in, recursively."""
+    if name in seen:
+        raise RuntimeError(f"query {name!r} includes itself: {' -> '.join((*seen, name))}")
+    if name not in named:
+        raise RuntimeError(f"query {seen[-1]!r} includes {name!r}, which is not defined")
+    return _INCLUDE.sub(lambda m: _expand(named, m[1], (*seen, name)), named[name])
 
 
 def schema_problem(dialect: str, applied: set[int], where: str) -> str | None:
@@ -84,3 +96,14 @@ def schema_problem(dialect: str, applied: set[int], where: str) -> str | None:
         names = ", ".join(m.label for m in migrations(dialect) if m.version in missing)
         return f"{where} lacks migrations {names}; run `jobledger migrate`"
     return None
+
+
+def fill(text: str, values: dict[str, int | str]) -> str:
+    """A statement with its per-call ``{name}`` placeholders filled: a whole number written in
+    as a literal (a limit), or SQL text the caller built from fixed clauses."""
+    for key, value in values.items():
+        mark = "{" + key + "}"
+        if mark not in text:
+            raise KeyError(f"no placeholder {mark} in the statement (a name of a table?)")
+        text = text.replace(mark, value if isinstance(value, str) else str(int(value)))
+    return text

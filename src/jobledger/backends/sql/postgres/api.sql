@@ -2,33 +2,42 @@
 -- PostgreSQL. {jobs}, {attempts}, … are the schema-qualified tables; {now} is the caller's
 -- explicit time or the database clock; {limit} is written in as a literal.
 
--- name: queue_put
-INSERT INTO {queues} AS q (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
-                           retention_seconds, require_key, created_at, updated_at)
+-- name: queue_insert
+-- A queue declared for the first time; nothing when it exists (queue_update then). A
+-- concurrent first declaration waits for this one to commit, and then inserts nothing.
+INSERT INTO {queues} (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
+                      retention_seconds, require_key, created_at, updated_at)
 VALUES (%(name)s, %(task)s, %(max_attempts)s, %(lease_seconds)s, %(backoff_base)s,
         %(backoff_cap)s, %(retention_seconds)s, %(require_key)s, {now}, {now})
-ON CONFLICT (name) DO UPDATE SET
-    task = excluded.task, max_attempts = excluded.max_attempts,
-    lease_seconds = excluded.lease_seconds, backoff_base = excluded.backoff_base,
-    backoff_cap = excluded.backoff_cap, retention_seconds = excluded.retention_seconds,
-    require_key = excluded.require_key, updated_at = excluded.updated_at
+ON CONFLICT (name) DO NOTHING
 RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
-          require_key, created_at, updated_at, (xmax = 0) AS inserted
+          require_key, created_at, updated_at
+
+-- name: queue_update
+UPDATE {queues}
+SET task = %(task)s, max_attempts = %(max_attempts)s, lease_seconds = %(lease_seconds)s,
+    backoff_base = %(backoff_base)s, backoff_cap = %(backoff_cap)s,
+    retention_seconds = %(retention_seconds)s, require_key = %(require_key)s, updated_at = {now}
+WHERE name = %(name)s
+RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+          require_key, created_at, updated_at
 
 -- name: queue_select
 SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
        require_key, created_at, updated_at
-FROM {queues}
+FROM {queues} {where}
 
 -- name: apikey_insert
 INSERT INTO {api_keys} (id, digest, name, scopes, rate_per_second, burst, created_at)
 VALUES (%(id)s, %(digest)s, %(name)s, %(scopes)s, %(rate_per_second)s, %(burst)s, {now})
+RETURNING id, name, scopes, rate_per_second, burst, created_at, revoked_at
 
 -- name: apikey_select
 SELECT id, name, scopes, rate_per_second, burst, created_at, revoked_at FROM {api_keys}
+{where}
 
 -- name: apikey_revoke
-UPDATE {api_keys} SET revoked_at = {now} WHERE id = %(id)s AND revoked_at IS NULL RETURNING id
+UPDATE {api_keys} SET revoked_at = {now} WHERE id = %(id)s AND revoked_at IS NULL
 
 -- name: ratelimit_take
 -- GCRA: a request of `cost` is allowed when the bucket's theoretical arrival time, advanced by
@@ -44,6 +53,7 @@ WHERE GREATEST(r.tat, (SELECT t FROM clock)) + %(cost)s * %(interval)s
 RETURNING r.tat
 
 -- name: ratelimit_get
+-- How far ahead of the clock the bucket is.
 SELECT tat - extract(epoch FROM {now})::float8 FROM {rate_limits} WHERE bucket = %(bucket)s
 
 -- name: session_insert
@@ -60,5 +70,4 @@ WHERE s.digest = %(digest)s AND s.expires_at > {now}
 DELETE FROM {sessions} WHERE digest = %(digest)s
 
 -- name: session_prune
-WITH gone AS (DELETE FROM {sessions} WHERE expires_at <= {now} RETURNING 1)
-SELECT count(*) FROM gone
+DELETE FROM {sessions} WHERE expires_at <= {now}

@@ -3,16 +3,16 @@
 -- explicit time or the database clock; {limit} is written in as a literal.
 
 -- name: effect_record
-WITH holder AS (
-    SELECT id, attempts FROM {jobs}
-    WHERE id = %(job_id)s AND lease_token = %(token)s::uuid AND state = 'leased'
-), recorded AS (
-    INSERT INTO {effects} (queue, key, effect, job_id, attempt, recorded_at, detail)
-    SELECT %(queue)s, %(key)s, %(effect)s, id, attempts, {now}, %(detail)s::jsonb FROM holder
-    ON CONFLICT (queue, key, effect) DO NOTHING
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM holder), (SELECT count(*) FROM recorded)
+-- The effect, recorded for the attempt that holds the lease; nothing when the lease is not
+-- held or the effect is recorded already (effect_holder tells which).
+INSERT INTO {effects} (queue, key, effect, job_id, attempt, recorded_at, detail)
+SELECT %(queue)s, %(key)s, %(effect)s, id, attempts, {now}, %(detail)s::jsonb FROM {jobs}
+WHERE id = %(job_id)s AND lease_token = %(token)s::uuid AND state = 'leased'
+ON CONFLICT (queue, key, effect) DO NOTHING
+
+-- name: effect_holder
+SELECT attempts FROM {jobs}
+WHERE id = %(job_id)s AND lease_token = %(token)s::uuid AND state = 'leased'
 
 -- name: effect_get
 SELECT queue, key, effect, job_id, attempt, recorded_at, detail FROM {effects}

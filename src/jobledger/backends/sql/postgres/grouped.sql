@@ -87,25 +87,7 @@ WITH picked AS (
     ) AS c
     ORDER BY c.rn, a.ord
     LIMIT {limit}
-), claimed AS (
-    UPDATE {jobs} AS j
-    SET state = 'leased',
-        attempts = j.attempts + 1,
-        lease_token = gen_random_uuid(),
-        lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
-        leased_by = %(worker)s,
-        updated_at = {now}
-    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
-              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
-              j.group_name
-), opened AS (
-    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
-    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
-)
-SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
-       lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name
-FROM claimed
+), {@lease_picked}
 
 -- name: group_served
 -- A claim took some of these groups' jobs: each bucket as left, and each group's turn.

@@ -15,7 +15,6 @@ RETURNING paused_until
 -- name: group_resume
 UPDATE {groups} SET paused_until = NULL, paused_reason = NULL
 WHERE queue = %(queue)s AND name = %(name)s AND paused_until > {now}
-RETURNING name
 
 -- name: group_limits_put
 INSERT INTO {group_limits} (queue, max_leased, rate, burst, updated_at)

@@ -41,18 +41,28 @@ WITH picked AS (
     ) AS c
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT {limit}
-), claimed AS (
+), {@lease_picked}
+
+-- name: lease_set
+-- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
+-- (job_claim, group_claim, job_claim_keys) includes it.
+SET state = 'leased',
+    attempts = j.attempts + 1,
+    lease_token = gen_random_uuid(),
+    lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
+    leased_by = %(worker)s,
+    updated_at = {now}
+
+-- name: lease_picked
+-- The end of a claim (job_claim, group_claim) after its "picked" CTE has locked the jobs to
+-- take: lease them, open their attempts, return them.
+-- "= ANY(ARRAY(…))": the rows are fetched by primary key (a join with the CTE is planned for an
+-- unknown number of rows: a hash join over every pending job). No "state = 'pending'" here:
+-- "picked" locked these rows after checking it, and a condition on state would let the planner
+-- read the whole index of pending jobs for it.
+claimed AS (
     UPDATE {jobs} AS j
-    SET state = 'leased',
-        attempts = j.attempts + 1,
-        lease_token = gen_random_uuid(),
-        lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
-        leased_by = %(worker)s,
-        updated_at = {now}
-    -- "= ANY(ARRAY(…))": the rows are fetched by primary key (a join with the CTE is planned
-    -- for an unknown number of rows: a hash join over every pending job). No "state =
-    -- 'pending'" here: "picked" locked these rows after checking it, and a condition on state
-    -- would let the planner read the whole index of pending jobs for it.
+    {@lease_set}
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
               j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
@@ -66,24 +76,26 @@ SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_u
        lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name
 FROM claimed
 
+-- name: held_leases
+-- The jobs whose lease is still held under %(ids)s and %(tokens)s: the fence of every write by
+-- a lease (job_heartbeat, job_complete, job_release include it). "j.id = ANY(…)" lets the
+-- planner fetch the batch by primary key instead of joining with every leased job.
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+  AND j.state = 'leased'
+
 -- name: job_heartbeat
 UPDATE {jobs} AS j
 SET lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
     updated_at = {now}
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
-  AND j.state = 'leased'
+{@held_leases}
 RETURNING j.id, j.lease_until
 
 -- name: job_complete
 WITH done AS (
     UPDATE {jobs} AS j
     SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now}
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-    -- "j.id = ANY(…)" lets the planner fetch the batch by primary key instead of joining
-    -- with every leased job.
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
-      AND j.state = 'leased'
+    {@held_leases}
     RETURNING j.id, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'done'
@@ -127,9 +139,7 @@ WITH released AS (
     UPDATE {jobs} AS j
     SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
         updated_at = {now}
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
-    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
-      AND j.state = 'leased'
+    {@held_leases}
     RETURNING j.id, j.attempts
 ), closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
@@ -218,12 +228,7 @@ WITH picked AS (
     FOR UPDATE OF j SKIP LOCKED
 ), claimed AS (
     UPDATE {jobs} AS j
-    SET state = 'leased',
-        attempts = j.attempts + 1,
-        lease_token = gen_random_uuid(),
-        lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
-        leased_by = %(worker)s,
-        updated_at = {now}
+    {@lease_set}
     FROM (SELECT DISTINCT id FROM picked) AS p
     WHERE j.id = p.id AND j.state = 'pending'
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,

@@ -23,7 +23,6 @@ RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at, {now}
 -- name: leader_release
 UPDATE {leaders} SET lease_until = {now}, renewed_at = {now}
 WHERE name = %(name)s AND token = %(token)s::uuid AND lease_until > {now}
-RETURNING name
 
 -- name: leader_list
 SELECT name, holder, token, term, lease_until, acquired_at, renewed_at, {now}

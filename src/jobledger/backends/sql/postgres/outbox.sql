@@ -12,7 +12,6 @@ LOCK TABLE {jobs} IN SHARE MODE
 INSERT INTO {routes} (queue, routed_at, routed_by, note)
 VALUES (%(queue)s, {now}, %(actor)s, %(note)s)
 ON CONFLICT (queue) DO NOTHING
-RETURNING queue
 
 -- name: route_backfill
 -- Pending jobs of a queue just routed: they were enqueued before the route existed.
@@ -27,7 +26,7 @@ SELECT id, queue, key, 'route', run_at, {now} FROM (
 ORDER BY run_at, id
 
 -- name: route_remove
-DELETE FROM {routes} WHERE queue = %(queue)s RETURNING queue
+DELETE FROM {routes} WHERE queue = %(queue)s
 
 -- name: route_discard
 DELETE FROM {outbox}
@@ -37,18 +36,17 @@ WHERE queue = %(queue)s AND published_at IS NULL AND superseded_at IS NULL
 SELECT queue, routed_at, routed_by, note FROM {routes} ORDER BY queue
 
 -- name: outbox_due
--- {limit} is a literal. %(queues)s is NULL for every queue.
+-- {queue_in} is "1 = 1" or "queue = ANY(%(queues)s::text[])"; {limit} is a literal.
 SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
 FROM {outbox}
 WHERE published_at IS NULL AND superseded_at IS NULL AND available_at <= {now}
-  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND {queue_in}
 ORDER BY available_at, id
 LIMIT {limit}
 
 -- name: outbox_mark
 UPDATE {outbox} SET published_at = {now}
-WHERE id = ANY(%(ids)s::bigint[]) AND published_at IS NULL
-RETURNING id
+WHERE id = ANY(%(id)s::bigint[]) AND published_at IS NULL
 
 -- name: outbox_list
 -- {where} is built from fixed clauses; {limit} is a literal.

@@ -31,7 +31,6 @@ SET paused = %(paused)s, pause_changed_at = {now}, pause_changed_by = %(actor)s,
         + CASE WHEN %(cursor)s::timestamptz > cursor_at THEN %(skipped)s ELSE 0 END,
     cursor_at = GREATEST(cursor_at, COALESCE(%(cursor)s::timestamptz, cursor_at))
 WHERE name = %(name)s
-RETURNING name
 
 -- name: schedule_advance
 UPDATE {schedules} SET cursor_at = %(cursor)s, skipped_ticks = skipped_ticks + %(skipped)s
@@ -78,7 +77,6 @@ DELETE FROM {ticks} WHERE (schedule, tick_time) IN (
     WHERE t.state = 'done'
     LIMIT {limit}
 )
-RETURNING 1
 
 -- name: schedule_tick_list
 -- {where} is built from fixed clauses; {limit} is a literal.

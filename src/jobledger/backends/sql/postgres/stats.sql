@@ -2,6 +2,10 @@
 -- PostgreSQL. {jobs}, {attempts}, … are the schema-qualified tables; {now} is the caller's
 -- explicit time or the database clock; {limit} is written in as a literal.
 
+-- name: clock
+-- The clock the other statements of a read use: the caller's, or the database's.
+SELECT {now}
+
 -- name: queue_counts
 SELECT queue, state, count(*), sum(attempts) FROM {jobs} GROUP BY queue, state
 
@@ -72,5 +76,4 @@ SELECT minute, queue, task, claimed, wait_sum, wait_max, done, retried, dead, ru
 FROM {minute_stats} WHERE minute >= %(since)s ORDER BY minute, queue, task
 
 -- name: minute_stats_prune
-WITH gone AS (DELETE FROM {minute_stats} WHERE minute < %(before)s RETURNING 1)
-SELECT count(*) FROM gone
+DELETE FROM {minute_stats} WHERE minute < %(before)s

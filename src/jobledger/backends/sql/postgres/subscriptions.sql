@@ -15,17 +15,19 @@ SELECT id, queue, url, secret, timeout_seconds, concurrency, rate_per_second, bu
        state_reason, state_actor, state_changed_at, previous_secret, previous_until, created_at,
        updated_at, last_attempt_at, last_success_at, last_failure_at, last_status, last_error,
        consecutive_failures, delivered, failed
-FROM {subscriptions}
+FROM {subscriptions} {where}
+
+-- name: subscription_of_queue
+SELECT id FROM {subscriptions} WHERE queue = %(queue)s
 
 -- name: subscription_state
 UPDATE {subscriptions}
 SET state = %(state)s, state_reason = %(reason)s, state_actor = %(actor)s,
     state_changed_at = {now}, updated_at = {now}
 WHERE id = %(id)s
-RETURNING id
 
 -- name: subscription_delete
-DELETE FROM {subscriptions} WHERE id = %(id)s RETURNING id
+DELETE FROM {subscriptions} WHERE id = %(id)s
 
 -- name: subscription_rotate
 -- The current secret becomes the previous one, signing beside the new one until the overlap
@@ -37,7 +39,6 @@ SET previous_secret = CASE WHEN %(overlap)s > 0 THEN secret END,
     secret = %(secret)s,
     updated_at = {now}
 WHERE id = %(id)s
-RETURNING id
 
 -- name: subscription_record
 -- A delivery's outcome on the subscription's health. The last error stays after a success (it

@@ -1,31 +1,38 @@
 -- The api role (004, 007): declared queues, API keys, rate limits, dashboard sessions.
 -- SQLite. Times are seconds since the Unix epoch; {limit} is written in as a literal.
 
--- name: queue_exists
-SELECT 1 FROM jobledger_queues WHERE name = :name
-
--- name: queue_put
+-- name: queue_insert
+-- A queue declared for the first time; nothing when it exists (queue_update then).
 INSERT INTO jobledger_queues (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
                               retention_seconds, require_key, created_at, updated_at)
 VALUES (:name, :task, :max_attempts, :lease_seconds, :backoff_base, :backoff_cap,
         :retention_seconds, :require_key, :now, :now)
-ON CONFLICT (name) DO UPDATE SET
-    task = excluded.task, max_attempts = excluded.max_attempts,
-    lease_seconds = excluded.lease_seconds, backoff_base = excluded.backoff_base,
-    backoff_cap = excluded.backoff_cap, retention_seconds = excluded.retention_seconds,
-    require_key = excluded.require_key, updated_at = excluded.updated_at
+ON CONFLICT (name) DO NOTHING
+RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+          require_key, created_at, updated_at
+
+-- name: queue_update
+UPDATE jobledger_queues
+SET task = :task, max_attempts = :max_attempts, lease_seconds = :lease_seconds,
+    backoff_base = :backoff_base, backoff_cap = :backoff_cap,
+    retention_seconds = :retention_seconds, require_key = :require_key, updated_at = :now
+WHERE name = :name
+RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
+          require_key, created_at, updated_at
 
 -- name: queue_select
 SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
        require_key, created_at, updated_at
-FROM jobledger_queues
+FROM jobledger_queues {where}
 
 -- name: apikey_insert
 INSERT INTO jobledger_api_keys (id, digest, name, scopes, rate_per_second, burst, created_at)
 VALUES (:id, :digest, :name, :scopes, :rate_per_second, :burst, :now)
+RETURNING id, name, scopes, rate_per_second, burst, created_at, revoked_at
 
 -- name: apikey_select
 SELECT id, name, scopes, rate_per_second, burst, created_at, revoked_at FROM jobledger_api_keys
+{where}
 
 -- name: apikey_revoke
 UPDATE jobledger_api_keys SET revoked_at = :now WHERE id = :id AND revoked_at IS NULL
@@ -40,11 +47,13 @@ WHERE max(jobledger_rate_limits.tat, :now) + :cost * :interval - :now <= :burst 
 RETURNING tat
 
 -- name: ratelimit_get
-SELECT tat FROM jobledger_rate_limits WHERE bucket = :bucket
+-- How far ahead of the clock the bucket is.
+SELECT tat - :now FROM jobledger_rate_limits WHERE bucket = :bucket
 
 -- name: session_insert
 INSERT INTO jobledger_sessions (digest, api_key_id, created_at, expires_at)
 VALUES (:digest, :api_key_id, :now, :now + :ttl)
+RETURNING expires_at
 
 -- name: session_get
 SELECT k.id, k.name, k.scopes, k.rate_per_second, k.burst, k.created_at, k.revoked_at

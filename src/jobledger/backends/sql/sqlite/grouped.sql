@@ -46,16 +46,10 @@ ORDER BY priority DESC, run_at, id
 LIMIT :n
 
 -- name: job_lease_ids
-UPDATE jobledger_jobs
-SET state = 'leased',
-    attempts = attempts + 1,
-    lease_token = lower(hex(randomblob(16))),
-    lease_until = :now + COALESCE(:lease_seconds, lease_seconds),
-    leased_by = :worker,
-    updated_at = :now
+-- The jobs a grouped claim chose ({ids}: their ids, written in), leased as every claim leases.
+{@lease_update}
 WHERE id IN ({ids}) AND state = 'pending'
-RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
-          run_at, priority, correlation_id, attempt_limit, group_name
+{@leased}
 
 -- name: group_served
 -- A claim took some of the group's jobs: its bucket as left, and its turn in the round.

@@ -61,6 +61,6 @@ SELECT n.name,
        (SELECT count(*) FROM jobledger_jobs AS j
         WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = :queue
           AND j.group_name = n.name),
-       g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at
+       g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at, :now
 FROM names AS n LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = n.name
 ORDER BY n.name

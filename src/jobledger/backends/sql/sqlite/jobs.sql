@@ -18,8 +18,9 @@ RETURNING id
 -- name: job_existing
 SELECT id, task, payload FROM jobledger_jobs WHERE queue = :queue AND key = :key
 
--- name: job_claim
--- {queues} is a list of :q0, :q1, … placeholders, filled in per call.
+-- name: lease_update
+-- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
+-- (job_claim, job_claim_keys, job_lease_ids) includes it, and then "leased".
 UPDATE jobledger_jobs
 SET state = 'leased',
     attempts = attempts + 1,
@@ -27,14 +28,22 @@ SET state = 'leased',
     lease_until = :now + COALESCE(:lease_seconds, lease_seconds),
     leased_by = :worker,
     updated_at = :now
+
+-- name: leased
+-- What a claim returns of each job it leased.
+RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
+          run_at, priority, correlation_id, attempt_limit, group_name
+
+-- name: job_claim
+-- {queues} is a list of :q0, :q1, … placeholders, filled in per call.
+{@lease_update}
 WHERE id IN (
     SELECT id FROM jobledger_jobs
     WHERE state = 'pending' AND group_name IS NULL AND queue IN ({queues}) AND run_at <= :now
     ORDER BY priority DESC, run_at, id
     LIMIT {limit}
 )
-RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
-          run_at, priority, correlation_id, attempt_limit, group_name
+{@leased}
 
 -- name: attempt_open
 INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at)
@@ -123,19 +132,12 @@ SELECT state, run_at FROM jobledger_jobs WHERE id = :id
 
 -- name: job_claim_keys
 -- One job; the backend runs it for each wanted key inside one BEGIN IMMEDIATE transaction.
-UPDATE jobledger_jobs
-SET state = 'leased',
-    attempts = attempts + 1,
-    lease_token = lower(hex(randomblob(16))),
-    lease_until = :now + COALESCE(:lease_seconds, lease_seconds),
-    leased_by = :worker,
-    updated_at = :now
+{@lease_update}
 WHERE queue = :queue AND key = :key AND state = 'pending' AND run_at <= :now
   AND NOT EXISTS (SELECT 1 FROM jobledger_groups AS g
                   WHERE jobledger_jobs.group_name IS NOT NULL AND g.queue = jobledger_jobs.queue
                     AND g.name = jobledger_jobs.group_name AND g.paused_until > :now)
-RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
-          run_at, priority, correlation_id, attempt_limit, group_name
+{@leased}
 
 -- name: job_lease_tokens
 -- The current tokens of leased jobs among {ids} (a list of ? placeholders), read inside the

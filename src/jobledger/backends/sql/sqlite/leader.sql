@@ -10,19 +10,19 @@ SET holder = excluded.holder, token = excluded.token, term = jobledger_leaders.t
     lease_until = excluded.lease_until, acquired_at = excluded.acquired_at,
     renewed_at = excluded.renewed_at
 WHERE jobledger_leaders.lease_until <= excluded.acquired_at
-RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at, :now
 
 -- name: leader_renew
 UPDATE jobledger_leaders SET lease_until = :now + :ttl, renewed_at = :now
 WHERE name = :name AND token = :token AND lease_until > :now
-RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at
+RETURNING name, holder, token, term, lease_until, acquired_at, renewed_at, :now
 
 -- name: leader_release
 UPDATE jobledger_leaders SET lease_until = :now, renewed_at = :now
 WHERE name = :name AND token = :token AND lease_until > :now
 
 -- name: leader_list
-SELECT name, holder, token, term, lease_until, acquired_at, renewed_at
+SELECT name, holder, token, term, lease_until, acquired_at, renewed_at, :now
 FROM jobledger_leaders ORDER BY name
 
 -- name: leader_fence

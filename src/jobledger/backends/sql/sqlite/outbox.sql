@@ -2,6 +2,11 @@
 -- queries route queues, hand due records to a relay and mark them published.
 -- SQLite. Times are seconds since the Unix epoch; {limit} is written in as a literal.
 
+-- name: route_lock
+-- Routing a queue must not race with jobs becoming pending in it. On SQLite the route's write
+-- transaction already holds every other writer back: nothing more to lock.
+SELECT 1
+
 -- name: route_add
 INSERT INTO jobledger_routes (queue, routed_at, routed_by, note)
 VALUES (:queue, :now, :actor, :note)
@@ -30,10 +35,10 @@ WHERE queue = :queue AND published_at IS NULL AND superseded_at IS NULL
 SELECT queue, routed_at, routed_by, note FROM jobledger_routes ORDER BY queue
 
 -- name: outbox_due
--- {queues} is "1 = 1" or "queue IN (:q0, …)"; {limit} is a literal.
+-- {queue_in} is "1 = 1" or "queue IN (:queues0, …)"; {limit} is a literal.
 SELECT id, job_id, queue, key, reason, available_at, created_at, published_at, superseded_at
 FROM jobledger_outbox
-WHERE published_at IS NULL AND superseded_at IS NULL AND available_at <= :now AND {queues}
+WHERE published_at IS NULL AND superseded_at IS NULL AND available_at <= :now AND {queue_in}
 ORDER BY available_at, id
 LIMIT {limit}
 
@@ -51,7 +56,8 @@ SELECT queue,
        sum(published_at IS NULL AND superseded_at IS NULL AND available_at <= :now),
        min(CASE WHEN published_at IS NULL AND superseded_at IS NULL AND available_at <= :now
                 THEN available_at END),
-       max(published_at)
+       max(published_at),
+       :now
 FROM jobledger_outbox GROUP BY queue
 
 -- name: outbox_prune

@@ -1,6 +1,10 @@
 -- The stats role (007): counts per queue, live depths, per-minute rollups.
 -- SQLite. Times are seconds since the Unix epoch; {limit} is written in as a literal.
 
+-- name: clock
+-- The clock the other statements of a read use: the caller's, or the process's.
+SELECT :now
+
 -- name: queue_counts
 SELECT queue, state, count(*), sum(attempts) FROM jobledger_jobs GROUP BY queue, state
 
@@ -26,7 +30,7 @@ GROUP BY j.queue
 -- INDEXED BY: left alone, SQLite reads the leased arm through the (queue, key) index, which
 -- holds every job, to save a sort.
 SELECT queue, 'pending', count(*), sum(run_at <= :now),
-       min(CASE WHEN run_at <= :now THEN run_at END)
+       min(CASE WHEN run_at <= :now THEN run_at END), :now
 FROM (
     SELECT queue, run_at FROM jobledger_jobs INDEXED BY jobledger_jobs_due
     WHERE state = 'pending' AND group_name IS NULL
@@ -36,10 +40,10 @@ FROM (
 )
 GROUP BY queue
 UNION ALL
-SELECT queue, 'leased', count(*), sum(lease_until <= :now), NULL
+SELECT queue, 'leased', count(*), sum(lease_until <= :now), NULL, :now
 FROM jobledger_jobs INDEXED BY jobledger_jobs_leased WHERE state = 'leased' GROUP BY queue
 UNION ALL
-SELECT queue, 'dead', count(*), 0, NULL
+SELECT queue, 'dead', count(*), 0, NULL, :now
 FROM jobledger_jobs INDEXED BY jobledger_jobs_dead WHERE state = 'dead' GROUP BY queue
 
 -- name: queue_finished_counts

@@ -14,7 +14,10 @@ SELECT id, queue, url, secret, timeout_seconds, concurrency, rate_per_second, bu
        state_reason, state_actor, state_changed_at, previous_secret, previous_until, created_at,
        updated_at, last_attempt_at, last_success_at, last_failure_at, last_status, last_error,
        consecutive_failures, delivered, failed
-FROM jobledger_subscriptions
+FROM jobledger_subscriptions {where}
+
+-- name: subscription_of_queue
+SELECT id FROM jobledger_subscriptions WHERE queue = :queue
 
 -- name: subscription_state
 UPDATE jobledger_subscriptions
