@@ -50,7 +50,7 @@ def test_a_late_completion_is_refused_counted_and_recorded(ledger, db_url):
 
     @ledger.task(queue="w", lease_seconds=60)
     def stuck(ctx) -> None:
-        go.wait(20)
+        go.wait(60)
         try:
             ctx.heartbeat()
         except LeaseLost as exc:
@@ -158,7 +158,7 @@ def test_postgres_notify_wakes_an_idle_worker(ledger, db_url):
         )  # let it reach its idle wait (not an assertion: the wait below is the check)
         producer = Ledger(db_url) if ledger.url.dialect == "postgres" else ledger
         producer.enqueue("ping", {}, key="ping", queue="w")
-        assert done.wait(10), "the worker slept through the enqueue (poll interval is 60 s)"
+        assert done.wait(30), "the worker slept through the enqueue (poll interval is 60 s)"
     finally:
         worker.stop()
         t.join(10)

@@ -164,7 +164,7 @@ def test_timeouts_and_refused_connections_are_retried(ledger, endpoint, push):
 
     def slow_once(request, n):
         if n == 1:
-            release.wait(10)
+            release.wait(60)
         return 200, {}, b"ok"
 
     slow = endpoint(slow_once)
@@ -382,7 +382,7 @@ def test_a_sender_killed_mid_delivery_delivers_again_with_the_same_id(ledger, en
     import subprocess
     import sys
 
-    from ..support.processes import ROOT
+    from ..support.processes import ROOT, wait_exit
 
     ep = endpoint()
     sub = subscribe(ledger, ep.url, timeout_seconds=1)
@@ -397,7 +397,8 @@ def test_a_sender_killed_mid_delivery_delivers_again_with_the_same_id(ledger, en
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert proc.wait(30) == -9, proc.stdout.read()  # killed after the answer, before the outcome
+    code, out, _ = wait_exit(proc, 30)
+    assert code == -9, out  # killed after the answer, before the outcome
     assert ep.count() == 1 and job_state(ledger, job_id) is JobState.LEASED
     push(lease_margin=0.5)  # its rescuer returns the job once the lease expired
     wait_state(ledger, job_id, JobState.DONE)

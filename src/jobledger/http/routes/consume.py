@@ -22,6 +22,7 @@ from ..api import Call, Reply, RouteGroup, json_response
 from ..models import (
     MAX_ID,
     MESSAGE_ID,
+    MIN_LEASE_SECONDS,
     OPTIONAL_TIME,
     QUEUE_NAME,
     RECEIVED,
@@ -47,9 +48,10 @@ RECEIPT = String(
     example="42.9b2f0c3e5d6a47b8a1c2d3e4f5a6b7c8",
 )
 LEASE_SECONDS = Number(
-    exclusive_minimum=0,
+    minimum=MIN_LEASE_SECONDS,
     maximum=MAX_LEASE,
-    description="Seconds from now until the lease expires and the message is delivered again.",
+    description="Seconds from now until the lease expires and the message is delivered again: "
+    "1 to 43200 (12 hours).",
 )
 
 RECEIVE = Object(
@@ -195,7 +197,9 @@ async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
     if not call.caller.allows("consume", job.queue):
         if job.lease_token == token:
             call.require("consume", job.queue)
-        raise _stale(job.id, "no such lease")
+        # Answered as for a message that does not exist: a key without consume on the queue
+        # learns nothing of the queue's messages from receipts it made up.
+        raise _stale(job.id, "no such message")
     if job.state is JobState.LEASED and job.lease_token == token:
         return job, Lease(job.id, token, job.attempts)
     attempts = await call.run(backend.history.attempts, job.id)
