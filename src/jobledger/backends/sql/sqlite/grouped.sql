@@ -9,24 +9,16 @@ WHERE state = 'pending' AND group_name IS NOT NULL AND queue IN ({queues}) LIMIT
 -- name: group_candidates
 -- The groups of a queue with due jobs, not paused, least recently served first (never served
 -- first of all). The groups are found by a skip scan of the grouped index (one probe per
--- group, however many jobs each has), never by reading the jobs.
-WITH RECURSIVE walk(name) AS (
-    SELECT min(group_name) FROM jobledger_jobs
-    WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
-    UNION ALL
-    SELECT (SELECT min(group_name) FROM jobledger_jobs
-            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
-              AND group_name > walk.name)
-    FROM walk WHERE walk.name IS NOT NULL
-)
-SELECT walk.name, g.served_at, g.tokens, g.refilled_at
-FROM walk LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = walk.name
-WHERE walk.name IS NOT NULL
+-- group, however many jobs each has: pending_groups), never by reading the jobs.
+WITH RECURSIVE {@pending_groups}
+SELECT pending.name, g.served_at, g.tokens, g.refilled_at
+FROM pending LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = pending.name
+WHERE pending.name IS NOT NULL
   AND (g.paused_until IS NULL OR g.paused_until <= :now)
   AND (SELECT min(run_at) FROM jobledger_jobs AS j
        WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue
-         AND j.group_name = walk.name) <= :now
-ORDER BY g.served_at IS NOT NULL, g.served_at, walk.name
+         AND j.group_name = pending.name) <= :now
+ORDER BY g.served_at IS NOT NULL, g.served_at, pending.name
 
 -- name: group_leased
 -- A group's leased jobs, counted up to its limit (no further: the claim needs no more).

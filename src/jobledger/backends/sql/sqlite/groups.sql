@@ -28,9 +28,11 @@ DELETE FROM jobledger_group_limits WHERE queue = :queue
 -- name: group_limits_get
 SELECT max_leased, rate, burst FROM jobledger_group_limits WHERE queue = :queue
 
--- name: group_list
--- Groups with pending or leased jobs (two skip scans) or a pause in force, with their counts.
-WITH RECURSIVE pending(name) AS (
+-- name: pending_groups
+-- The recursive CTE "pending(name)": the groups of :queue with pending jobs, found by a skip
+-- scan of the grouped index (one probe per group, however many jobs each has); its last row
+-- is NULL. The grouped claim's group_candidates and group_list include it.
+pending(name) AS (
     SELECT min(group_name) FROM jobledger_jobs
     WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
     UNION ALL
@@ -38,7 +40,11 @@ WITH RECURSIVE pending(name) AS (
             WHERE state = 'pending' AND group_name IS NOT NULL AND queue = :queue
               AND group_name > pending.name)
     FROM pending WHERE pending.name IS NOT NULL
-), leased(name) AS (
+)
+
+-- name: group_list
+-- Groups with pending or leased jobs (two skip scans) or a pause in force, with their counts.
+WITH RECURSIVE {@pending_groups}, leased(name) AS (
     SELECT min(group_name) FROM jobledger_jobs
     WHERE state = 'leased' AND group_name IS NOT NULL AND queue = :queue
     UNION ALL
