@@ -150,3 +150,29 @@ def test_a_bad_timeout_is_refused_when_the_task_is_built(ledger, value):
 
     with pytest.raises(ConfigError, match="timeout"):
         ledger.task(lambda ctx: None, name="bad", timeout=value)
+
+
+def test_a_declared_queue_s_timeout_bounds_the_tasks_that_set_none(ledger):
+    """The queue's ``timeout_seconds`` is the default of its tasks (and of the jobs published
+    to it over HTTP, which carry the queue's task name)."""
+    from jobledger._records import QueueSettings
+
+    ledger.queue_settings.declare(QueueSettings(name="t", timeout_seconds=0.3))
+    assert ledger.queue_settings.get("t").settings.timeout_seconds == 0.3
+    let_go = threading.Event()
+
+    @ledger.task(queue="t", lease_seconds=2, backoff=QUICK)
+    def no_timeout_of_its_own(ctx) -> None:
+        if ctx.attempt == 1:
+            let_go.wait(60)
+
+    job_id, _ = ledger.enqueue(no_timeout_of_its_own, {}, key="k")
+    worker = ledger.worker(["t"], concurrency=2, poll_interval=0.05)
+    thread = _run(worker)
+    try:
+        wait_until(lambda: ledger.job(job_id).state is JobState.DONE, what="attempt 2 done")
+        assert _outcomes(ledger, job_id) == [AttemptOutcome.TIMED_OUT, AttemptOutcome.DONE]
+    finally:
+        let_go.set()
+        worker.stop()
+        thread.join(30)

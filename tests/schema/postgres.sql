@@ -62,7 +62,8 @@ CREATE TABLE jobledger_attempts (
     worker        text        NOT NULL,
     started_at    timestamptz NOT NULL,
     finished_at   timestamptz,
-    outcome       text CHECK (outcome IN ('done', 'retry', 'dead', 'lease_expired', 'released')),
+    outcome       text CHECK (outcome IN ('done', 'retry', 'dead', 'lease_expired', 'released',
+                                          'timed_out')),
     error_class   text,
     error_message text,
     traceback     text,
@@ -176,7 +177,8 @@ CREATE TABLE jobledger_queues (
     retention_seconds double precision NOT NULL CHECK (retention_seconds >= 86400),
     require_key       boolean          NOT NULL DEFAULT false,
     created_at        timestamptz      NOT NULL,
-    updated_at        timestamptz      NOT NULL
+    updated_at        timestamptz      NOT NULL,
+    timeout_seconds   double precision CHECK (timeout_seconds > 0)
 );
 
 -- API keys. Only the SHA-256 digest of a key is stored; the key itself is shown once.

@@ -60,7 +60,8 @@ CREATE TABLE jobledger_attempts (
     worker        TEXT    NOT NULL,
     started_at    REAL    NOT NULL,
     finished_at   REAL,
-    outcome       TEXT CHECK (outcome IN ('done', 'retry', 'dead', 'lease_expired', 'released')),
+    outcome       TEXT CHECK (outcome IN ('done', 'retry', 'dead', 'lease_expired', 'released',
+                                          'timed_out')),
     error_class   TEXT,
     error_message TEXT,
     traceback     TEXT,
@@ -174,7 +175,8 @@ CREATE TABLE jobledger_queues (
     retention_seconds REAL    NOT NULL CHECK (retention_seconds >= 86400),
     require_key       INTEGER NOT NULL DEFAULT 0 CHECK (require_key IN (0, 1)),
     created_at        REAL    NOT NULL,
-    updated_at        REAL    NOT NULL
+    updated_at        REAL    NOT NULL,
+    timeout_seconds   REAL    CHECK (timeout_seconds > 0)
 ) WITHOUT ROWID;
 
 -- API keys. Only the SHA-256 digest of a key is stored; the key itself is shown once.

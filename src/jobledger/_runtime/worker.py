@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._faults import fault_point
 from .._host import default_worker_name
 from .._records import ClaimedJob, validate_queue_name
-from ..errors import BackendUnavailable, PayloadError, Permanent
+from ..errors import BackendUnavailable, NotFound, PayloadError, Permanent
 from ..maintenance.rescuer import Rescuer
 from ..policy import Backoff
 from .context import JobContext
@@ -47,6 +47,7 @@ from .runtime import Runtime, WorkerStats
 if TYPE_CHECKING:
     import threading as _threading
 
+    from .._services.queues import QueueSettingsBook
     from .._task import Task
     from ..backends.base import Backend, Listener
 
@@ -63,6 +64,7 @@ class LedgerView(Protocol):
 
     default_backoff: Backoff
     observers: list[WorkerObserver]
+    queue_settings: QueueSettingsBook
     worker_services: list[Callable[[Any], WorkerService | None]]
 
     def get_task(self, name: str) -> Task | None: ...
@@ -153,14 +155,32 @@ class Worker(Runtime):
         self._loop_lock = threading.Lock()
         self._listener: Listener | None = None
         self._services: list[WorkerService] = []
+        self._queue_timeouts: dict[str, tuple[float, float | None]] = {}
 
     def _backoff(self, job: ClaimedJob) -> Backoff:
         task = self.ledger.get_task(job.task)
         return task.backoff if task is not None else self.ledger.default_backoff
 
     def timeout_of(self, job: ClaimedJob) -> float | None:
+        """The task's ``timeout``, else its declared queue's ``timeout_seconds`` (read at most
+        every 30 s per queue), else no bound."""
         task = self.ledger.get_task(job.task)
-        return task.timeout if task is not None else None
+        if task is not None and task.timeout is not None:
+            return task.timeout
+        cached = self._queue_timeouts.get(job.queue)
+        now = time.monotonic()
+        if cached is None or cached[0] < now:
+            cached = (now + 30.0, self._declared_timeout(job.queue))
+            self._queue_timeouts[job.queue] = cached
+        return cached[1]
+
+    def _declared_timeout(self, queue: str) -> float | None:
+        try:
+            return self.ledger.queue_settings.get(queue).settings.timeout_seconds
+        except NotFound:
+            return None
+        except BackendUnavailable:
+            return None  # looked up again with the next claim after 30 s
 
     # -- control -----------------------------------------------------------------------------------
 

@@ -194,9 +194,12 @@ def route(row: Sequence[Any], to_time: ToTime) -> Route:
 
 
 def queue_info(row: Sequence[Any], to_time: ToTime) -> QueueInfo:
-    """A row of ``queue_select``: the settings' fields in order, created_at, updated_at."""
+    """A row of ``queue_select``: the settings' fields in order, created_at, updated_at, then
+    timeout_seconds (added by migration 009)."""
     name, task, attempts, lease, base, cap, retention, require_key = row[:8]
-    settings = QueueSettings(name, task, attempts, lease, base, cap, retention, bool(require_key))
+    settings = QueueSettings(
+        name, task, attempts, lease, base, cap, retention, bool(require_key), row[10]
+    )
     return QueueInfo(settings, _at(to_time, row[8]), _at(to_time, row[9]))
 
 

@@ -34,6 +34,7 @@ def queue_json(info: QueueInfo) -> dict[str, object]:
         "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
         "retention_seconds": s.retention_seconds,
         "require_idempotency_key": s.require_key,
+        "timeout_seconds": s.timeout_seconds,
         "created_at": info.created_at.isoformat(),
         "updated_at": info.updated_at.isoformat(),
     }
@@ -92,6 +93,13 @@ def queues() -> None:
     show_default=True,
     help="Refuse publishes without an Idempotency-Key.",
 )
+@click.option(
+    "--timeout",
+    default=None,
+    help="The longest an attempt may run in a Python worker (e.g. 30s, 5m) for tasks that set "
+    "no timeout of their own and for jobs published over HTTP; past it the attempt is "
+    "timed_out and retried. Default: no bound.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the queue as JSON.")
 def create(
     url: str,
@@ -103,6 +111,7 @@ def create(
     backoff_cap: float,
     retention: str,
     require_key: bool,
+    timeout: str | None,
     as_json: bool,
 ) -> None:
     """Declare queue NAME (or replace its settings)."""
@@ -115,6 +124,7 @@ def create(
         backoff_cap=backoff_cap,
         retention_seconds=parse_duration(retention),
         require_key=require_key,
+        timeout_seconds=None if timeout is None else parse_duration(timeout),
     )
     ledger = open_ledger(url, write=True)
     try:

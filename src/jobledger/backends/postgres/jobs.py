@@ -263,6 +263,7 @@ class PostgresJobs:
             "error_class": [f.error_class for f in sent],
             "message": [f.message for f in sent],
             "traceback": [f.traceback for f in sent],
+            "timed_out": [f.timed_out for f in sent],
             "now": now,
         }
         pauses = {f.lease.job_id: f for f in sent if f.pause_group_until is not None}

@@ -37,6 +37,7 @@ class SqlApi:
             "backoff_cap": s.backoff_cap,
             "retention_seconds": s.retention_seconds,
             "require_key": bool(s.require_key),
+            "timeout_seconds": s.timeout_seconds,
             "now": self._db.clock(now),
         }
         with self._db.transaction() as c:

@@ -370,7 +370,9 @@ class SqliteJobs:
                             "reason": pause_reason(f),
                         },
                     )
-                outcome = "dead" if state is JobState.DEAD else "retry"
+                outcome = (
+                    "timed_out" if f.timed_out else "dead" if state is JobState.DEAD else "retry"
+                )
                 self._close_attempt(
                     c, f.lease, clock, outcome, f.error_class, f.message, f.traceback
                 )

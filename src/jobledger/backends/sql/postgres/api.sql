@@ -6,25 +6,27 @@
 -- A queue declared for the first time; nothing when it exists (queue_update then). A
 -- concurrent first declaration waits for this one to commit, and then inserts nothing.
 INSERT INTO {queues} (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
-                      retention_seconds, require_key, created_at, updated_at)
+                      retention_seconds, require_key, created_at, updated_at, timeout_seconds)
 VALUES (%(name)s, %(task)s, %(max_attempts)s, %(lease_seconds)s, %(backoff_base)s,
-        %(backoff_cap)s, %(retention_seconds)s, %(require_key)s, {now}, {now})
+        %(backoff_cap)s, %(retention_seconds)s, %(require_key)s, {now}, {now},
+        %(timeout_seconds)s)
 ON CONFLICT (name) DO NOTHING
 RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
-          require_key, created_at, updated_at
+          require_key, created_at, updated_at, timeout_seconds
 
 -- name: queue_update
 UPDATE {queues}
 SET task = %(task)s, max_attempts = %(max_attempts)s, lease_seconds = %(lease_seconds)s,
     backoff_base = %(backoff_base)s, backoff_cap = %(backoff_cap)s,
-    retention_seconds = %(retention_seconds)s, require_key = %(require_key)s, updated_at = {now}
+    retention_seconds = %(retention_seconds)s, require_key = %(require_key)s,
+    timeout_seconds = %(timeout_seconds)s, updated_at = {now}
 WHERE name = %(name)s
 RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
-          require_key, created_at, updated_at
+          require_key, created_at, updated_at, timeout_seconds
 
 -- name: queue_select
 SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
-       require_key, created_at, updated_at
+       require_key, created_at, updated_at, timeout_seconds
 FROM {queues} {where}
 
 -- name: apikey_insert

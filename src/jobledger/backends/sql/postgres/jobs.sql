@@ -107,8 +107,9 @@ SELECT id FROM done
 WITH f AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(tokens)s::uuid[], %(retry)s::bool[], %(run_at)s::timestamptz[],
-        %(error_class)s::text[], %(message)s::text[], %(traceback)s::text[]
-    ) AS f(id, token, retry, run_at, error_class, message, traceback)
+        %(error_class)s::text[], %(message)s::text[], %(traceback)s::text[],
+        %(timed_out)s::bool[]
+    ) AS f(id, token, retry, run_at, error_class, message, traceback, timed_out)
 ), moved AS (
     UPDATE {jobs} AS j
     SET state = CASE WHEN f.retry AND j.attempts < j.attempt_limit THEN 'pending' ELSE 'dead' END,
@@ -127,7 +128,8 @@ WITH f AS (
 ), closed AS (
     UPDATE {attempts} AS a
     SET finished_at = {now},
-        outcome = CASE moved.state WHEN 'dead' THEN 'dead' ELSE 'retry' END,
+        outcome = CASE WHEN f.timed_out THEN 'timed_out'
+                       WHEN moved.state = 'dead' THEN 'dead' ELSE 'retry' END,
         error_class = f.error_class, error_message = f.message, traceback = f.traceback
     FROM moved JOIN f ON f.id = moved.id
     WHERE a.job_id = moved.id AND a.attempt = moved.attempts

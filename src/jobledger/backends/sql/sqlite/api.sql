@@ -4,25 +4,26 @@
 -- name: queue_insert
 -- A queue declared for the first time; nothing when it exists (queue_update then).
 INSERT INTO jobledger_queues (name, task, max_attempts, lease_seconds, backoff_base, backoff_cap,
-                              retention_seconds, require_key, created_at, updated_at)
+                              retention_seconds, require_key, created_at, updated_at, timeout_seconds)
 VALUES (:name, :task, :max_attempts, :lease_seconds, :backoff_base, :backoff_cap,
-        :retention_seconds, :require_key, :now, :now)
+        :retention_seconds, :require_key, :now, :now, :timeout_seconds)
 ON CONFLICT (name) DO NOTHING
 RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
-          require_key, created_at, updated_at
+          require_key, created_at, updated_at, timeout_seconds
 
 -- name: queue_update
 UPDATE jobledger_queues
 SET task = :task, max_attempts = :max_attempts, lease_seconds = :lease_seconds,
     backoff_base = :backoff_base, backoff_cap = :backoff_cap,
-    retention_seconds = :retention_seconds, require_key = :require_key, updated_at = :now
+    retention_seconds = :retention_seconds, require_key = :require_key,
+    timeout_seconds = :timeout_seconds, updated_at = :now
 WHERE name = :name
 RETURNING name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
-          require_key, created_at, updated_at
+          require_key, created_at, updated_at, timeout_seconds
 
 -- name: queue_select
 SELECT name, task, max_attempts, lease_seconds, backoff_base, backoff_cap, retention_seconds,
-       require_key, created_at, updated_at
+       require_key, created_at, updated_at, timeout_seconds
 FROM jobledger_queues {where}
 
 -- name: apikey_insert
