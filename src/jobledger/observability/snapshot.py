@@ -153,7 +153,7 @@ class SnapshotCache:
                 )
             )
         schedules = self.ledger.schedules.status()
-        leaders = backend.leader.leases()
+        leaders = self.ledger.schedules.leaders()
         return LedgerSnapshot(
             queues=queues,
             schedules=schedules,

@@ -647,8 +647,10 @@ class ScheduleBook:
         )
 
     def leaders(self, now: datetime | None = None) -> list[LeaderLease]:
-        """The scheduling authorities: one lease per cohort."""
-        return self._ledger.backend.leader.leases(now)
+        """The scheduling authorities: one lease per cohort (the other singletons' leases —
+        the relay's, the pruner's — are not schedulers')."""
+        prefix = leader_name("")
+        return [x for x in self._ledger.backend.leader.leases(now) if x.name.startswith(prefix)]
 
     def pause(
         self, name: str, *, actor: str, note: str | None = None, now: datetime | None = None
