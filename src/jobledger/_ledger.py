@@ -121,19 +121,24 @@ class Ledger:
     @property
     def backend(self) -> Backend:
         """The open backend; opening (and migrating) on first use."""
-        if self._backend is None:
-            with self._open_lock:
-                if self._backend is None:
-                    backend = open_backend(self.url, create=self._create)
-                    try:
-                        if self.auto_migrate:
-                            backend.migrate()
-                        backend.check_schema()
-                    except BaseException:
-                        backend.close()
-                        raise
-                    self._backend = backend
-        return self._backend
+        return self._backend or self._open()
+
+    def _open(self, conn: Any = None) -> Backend:
+        """Open the backend, migrate it (``auto_migrate``) and check its schema. ``conn`` is the
+        application's connection when the first use is an enqueue in its transaction: a
+        migrated database is then checked without the write lock that transaction holds."""
+        with self._open_lock:
+            if self._backend is None:
+                backend = open_backend(self.url, create=self._create)
+                try:
+                    if self.auto_migrate:
+                        backend.migrate(conn)
+                    backend.check_schema()
+                except BaseException:
+                    backend.close()
+                    raise
+                self._backend = backend
+            return self._backend
 
     def use_url(self, url: str) -> None:
         """Point this ledger at another database (before first use), e.g. from ``--url``."""
@@ -460,7 +465,8 @@ class Ledger:
                     group=None if group is None else validate_group(group),
                 )
             )
-        results = self.backend.job_insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
+        backend = self._backend or self._open(conn)
+        results = backend.job_insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
         if any(r.created for r in results):
             self._wake_workers()
         return results

@@ -284,7 +284,14 @@ class PostgresBackend(
 
     # -- schema ----------------------------------------------------------------------------------
 
-    def migrate(self) -> list[str]:
+    def migrate(self, conn: Any = None) -> list[str]:
+        """Apply the missing migrations, on a connection of our own under an advisory lock.
+        What is applied is read first, so that a migrated schema takes no lock and no DDL (and
+        no CREATE privilege). ``conn`` (an application's open transaction) needs nothing here:
+        it sees the tables once they are committed, even in REPEATABLE READ."""
+        known = {m.version for m in migrations("postgres")}
+        if known <= self.applied_migrations():
+            return []
         applied_now: list[str] = []
         schema = pgsql.Identifier(self.schema)
         try:

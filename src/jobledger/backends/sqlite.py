@@ -135,7 +135,13 @@ class SqliteBackend(
             conn.execute(f"PRAGMA busy_timeout = {self.url.busy_timeout_ms}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             if mode != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                except sqlite3.OperationalError as exc:
+                    # Another connection's open transaction (an application's, say) keeps
+                    # the journal mode from changing now; a later connection switches it.
+                    if "locked" not in str(exc) and "busy" not in str(exc):
+                        raise
             conn.execute(f"PRAGMA synchronous = {self.url.synchronous}")
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from None
@@ -224,7 +230,27 @@ class SqliteBackend(
 
     # -- schema ----------------------------------------------------------------------------------
 
-    def migrate(self) -> list[str]:
+    def migrate(self, conn: Any = None) -> list[str]:
+        """Apply the missing migrations. What is applied is read first without the write lock,
+        so that a migrated database is never locked for it: an application's first enqueue in
+        its own write transaction (``conn``) works. A missing migration needs the write lock;
+        when ``conn`` has a transaction open, that transaction holds the lock (or a snapshot
+        that could not see the new tables), so waiting would deadlock: refuse at once."""
+        applied = self.applied_migrations()
+        missing = [m for m in migrations("sqlite") if m.version not in applied]
+        if not missing:
+            return []
+        if isinstance(conn, sqlite3.Connection) and conn.in_transaction:
+            lacks = (
+                f"lacks the jobledger migrations {', '.join(m.label for m in missing)}"
+                if applied
+                else "has no jobledger schema"
+            )
+            raise SchemaMismatch(
+                f"SQLite database {self.url.redacted} {lacks}, which cannot be created while "
+                "the transaction open on the connection given (conn=) holds the database's "
+                "lock: call ledger.migrate() before it (at start-up), or run `jobledger migrate`"
+            )
         applied_now = []
         with self._write() as conn:
             conn.execute(
