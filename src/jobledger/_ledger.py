@@ -34,6 +34,16 @@ from ._records import (
 )
 from ._runtime.hooks import WorkerObserver, WorkerService
 from ._runtime.worker import Worker, WorkerStats
+from ._services.health import Health
+from ._services.jobs import JobReads
+from ._services.keys import Keys
+from ._services.listen import Listening
+from ._services.publish import Publishing
+from ._services.queues import QueueSettingsBook
+from ._services.ratelimits import RateLimits
+from ._services.sessions import Sessions
+from ._services.stats import MinuteStatsBook
+from ._services.subscriptions import Subscriptions
 from ._task import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
@@ -112,6 +122,17 @@ class Ledger:
         self.schedules = ScheduleBook(self)
         """The cron schedules declared with ``@ledger.schedule``, and the operator's view of
         those in the ledger (status, ticks, pause, resume); see docs/scheduling.md."""
+        # The services the HTTP API and the CLI reach the storage through (jobledger._services).
+        self.queue_settings = QueueSettingsBook(self)
+        self.keys = Keys(self)
+        self.sessions = Sessions(self)
+        self.subscriptions = Subscriptions(self)
+        self.publishing = Publishing(self)
+        self.rate_limits = RateLimits(self)
+        self.job_reads = JobReads(self)
+        self.minute_stats = MinuteStatsBook(self)
+        self.listening = Listening(self)
+        self.health = Health(self)
 
     def __repr__(self) -> str:
         return f"Ledger({self.url.redacted!r})"

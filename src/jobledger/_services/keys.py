@@ -1,4 +1,5 @@
-"""Creating API keys: shown once, stored as a digest (see ``jobledger._records.keys``)."""
+"""API keys: created (shown once, stored as a digest; see ``jobledger._records.keys``), looked
+up by the key a caller presents, listed and revoked (``ledger.keys``)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._records.keys import KEY_PREFIX, MAX_KEY_NAME, ApiKey, digest, parse_scopes
 from ..errors import ConfigError
+from .base import Service
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-__all__ = ["create_api_key", "new_key"]
+__all__ = ["Keys", "create_api_key", "new_key"]
 
 
 def _positive(value: float | None, what: str, low: float) -> float | None:
@@ -60,3 +62,35 @@ def create_api_key(
     )
     stored = backend.apikey_insert(record, digest(key))
     return key, stored
+
+
+class Keys(Service):
+    """The ledger's API keys."""
+
+    def create(
+        self,
+        name: str,
+        scopes: Any,
+        *,
+        rate_per_second: float | None = None,
+        burst: float | None = None,
+    ) -> tuple[str, ApiKey]:
+        """Create a key; return ``(key, record)``. The key is not stored: show it now."""
+        return create_api_key(
+            self._backend, name, scopes, rate_per_second=rate_per_second, burst=burst
+        )
+
+    def authenticate(self, key: str) -> ApiKey | None:
+        """The live key a caller presented, or None when it is unknown or revoked."""
+        record = self._backend.apikey_get(digest(key))
+        if record is None or record.revoked:
+            return None
+        return record
+
+    def list(self) -> list[ApiKey]:
+        """Every key, oldest first, revoked ones included (never the keys themselves)."""
+        return self._backend.apikey_list()
+
+    def revoke(self, key_id: str) -> ApiKey:
+        """Revoke a key: it stops working at once. ``NotFound`` for an unknown id."""
+        return self._backend.apikey_revoke(key_id)

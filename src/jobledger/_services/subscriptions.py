@@ -1,4 +1,5 @@
-"""Creating push subscriptions and rotating their secrets (see ``jobledger._records.subscriptions``)."""
+"""Push subscriptions (``ledger.subscriptions``): created and their secrets rotated (see
+``jobledger._records.subscriptions``), listed, paused, resumed and deleted."""
 
 from __future__ import annotations
 
@@ -16,15 +17,17 @@ from .._records.subscriptions import (
     MAX_OVERLAP,
     MAX_TIMEOUT_SECONDS,
     Subscription,
+    SubscriptionState,
     validate_url,
 )
 from .._webhooks import generate_secret, secret_bytes
 from ..errors import ConfigError
+from .base import Service
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-__all__ = ["create_subscription", "new_subscription_id", "rotate_secret"]
+__all__ = ["Subscriptions", "create_subscription", "new_subscription_id", "rotate_secret"]
 
 
 def _number(value: Any, what: str, low: float, high: float) -> float:
@@ -118,3 +121,62 @@ def rotate_secret(
     if not isinstance(overlap, timedelta) or not timedelta(0) <= overlap <= MAX_OVERLAP:
         raise ConfigError(f"the overlap must be between 0 and {MAX_OVERLAP.days} days")
     return backend.subscription_rotate(subscription_id, secret, overlap.total_seconds(), now)
+
+
+class Subscriptions(Service):
+    """The ledger's push subscriptions."""
+
+    def create(
+        self,
+        queue: str,
+        url: str,
+        *,
+        secret: str | None = None,
+        rate_per_second: float | None = None,
+        burst: float | None = None,
+        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
+        concurrency: int = DEFAULT_CONCURRENCY,
+    ) -> Subscription:
+        """See ``create_subscription``: the record carries the secret, show it once."""
+        return create_subscription(
+            self._backend,
+            queue,
+            url,
+            secret=secret,
+            rate_per_second=rate_per_second,
+            burst=burst,
+            timeout_seconds=timeout_seconds,
+            concurrency=concurrency,
+        )
+
+    def rotate(
+        self,
+        subscription_id: str,
+        *,
+        secret: str | None = None,
+        overlap: timedelta = DEFAULT_OVERLAP,
+    ) -> Subscription:
+        """See ``rotate_secret``."""
+        return rotate_secret(self._backend, subscription_id, secret=secret, overlap=overlap)
+
+    def list(self) -> list[Subscription]:
+        """Every subscription, by queue (with its secrets: never show them in a listing)."""
+        return self._backend.subscription_list()
+
+    def get(self, subscription_id: str) -> Subscription:
+        """The subscription with this id, or ``NotFound``."""
+        return self._backend.subscription_get(subscription_id)
+
+    def set_state(
+        self,
+        subscription_id: str,
+        state: SubscriptionState,
+        actor: str | None,
+        reason: str | None = None,
+    ) -> Subscription:
+        """Pause, resume (``active``) or disable a subscription, recording who and why."""
+        return self._backend.subscription_set_state(subscription_id, state, actor, reason)
+
+    def delete(self, subscription_id: str) -> Subscription:
+        """Delete a subscription (its queue's jobs stay); return what was deleted."""
+        return self._backend.subscription_delete(subscription_id)

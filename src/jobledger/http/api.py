@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from .._records import ApiKey, digest
+from .._records import ApiKey
 from ..errors import (
     BackendUnavailable,
     ConfigError,
@@ -364,8 +364,8 @@ async def authenticate(request: Request, state: ServerState) -> ApiKey:
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise _unauthorized("the Authorization header must be 'Bearer <key>'")
-    key = await run_in_threadpool(state.backend.apikey_get, digest(token))
-    if key is None or key.revoked:
+    key = await run_in_threadpool(state.ledger.keys.authenticate, token)
+    if key is None:
         raise _unauthorized("the API key is unknown or revoked")
     return key
 

@@ -76,10 +76,10 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await run_in_threadpool(lambda: ledger.backend)  # open (and check) the database now
-        state.wakeups = Wakeups(ledger.backend, asyncio.get_running_loop())
+        await run_in_threadpool(ledger.health.check)  # open (and check) the database now
+        state.wakeups = Wakeups(ledger.listening, asyncio.get_running_loop())
         services: list[Service] = [
-            Rescuer(ledger.backend, state.settings.rescue_interval, observe(state).rescued)
+            Rescuer(ledger.rescue, state.settings.rescue_interval, observe(state).rescued)
         ]
         for group in groups:
             for factory in group.services:

@@ -63,7 +63,7 @@ class ServerObservability:
         self.metrics.rescued(rescued)
 
     def flusher(self) -> MinuteStatsFlusher:
-        return MinuteStatsFlusher(self.rollups, self.state.backend)
+        return MinuteStatsFlusher(self.rollups, self.state.ledger.minute_stats)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -77,7 +77,7 @@ class ServerObservability:
                 return cached[1], cached[2]
             read_at = datetime.now(UTC)
             since = read_at.replace(second=0, microsecond=0) - timedelta(minutes=59)
-            rows = self.state.backend.minute_stats_list(since)
+            rows = self.state.ledger.minute_stats.since(since)
             self._minutes = (now, read_at, rows)
             return read_at, rows
 

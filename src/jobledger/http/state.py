@@ -15,7 +15,6 @@ from .wakeups import Wakeups
 if TYPE_CHECKING:
     from .._ledger import Ledger
     from .._records import RescueResult
-    from ..backends.base import Backend
     from ..push import PushSettings
 
 __all__ = ["InFlight", "Rescuer", "ServerSettings", "ServerState", "Service"]
@@ -143,11 +142,11 @@ class Rescuer:
 
     def __init__(
         self,
-        backend: Backend,
+        rescue: Callable[[], list[RescueResult]],
         interval: float,
         on_rescue: Callable[[list[RescueResult]], None] | None = None,
     ):
-        self._backend = backend
+        self._rescue = rescue
         self._interval = interval
         self._on_rescue = on_rescue
         self._stop = threading.Event()
@@ -164,7 +163,7 @@ class Rescuer:
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                rescued = self._backend.job_rescue()
+                rescued = self._rescue()
                 if rescued and self._on_rescue is not None:
                     self._on_rescue(rescued)
                 for r in rescued:
@@ -198,11 +197,7 @@ class ServerState:
         """The server's metrics, ledger snapshots and rollups (``jobledger.http.observe``)."""
 
     @property
-    def backend(self) -> Backend:
-        return self.ledger.backend
-
-    @property
     def poll_interval(self) -> float:
         if self.settings.poll_interval is not None:
             return self.settings.poll_interval
-        return 1.0 if self.backend.supports_listen else 0.25
+        return 1.0 if self.ledger.listening.supported else 0.25

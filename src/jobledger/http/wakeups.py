@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
+    from .._services.listen import Listening
 
 __all__ = ["Wakeups"]
 
@@ -24,8 +24,8 @@ log = logging.getLogger("jobledger.http")
 class Wakeups:
     """Per-queue events on one event loop, fed by publishes here and by database listeners."""
 
-    def __init__(self, backend: Backend, loop: asyncio.AbstractEventLoop):
-        self._backend = backend
+    def __init__(self, listening: Listening, loop: asyncio.AbstractEventLoop):
+        self._listening = listening
         self._loop = loop
         self._events: dict[str, asyncio.Event] = {}
         self._listeners: dict[str, threading.Thread] = {}
@@ -61,7 +61,7 @@ class Wakeups:
         return True
 
     def _listen(self, queue: str) -> None:
-        if not self._backend.supports_listen or self._stop.is_set():
+        if not self._listening.supported or self._stop.is_set():
             return
         with self._lock:
             if queue in self._listeners:
@@ -76,7 +76,7 @@ class Wakeups:
         thread.start()
 
     def _listen_loop(self, queue: str) -> None:
-        listener = self._backend.listener([queue])
+        listener = self._listening.listener([queue])
         if listener is None:
             return
         try:

@@ -3,7 +3,7 @@
 A ``MinuteStatsRecorder`` is a worker observer that adds up, in memory, per minute, queue and
 task: claims and their wait (seconds from a job's run time to its claim), and outcomes (done,
 retried, dead) with their run time. A flusher thread writes what accumulated every few seconds
-in one upsert per row (``Backend.minute_stats_add``), so neither the claim nor the completion
+in one upsert per row (``ledger.minute_stats.add``), so neither the claim nor the completion
 path gains a statement, and the dashboard reads an hour of throughput from at most 60 rows per
 queue and task. Every worker and server writes its own share; the rows add up.
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .._ledger import Ledger
     from .._records import ClaimedJob
     from .._runtime.worker import Worker
-    from ..backends.base import Backend
+    from .._services.stats import MinuteStatsBook
 
 __all__ = ["MinuteStatsFlusher", "MinuteStatsRecorder", "install_rollups", "rollups_of"]
 
@@ -170,14 +170,14 @@ class MinuteStatsRecorder(WorkerObserver):
                 values = {name: getattr(row, name) for name in _Sums.FIELDS}
                 self._add(minute, row.queue, row.task, values)
 
-    def flush(self, backend: Backend) -> int:
+    def flush(self, store: MinuteStatsBook) -> int:
         """Write what accumulated; keep it for the next flush if the database is unavailable.
         Once an hour, delete rollups older than two days. Returns the rows written, or -1 when
         the write failed."""
         rows = self.take()
         if rows:
             try:
-                backend.minute_stats_add(rows)
+                store.add(rows)
             except JobledgerError as exc:
                 self.put_back(rows)
                 log.warning("could not write %d per-minute stats rows: %s", len(rows), exc)
@@ -186,7 +186,7 @@ class MinuteStatsRecorder(WorkerObserver):
         if now - self._last_prune > 3600:
             self._last_prune = now
             try:
-                backend.minute_stats_prune(datetime.fromtimestamp(now, UTC) - KEEP)
+                store.prune(datetime.fromtimestamp(now, UTC) - KEEP)
             except JobledgerError as exc:
                 log.warning("could not prune per-minute stats: %s", exc)
         return len(rows)
@@ -196,9 +196,11 @@ class MinuteStatsFlusher:
     """Flushes a recorder every ``interval`` seconds on a thread of its own, and once more when
     stopped (a worker's or a server's service)."""
 
-    def __init__(self, recorder: MinuteStatsRecorder, backend: Backend, interval: float = 5.0):
+    def __init__(
+        self, recorder: MinuteStatsRecorder, store: MinuteStatsBook, interval: float = 5.0
+    ):
         self._recorder = recorder
-        self._backend = backend
+        self._store = store
         self._interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="jobledger-rollups", daemon=True)
@@ -217,7 +219,7 @@ class MinuteStatsFlusher:
 
     def _flush(self) -> None:
         try:
-            self._healthy = self._recorder.flush(self._backend) >= 0
+            self._healthy = self._recorder.flush(self._store) >= 0
         except Exception:  # a bug: never take the worker down with it
             self._healthy = False
             log.exception("writing per-minute stats failed")
@@ -237,7 +239,7 @@ def install_rollups(ledger: Ledger, interval: float = 5.0) -> MinuteStatsRecorde
     ledger.observers.append(recorder)
 
     def flusher(worker: Worker) -> MinuteStatsFlusher:
-        return MinuteStatsFlusher(recorder, worker.backend, interval)
+        return MinuteStatsFlusher(recorder, ledger.minute_stats, interval)
 
     flusher.recorder = recorder  # type: ignore[attr-defined]
     ledger.worker_services.append(flusher)

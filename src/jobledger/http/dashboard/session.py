@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..._records import ApiKey, digest
+from ..._records import ApiKey
 from ..state import ServerState
 from .render import page, secure
 
@@ -107,8 +107,8 @@ async def current_viewer(request: Request) -> Viewer | None:
     token = request.cookies.get(SESSION_COOKIE)
     if not token or len(token) > 200:
         return None
-    key = await run_in_threadpool(_state(request).backend.session_get, digest(token))
-    if key is None or key.revoked or not key.can_read:
+    key = await run_in_threadpool(_state(request).ledger.sessions.key_of, token)
+    if key is None or not key.can_read:
         return None
     return Viewer(key, token)
 
@@ -245,10 +245,8 @@ async def login_submit(request: Request) -> Response:
             request, target, "The login form expired or came from elsewhere: try again.", 403
         )
     presented = form.get("key")
-    key = (
-        await run_in_threadpool(state.backend.apikey_get, digest(presented)) if presented else None
-    )
-    if key is None or key.revoked:
+    key = await run_in_threadpool(state.ledger.keys.authenticate, presented) if presented else None
+    if key is None:
         return _login_form(request, target, "That API key is unknown or revoked.", 401)
     if not key.can_read:
         return _login_form(
@@ -257,12 +255,7 @@ async def login_submit(request: Request) -> Response:
             f"API key {key.id} cannot open the dashboard: it needs the read or admin scope.",
             403,
         )
-    token = secrets.token_urlsafe(32)
-    backend = state.backend
-    await run_in_threadpool(backend.session_prune)
-    await run_in_threadpool(
-        backend.session_insert, digest(token), key.id, state.settings.session_seconds
-    )
+    token = await run_in_threadpool(state.ledger.sessions.open, key, state.settings.session_seconds)
     response = secure(RedirectResponse(target, status_code=303))
     _set_cookie(request, response, SESSION_COOKIE, token, int(state.settings.session_seconds))
     response.delete_cookie(LOGIN_COOKIE, path="/ui/login")
@@ -276,7 +269,7 @@ async def logout(request: Request) -> Response:
         if refused.response.status_code == 401:
             return secure(RedirectResponse("/ui/login", status_code=303))
         return refused.response
-    await run_in_threadpool(_state(request).backend.session_delete, digest(viewer.token))
+    await run_in_threadpool(_state(request).ledger.sessions.close, viewer.token)
     response = secure(RedirectResponse("/ui/login", status_code=303))
     response.delete_cookie(SESSION_COOKIE, path="/")
     return response

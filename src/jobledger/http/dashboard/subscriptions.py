@@ -53,4 +53,4 @@ class SubscriptionView:
 
 def load_subscriptions(state: ServerState) -> list[SubscriptionView]:
     """Every push subscription (never its secret)."""
-    return [SubscriptionView.from_row(row) for row in state.backend.subscription_list()]
+    return [SubscriptionView.from_row(row) for row in state.ledger.subscriptions.list()]

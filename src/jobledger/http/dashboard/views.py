@@ -276,14 +276,11 @@ async def search_page(request: Request) -> Response:
     jobs: list[Any] = []
     tombstones: list[Any] = []
     if text:
-        backend = state.backend
-        jobs = await run_in_threadpool(backend.job_find_key, text)
-        tombstones = await run_in_threadpool(backend.tombstone_find, text)
+        reads = state.ledger.job_reads
+        jobs = await run_in_threadpool(reads.with_key, text)
+        tombstones = await run_in_threadpool(reads.tombstones, text)
         if text.isdigit() and len(text) <= 19:
-            try:
-                by_id = await run_in_threadpool(backend.job_get, int(text))
-            except NotFound:
-                by_id = None
+            by_id = await run_in_threadpool(reads.get, int(text))
             if by_id is not None and all(j.id != by_id.id for j in jobs):
                 jobs.append(by_id)
     return page(

@@ -152,8 +152,8 @@ async def receive(call: Call) -> Response:
     queue = body["queue"]
     api_key = call.require("consume", queue)
     state = call.state
-    backend = state.backend
-    await call.run(backend.queue_get, queue)
+    backend = state.ledger.backend
+    await call.run(state.ledger.queue_settings.get, queue)
     limit = body.get("max_messages", 10)
     lease = body.get("lease_seconds")
     consumer = body.get("consumer")
@@ -185,7 +185,7 @@ async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
     """The job a receipt names, if the receipt still holds its lease; else 409."""
     id_text, _, token = receipt.partition(".")
     job_id = int(id_text)
-    backend = call.state.backend
+    backend = call.state.ledger.backend
     if job_id > MAX_ID:
         raise _stale(job_id, "no such message")
     try:
@@ -237,7 +237,7 @@ def _stale(job_id: int, why: str) -> Problem:
 async def ack(call: Call) -> Response:
     """409 when the receipt is stale (nothing changes)."""
     job, lease = await held(call, call.body["receipt"], "ack")
-    stale = await call.run(call.state.backend.job_complete, [lease])
+    stale = await call.run(call.state.ledger.backend.job_complete, [lease])
     if stale:
         observe(call.state).stale(job.queue, "ack")
         raise _stale(job.id, "its lease expired a moment ago")
@@ -292,7 +292,7 @@ async def nack(call: Call) -> Response:
         message=body.get("error") or "nacked by the consumer",
         pause_group_until=run_at if pause_group and job.group is not None else None,
     )
-    [result] = await call.run(call.state.backend.job_fail, [failure])
+    [result] = await call.run(call.state.ledger.backend.job_fail, [failure])
     if result.state is None:
         observe(call.state).stale(job.queue, "nack")
         raise _stale(job.id, "its lease expired a moment ago")
@@ -309,7 +309,7 @@ async def nack(call: Call) -> Response:
 
 async def _backoff(call: Call, queue: str) -> Any:
     try:
-        info = await call.run(call.state.backend.queue_get, queue)
+        info = await call.run(call.state.ledger.queue_settings.get, queue)
     except NotFound:
         return DEFAULT_BACKOFF
     return info.settings.backoff
@@ -329,7 +329,7 @@ async def extend(call: Call) -> Response:
     body = call.body
     job, lease = await held(call, body["receipt"], "extend")
     renewed = await call.run(
-        call.state.backend.job_heartbeat, [lease], None, float(body["lease_seconds"])
+        call.state.ledger.backend.job_heartbeat, [lease], None, float(body["lease_seconds"])
     )
     until = renewed.get(job.id)
     if until is None:

@@ -31,10 +31,9 @@ HEALTH = Object(
 )
 async def healthz(call: Call) -> Response:
     """200 when the database answers a query, 503 (problem+json) when it does not."""
-    backend = call.state.backend
-    version = await call.run(backend.schema_version)
+    report = await call.run(call.state.ledger.health.check)
     return json_response(
-        {"status": "ok", "database": backend.dialect, "schema_version": str(version)}
+        {"status": "ok", "database": report.database, "schema_version": str(report.schema_version)}
     )
 
 

@@ -11,7 +11,6 @@ from typing import Any
 from starlette.responses import Response
 
 from ..._records import JobFilter, JobRow, JobState
-from ...errors import NotFound
 from ..api import Call, Param, Reply, RouteGroup, json_response
 from ..models import (
     KEY,
@@ -103,9 +102,9 @@ def _actor(call: Call, given: str | None) -> str:
 
 
 async def _message(call: Call, job: JobRow) -> dict[str, Any]:
-    backend = call.state.backend
-    attempts = await call.run(backend.attempt_list, job.id)
-    events = await call.run(backend.event_list, job.id)
+    reads = call.state.ledger.job_reads
+    attempts = await call.run(reads.attempts, job.id)
+    events = await call.run(reads.events, job.id)
     return message_json(job, attempts, events)
 
 
@@ -121,7 +120,7 @@ async def _message(call: Call, job: JobRow) -> dict[str, Any]:
 async def get_message(call: Call) -> Response:
     """Attempts (who held the lease, when, the outcome and error) and operator events (redrive,
     resolve, refused late writes). The lease token is never shown."""
-    job = await call.run(call.state.backend.job_get, call.path["message_id"])
+    job = await call.run(call.state.ledger.job, call.path["message_id"])
     return json_response(await _message(call, job))
 
 
@@ -144,15 +143,13 @@ async def get_message(call: Call) -> Response:
 async def list_messages(call: Call) -> Response:
     """Works for any queue name, declared or not (jobs enqueued from Python have queues too):
     an unknown queue simply has no messages."""
-    backend = call.state.backend
+    ledger = call.state.ledger
     queue = call.path["name"]
     q = call.query
     limit = q.get("limit", 50)
     if "key" in q:
-        try:
-            jobs = [await call.run(backend.job_get_by_key, queue, q["key"])]
-        except NotFound:
-            jobs = []
+        found = await call.run(ledger.job_reads.by_key, queue, q["key"])
+        jobs = [found] if found is not None else []
         if "state" in q:
             jobs = [j for j in jobs if j.state.value == q["state"]]
         if "after" in q:
@@ -164,7 +161,7 @@ async def list_messages(call: Call) -> Response:
             after_id=q.get("after"),
             limit=limit + 1,
         )
-        jobs = await call.run(backend.job_list, where)
+        jobs = await call.run(ledger.jobs, where)
     more = len(jobs) > limit
     jobs = jobs[:limit]
     return json_response(

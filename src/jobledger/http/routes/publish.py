@@ -152,7 +152,7 @@ async def rate_limit(call: Call, key: ApiKey, cost: float) -> None:
         return
     rate, burst = limits
     wait = await call.run(
-        call.state.backend.ratelimit_take, f"publish:{key.id}", rate, burst, min(cost, burst)
+        call.state.ledger.rate_limits.take, f"publish:{key.id}", rate, burst, min(cost, burst)
     )
     if wait > 0:
         retry = max(1, math.ceil(wait))
@@ -226,7 +226,7 @@ async def publish_items(call: Call, items: list[PublishItem]) -> list[PublishOut
     busy = state.in_flight.claim(idents)
     try:
         todo = [i for i in items if (i.job.queue, i.job.key) not in busy]
-        done = iter(await call.run(state.backend.job_publish, todo) if todo else [])
+        done = iter(await call.run(state.ledger.publishing.publish, todo) if todo else [])
     finally:
         state.in_flight.release(idents - busy)
     outcomes = [
@@ -299,7 +299,7 @@ async def publish(call: Call) -> Response:
     queue = body["queue"]
     api_key = call.require("publish", queue)
     await rate_limit(call, api_key, 1)
-    info = await call.run(call.state.backend.queue_get, queue)
+    info = await call.run(call.state.ledger.queue_settings.get, queue)
     key = call.headers.get("Idempotency-Key")
     if key is None and info.settings.require_key:
         raise Problem(
@@ -337,7 +337,7 @@ async def publish_batch(call: Call) -> Response:
     api_key = call.require("publish", queue)
     messages = body["messages"]
     await rate_limit(call, api_key, len(messages))
-    info = await call.run(call.state.backend.queue_get, queue)
+    info = await call.run(call.state.ledger.queue_settings.get, queue)
     if info.settings.require_key:
         missing = [i for i, m in enumerate(messages) if "key" not in m]
         if missing:

@@ -84,7 +84,7 @@ def settings_from(name: str, body: dict[str, Any]) -> QueueSettings:
 
 async def describe(call: Call, infos: list[QueueInfo]) -> list[dict[str, Any]]:
     """Queues as JSON, with their counts by state and oldest due pending age."""
-    stats = {s.queue: s for s in await call.run(call.state.backend.queue_stats)}
+    stats = {s.queue: s for s in await call.run(call.state.ledger.stats)}
     out = []
     for info in infos:
         s = stats.get(info.name)
@@ -110,7 +110,7 @@ async def put_queue(call: Call) -> Response:
     """Settings apply to jobs published after the change (attempts, lease, task) and to later
     nacks (backoff); jobs already in the queue keep what they were published with."""
     settings = settings_from(call.path["name"], call.body)
-    info, created = await call.run(call.state.backend.queue_put, settings)
+    info, created = await call.run(call.state.ledger.queue_settings.declare, settings)
     [body] = await describe(call, [info])
     return json_response(body, 201 if created else 200)
 
@@ -125,7 +125,8 @@ async def list_queues(call: Call) -> Response:
     """Admin and read keys see every queue; other keys the queues they may publish to or
     consume."""
     key = call.caller
-    infos = [i for i in await call.run(call.state.backend.queue_list) if key.sees_queue(i.name)]
+    declared = await call.run(call.state.ledger.queue_settings.list)
+    infos = [i for i in declared if key.sees_queue(i.name)]
     return json_response({"queues": await describe(call, infos)})
 
 
@@ -145,6 +146,6 @@ async def get_queue(call: Call) -> Response:
     key = call.caller
     if not key.sees_queue(name):
         raise Problem("forbidden", f"API key {key.id} has no scope on queue {name!r}")
-    info = await call.run(call.state.backend.queue_get, name)
+    info = await call.run(call.state.ledger.queue_settings.get, name)
     [body] = await describe(call, [info])
     return json_response(body)

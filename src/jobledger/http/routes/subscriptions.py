@@ -22,7 +22,6 @@ from ..._records import (
     Subscription,
     SubscriptionState,
 )
-from ..._services.subscriptions import create_subscription, rotate_secret
 from ...errors import SubscriptionExists
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import QUEUE_NAME, TIME, text
@@ -178,8 +177,7 @@ async def create(call: Call) -> Response:
     body = call.body
     try:
         sub = await call.run(
-            create_subscription,
-            call.state.backend,
+            call.state.ledger.subscriptions.create,
             body["queue"],
             body["url"],
             secret=body.get("secret"),
@@ -203,7 +201,7 @@ async def create(call: Call) -> Response:
 async def list_subscriptions(call: Call) -> Response:
     """`health` is new, healthy, failing (the last delivery failed), paused or disabled (the
     endpoint answered 410 Gone)."""
-    subs = await call.run(call.state.backend.subscription_list)
+    subs = await call.run(call.state.ledger.subscriptions.list)
     return json_response({"subscriptions": [s.public() for s in subs]})
 
 
@@ -218,13 +216,13 @@ async def list_subscriptions(call: Call) -> Response:
 )
 async def get_subscription(call: Call) -> Response:
     """404 for an unknown id."""
-    sub = await call.run(call.state.backend.subscription_get, call.path["subscription_id"])
+    sub = await call.run(call.state.ledger.subscriptions.get, call.path["subscription_id"])
     return json_response(sub.public())
 
 
 async def _set_state(call: Call, state: SubscriptionState) -> Response:
     sub = await call.run(
-        call.state.backend.subscription_set_state,
+        call.state.ledger.subscriptions.set_state,
         call.path["subscription_id"],
         state,
         _actor(call),
@@ -279,8 +277,7 @@ async def rotate(call: Call) -> Response:
     endpoint can switch to the new secret whenever it likes within it."""
     body = call.body
     sub = await call.run(
-        rotate_secret,
-        call.state.backend,
+        call.state.ledger.subscriptions.rotate,
         call.path["subscription_id"],
         secret=body.get("secret"),
         overlap=timedelta(seconds=float(body.get("overlap_seconds", 86400))),
@@ -299,7 +296,7 @@ async def rotate(call: Call) -> Response:
 )
 async def delete(call: Call) -> Response:
     """The queue's jobs stay where they are, waiting for a new subscription or a consumer."""
-    sub = await call.run(call.state.backend.subscription_delete, call.path["subscription_id"])
+    sub = await call.run(call.state.ledger.subscriptions.delete, call.path["subscription_id"])
     return json_response(sub.public())
 
 

@@ -1,0 +1,29 @@
+"""Declared queues: the settings the HTTP API publishes and receives under (``ledger.queue_settings``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .._records import QueueInfo, QueueSettings
+from .base import Service
+
+__all__ = ["QueueSettingsBook"]
+
+
+class QueueSettingsBook(Service):
+    """Declare a queue, replace its settings, read them. Settings apply to jobs published
+    after a change; jobs already in the queue keep what they were published with."""
+
+    def declare(
+        self, settings: QueueSettings, now: datetime | None = None
+    ) -> tuple[QueueInfo, bool]:
+        """Declare a queue or replace its settings; return it and whether it was created."""
+        return self._backend.queue_put(settings, now)
+
+    def get(self, name: str) -> QueueInfo:
+        """The declared queue, or ``NotFound``."""
+        return self._backend.queue_get(name)
+
+    def list(self) -> list[QueueInfo]:
+        """Every declared queue, by name."""
+        return self._backend.queue_list()
