@@ -156,6 +156,13 @@ def _snippet(body: bytes, limit: int) -> str:
     return text
 
 
+def _without_class(message: str | None, error_class: str) -> str:
+    """A job's error message beside its class: ``HTTP 400: ok`` is recorded as class
+    ``HTTP 400``, message ``ok`` (as a worker records ``ValueError`` and its message)."""
+    rest = (message or "").removeprefix(error_class).removeprefix(": ").strip()
+    return rest or ("no response body" if message == error_class else "delivery failed")
+
+
 def decide(
     status: int,
     headers: dict[str, str],
@@ -689,12 +696,13 @@ class _Lane:
                 if retry_in is None:
                     retry_in = (await self._queue_backoff(job.queue)).delay(job.attempt)
                 run_at = datetime.now(UTC) + timedelta(seconds=retry_in)
+            error_class = decision.error_class or "PushFailed"
             failure = Failure(
                 lease,
                 retry,
                 run_at,
-                decision.error_class or "PushFailed",
-                decision.message or "delivery failed",
+                error_class,
+                _without_class(decision.message, error_class),
             )
             results = await self._write(backend.job_fail, [failure])
             state = results[0].state if results else None
