@@ -640,8 +640,14 @@ class ScheduleBook:
         )
 
     def leaders(self, now: datetime | None = None) -> list[LeaderLease]:
-        """The scheduling authorities: one lease per cohort."""
-        return self._ledger.backend.leader_list(now)
+        """The scheduling authorities: one lease per cohort (not the other leader leases in the
+        ledger, such as a relay's)."""
+        prefix = leader_name("")
+        return [
+            lease
+            for lease in self._ledger.backend.leader_list(now)
+            if lease.name.startswith(prefix)
+        ]
 
     def pause(
         self, name: str, *, actor: str, note: str | None = None, now: datetime | None = None
