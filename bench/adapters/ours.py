@@ -43,8 +43,9 @@ def main() -> None:
                 "name": "jobledger",
                 "remaining_sql": "SELECT count(*) FROM jobledger_jobs "
                 "WHERE state IN ('pending', 'leased')",
-                # Every command migrates the database on first use: no separate setup.
-                "self_setup": True,
+                # `jobledger worker` does not create the schema (a mistyped URL must not make
+                # a new ledger): the harness runs "setup" (migrate) first.
+                "self_setup": False,
             }
         )
     elif args.command == "enqueue":

@@ -71,6 +71,9 @@ _UUID = re.compile(
 )
 
 
+_MISSING_DATABASE = re.compile(r'FATAL:\s+database "([^"]+)" does not exist')
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
@@ -153,6 +156,12 @@ class PostgresBackend(
     # -- connections ---------------------------------------------------------------------------
 
     def _unavailable(self, exc: BaseException) -> BackendUnavailable:
+        missing = _MISSING_DATABASE.search(str(exc))
+        if missing:
+            return BackendUnavailable(
+                f"PostgreSQL at {self.url.redacted}: database {missing[1]!r} does not exist; "
+                f"create it (createdb {missing[1]}), then run `jobledger migrate`"
+            )
         return BackendUnavailable(
             f"PostgreSQL at {self.url.redacted} is unavailable: {_first_line(exc)}"
         )

@@ -97,9 +97,16 @@ class SqliteBackend(
         self._writer = threading.Lock()
         self._turns = itertools.count()
         self._closed = False
+        self._create = create
         if not create and not self.path.exists():
             raise BackendUnavailable(
-                f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r})"
+                f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r}); "
+                "`jobledger migrate` creates it"
+            )
+        if not create and self.path.is_file() and self.path.stat().st_size == 0:
+            raise SchemaMismatch(
+                f"SQLite database {url.redacted} is an empty file: it has no jobledger schema; "
+                "run `jobledger migrate`"
             )
         if not self.path.parent.exists():
             raise BackendUnavailable(
@@ -134,7 +141,8 @@ class SqliteBackend(
             )
             conn.execute(f"PRAGMA busy_timeout = {self.url.busy_timeout_ms}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode != "wal":
+            if mode != "wal" and (self._create or self._has_schema(conn)):
+                # (Without ``create``, a database that is not a ledger is left as it was.)
                 try:
                     conn.execute("PRAGMA journal_mode = WAL")
                 except sqlite3.OperationalError as exc:
@@ -149,6 +157,11 @@ class SqliteBackend(
         with self._lock:
             self._all.append(conn)
         return conn
+
+    @staticmethod
+    def _has_schema(conn: sqlite3.Connection) -> bool:
+        query = "SELECT 1 FROM sqlite_master WHERE name = 'jobledger_migrations'"
+        return conn.execute(query).fetchone() is not None
 
     @contextmanager
     def _translate(self) -> Iterator[None]:
