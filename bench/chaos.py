@@ -33,11 +33,21 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--lease", type=float, default=2.0, help="lease seconds")
     parser.add_argument(
-        "--kill-interval", type=float, nargs=2, default=(0.4, 1.2), metavar=("MIN", "MAX")
+        "--kill-every",
+        type=int,
+        nargs=2,
+        default=(60, 150),
+        metavar=("MIN", "MAX"),
+        help="SIGKILL a worker each time this many more jobs have finished (drawn uniformly)",
     )
     parser.add_argument("--db-restarts", type=int, default=2, help="PostgreSQL crashes per run")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument(
+        "--stall",
+        type=float,
+        default=60.0,
+        help="fail when no job has finished for this many seconds (of an idle machine's time)",
+    )
     parser.add_argument("--history", type=Path, default=None, help="write JSON lines here")
     args = parser.parse_args()
 
@@ -47,9 +57,9 @@ def main() -> int:
         workers=args.workers,
         concurrency=args.concurrency,
         lease_seconds=args.lease,
-        kill_interval=tuple(args.kill_interval),  # type: ignore[arg-type]
+        kill_every=tuple(args.kill_every),  # type: ignore[arg-type]
         db_restart_at=restarts,
-        timeout=args.timeout,
+        stall_seconds=args.stall,
         seed=args.seed,
     )
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]

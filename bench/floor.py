@@ -18,7 +18,7 @@ import psycopg
 from jobledger import Ledger
 from jobledger._records import NewJob
 from jobledger.backends.common import insert_values
-from jobledger.backends.postgres_newjob import NEW_JOB_SQL, new_job_arrays
+from jobledger.backends.postgres.newjob import NEW_JOB_SQL, new_job_arrays
 from jobledger.backends.sqlfiles import queries
 
 

@@ -84,9 +84,9 @@ def claim_latency(
         times = []
         for _ in range(claims):
             t = time.perf_counter()
-            got = backend.job_claim(["bench"], "bench", 10)
+            got = backend.jobs.claim(["bench"], "bench", 10)
             times.append((time.perf_counter() - t) * 1000)
-            backend.job_release([Lease(j.id, j.lease_token, j.attempt) for j in got])
+            backend.jobs.release([Lease(j.id, j.lease_token, j.attempt) for j in got])
         ledger.close()
     p95 = percentile(times, 95)
     return statistics.median(times), p95 if p95 is not None else float("nan")

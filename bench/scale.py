@@ -70,15 +70,15 @@ def claim_latency(dsn: str, claims: int, batch: int) -> dict[str, Any]:
     """Claim ``batch`` jobs ``claims`` times (completing each batch), timing the claims."""
     ledger = Ledger(dsn)
     backend = ledger.backend
-    backend.job_complete(
-        [Lease(j.id, j.lease_token, j.attempt) for j in backend.job_claim(["bench"], "w", batch)]
+    backend.jobs.complete(
+        [Lease(j.id, j.lease_token, j.attempt) for j in backend.jobs.claim(["bench"], "w", batch)]
     )  # a warm connection: the first claim on a new one pays for planning
     times = []
     for _ in range(claims):
         started = time.perf_counter()
-        jobs = backend.job_claim(["bench"], "w", batch)
+        jobs = backend.jobs.claim(["bench"], "w", batch)
         times.append((time.perf_counter() - started) * 1000)
-        backend.job_complete([Lease(j.id, j.lease_token, j.attempt) for j in jobs])
+        backend.jobs.complete([Lease(j.id, j.lease_token, j.attempt) for j in jobs])
     result: dict[str, Any] = {
         "claim_p50_ms": percentile(times, 50),
         "claim_p95_ms": percentile(times, 95),
@@ -91,7 +91,7 @@ def claim_latency(dsn: str, claims: int, batch: int) -> dict[str, Any]:
 
 
 def _generic_plan_uses_index(dsn: str, backend: Any, batch: int) -> bool:
-    claim = backend._statement("job_claim", batch)
+    claim = backend.db.statement("job_claim", batch)
     with psycopg.connect(dsn) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")
         plan = "\n".join(

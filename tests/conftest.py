@@ -34,6 +34,20 @@ def postgres_server() -> PostgresServer:
     return _server
 
 
+SLOW_TIMEOUT = 1200
+"""pytest-timeout's guard for a test marked ``slow``, in wall-clock seconds (300 for the others,
+in pyproject.toml). Slow tests drive real processes and wait for them with stall windows that
+stretch on a busy machine (tests/support/waiting.py): a stuck run fails one window after it
+stopped moving. This guard only catches a hang outside any wait, and must not cut short a run
+that is merely slow: on a machine five times slower than idle, a 60 s test takes five minutes."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _server is not None:
         _server.close()

@@ -22,7 +22,7 @@ def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
                 ("force_custom_plan", 1000),
                 ("force_generic_plan", 1000),
             ):
-                claim = backend._sql["job_claim"].replace("{limit}", str(limit))
+                claim = backend.db.sql["job_claim"].replace("{limit}", str(limit))
                 # Large batches: also when the planner would rather not loop over an index
                 # (as it decides at some table sizes), the claimed rows are found by key.
                 conn.execute(f"SET enable_nestloop = {'off' if limit > 100 else 'on'}")
@@ -56,7 +56,7 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
         ledger = Ledger(url)
         ledger.task(lambda ctx, n: None, name="t", queue="q", group="g")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
-        claim = ledger.backend._statement("group_claim", 10)
+        claim = ledger.backend.db.statement("group_claim", 10)
         params = {
             "queues": ["q"],
             "names": ["g"],
@@ -84,16 +84,16 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
     lite.task(lambda ctx, n: None, name="t", queue="q", group="g")
     lite.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(2_000)])
     backend = lite.backend
-    plan = backend._read(
-        "EXPLAIN QUERY PLAN " + backend._sql["group_due_jobs"],
+    plan = backend.db.read(
+        "EXPLAIN QUERY PLAN " + backend.db.sql["group_due_jobs"],
         {"queue": "q", "name": "g", "now": 1e10, "n": 10},
     )
     steps = [row[3] for row in plan]
     assert any("jobledger_jobs_group_due" in s for s in steps), steps
     assert not any("TEMP B-TREE" in s for s in steps), steps
     # Finding the groups: one probe per group, and each group's next run time by equality.
-    plan = backend._read(
-        "EXPLAIN QUERY PLAN " + backend._sql["group_candidates"], {"queue": "q", "now": 1e10}
+    plan = backend.db.read(
+        "EXPLAIN QUERY PLAN " + backend.db.sql["group_candidates"], {"queue": "q", "now": 1e10}
     )
     steps = [row[3] for row in plan]
     assert not any(s.startswith("SCAN jobledger_jobs") for s in steps), steps

@@ -7,7 +7,7 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger._records import NewJob
-from jobledger.backends.postgres_newjob import new_job_arrays, new_job_values
+from jobledger.backends.postgres.newjob import new_job_arrays, new_job_values
 
 
 def _job(n: int) -> NewJob:
@@ -31,7 +31,7 @@ def test_enqueue_checks_keys_by_index_even_with_a_generic_plan(pg):
         ledger.task(lambda ctx, n: None, name="t", queue="q")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
         backend = ledger.backend
-        extra = {"channel": backend.channel, "now": None}
+        extra = {"channel": backend.db.channel, "now": None}
         statements = {
             "job_insert_one": new_job_values(_job(0)) | extra,
             "job_insert_fresh": new_job_arrays([_job(n) for n in range(1000)]) | extra,
@@ -41,7 +41,7 @@ def test_enqueue_checks_keys_by_index_even_with_a_generic_plan(pg):
             for mode in ("force_custom_plan", "force_generic_plan"):
                 conn.execute(f"SET plan_cache_mode = {mode}")
                 for name, params in statements.items():
-                    sql = backend._sql[name]
+                    sql = backend.db.sql[name]
                     plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
                     # A hashed subplan over the jobs table reads every row for every batch.
                     assert "Seq Scan on jobledger_jobs" not in plan, (name, mode, plan)

@@ -32,17 +32,17 @@ def test_lease_writes_are_never_prepared_on_the_backends_connections(pg):
         # Twelve rounds of each write: well past psycopg's threshold and PostgreSQL's five
         # custom plans before it considers the generic one.
         for _ in range(12):
-            jobs = backend.job_claim(["q"], "w", 20)
-            backend.job_heartbeat(_leases(jobs))
-            backend.job_complete(_leases(jobs))
-            failing = backend.job_claim(["q"], "w", 20)
-            backend.job_fail(
+            jobs = backend.jobs.claim(["q"], "w", 20)
+            backend.jobs.heartbeat(_leases(jobs))
+            backend.jobs.complete(_leases(jobs))
+            failing = backend.jobs.claim(["q"], "w", 20)
+            backend.jobs.fail(
                 [Failure(lease, False, None, "E", "m", "tb") for lease in _leases(failing)]
             )
-            released = backend.job_claim(["q"], "w", 20)
-            backend.job_release(_leases(released))
+            released = backend.jobs.claim(["q"], "w", 20)
+            backend.jobs.release(_leases(released))
         prepared: list[str] = []
-        for pool in (backend._pool, backend._quick_pool):
+        for pool in (backend.db._pool, backend.db._quick_pool):
             with pool.connection() as conn:
                 prepared += [
                     r[0] for r in conn.execute("SELECT statement FROM pg_prepared_statements")
@@ -63,14 +63,14 @@ def test_a_completion_of_many_leases_compares_each_lease_once(pg):
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5000)])
         backend = ledger.backend
         for _ in range(3):
-            backend.job_complete(_leases(backend.job_claim(["q"], "w", BATCH)))
-        params = backend._lease_params(_leases(backend.job_claim(["q"], "w", BATCH)))
+            backend.jobs.complete(_leases(backend.jobs.claim(["q"], "w", BATCH)))
+        params = backend.jobs._lease_params(_leases(backend.jobs.claim(["q"], "w", BATCH)))
         with psycopg.connect(pg.url) as conn:
             conn.execute("SET TIME ZONE 'UTC'")
             plan = "\n".join(
                 r[0]
                 for r in conn.execute(
-                    "EXPLAIN (ANALYZE) " + backend._sql["job_complete"], params | {"now": None}
+                    "EXPLAIN (ANALYZE) " + backend.db.sql["job_complete"], params | {"now": None}
                 )
             )
             conn.rollback()

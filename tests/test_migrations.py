@@ -13,7 +13,7 @@ import pytest
 from jobledger import Ledger, SchemaMismatch
 from jobledger.backends import open_backend
 from jobledger.backends.sqlfiles import migrations
-from jobledger.backends.sqlite import _statements
+from jobledger.backends.sqlite.database import split_statements
 
 
 def canonical_sql(dialect: str) -> str:
@@ -98,7 +98,7 @@ def test_sqlite_chain_yields_the_canonical_schema(tmp_path):
     open_backend(f"sqlite:///{chained}").migrate()
     canonical = tmp_path / "canonical.db"
     conn = sqlite3.connect(canonical)
-    for statement in _statements(canonical_sql("sqlite")):
+    for statement in split_statements(canonical_sql("sqlite")):
         conn.execute(statement)
     conn.commit()
     conn.close()

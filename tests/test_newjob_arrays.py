@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.backends.postgres_newjob import NEW_JOB_COLUMNS, _array
+from jobledger.backends.postgres.newjob import NEW_JOB_COLUMNS, _array
 
 _LITERALS = {c.type: c.literal for c in NEW_JOB_COLUMNS}
 

@@ -9,8 +9,10 @@ import psycopg
 import pytest
 
 from jobledger import Ledger
-from jobledger.backends.postgres import _PgListener
+from jobledger.backends.postgres.listener import PgListener
 from jobledger.backends.url import DatabaseURL
+
+from .support.waiting import Patience
 
 pytestmark = pytest.mark.postgres_only
 
@@ -21,7 +23,7 @@ class _Unreachable:
 
 
 def test_reconnecting_to_a_database_that_is_down_backs_off(monkeypatch):
-    listener = _PgListener(_Unreachable(), {"q"})  # type: ignore[arg-type]
+    listener = PgListener(_Unreachable(), {"q"})  # type: ignore[arg-type]
     attempts = 0
     connect = listener._connect
 
@@ -50,11 +52,11 @@ def test_listener_wakes_after_its_connection_is_killed_and_listens_again(pg):
             pid = listener._conn.info.backend_pid
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
             assert listener.wait(2.0) is True  # broken: wake up, someone must look
-            deadline = time.monotonic() + 10
-            while listener._conn is None and time.monotonic() < deadline:
+            patience = Patience(10)
+            while listener._conn is None and not patience.expired():
                 listener.wait(0.1)  # reconnects after a short pause
             assert listener._conn is not None
-            admin.execute("SELECT pg_notify(%s, 'q')", (ledger.backend.channel,))
+            admin.execute("SELECT pg_notify(%s, 'q')", (ledger.backend.db.channel,))
             assert listener.wait(5.0) is True
         listener.close()
     finally:

@@ -511,7 +511,7 @@ class Ledger:
                 )
             )
         backend = self._backend or self._open(conn)
-        results = backend.job_insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
+        results = backend.jobs.insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
         if any(r.created for r in results):
             self._wake_workers()
         return results
@@ -582,16 +582,16 @@ class Ledger:
 
     def job(self, job_id: int) -> JobRow:
         """The job with this id, or ``NotFound``."""
-        return self.backend.job_get(job_id)
+        return self.backend.history.get(job_id)
 
     def job_by_key(self, key: str, queue: str | None = None) -> JobRow:
         """The job with this key (in ``queue``, or in the only queue that has it)."""
         if queue is not None:
             try:
-                return self.backend.job_get_by_key(queue, key)
+                return self.backend.history.get_by_key(queue, key)
             except NotFound as exc:
                 raise NotFound(f"{exc}{self._pruned_note(key, queue)}") from None
-        found = self.backend.job_find_key(key)
+        found = self.backend.history.find_key(key)
         if not found:
             raise NotFound(f"no job with key {key!r}{self._pruned_note(key, queue)}")
         if len(found) > 1:
@@ -600,7 +600,7 @@ class Ledger:
         return found[0]
 
     def _pruned_note(self, key: str, queue: str | None) -> str:
-        tombs = self.backend.tombstone_find(key, queue)
+        tombs = self.backend.history.tombstones(key, queue)
         if not tombs:
             return ""
         t = tombs[0]
@@ -622,27 +622,27 @@ class Ledger:
             raise
 
     def history(self, job_id: int) -> JobHistory:
-        job = self.backend.job_get(job_id)
+        job = self.backend.history.get(job_id)
         return JobHistory(
             job=job,
-            attempts=self.backend.attempt_list(job_id),
-            events=self.backend.event_list(job_id),
-            effects=self.backend.effect_list(job.queue, job.key),
+            attempts=self.backend.history.attempts(job_id),
+            events=self.backend.history.events(job_id),
+            effects=self.backend.effects.all(job.queue, job.key),
         )
 
     def jobs(self, where: JobFilter | None = None, order: str = "id") -> list[JobRow]:
-        return self.backend.job_list(where or JobFilter(), order)
+        return self.backend.history.find(where or JobFilter(), order)
 
     def stats(
         self, now: datetime | None = None, late_after_seconds: float = 300.0
     ) -> list[QueueStats]:
-        return self.backend.queue_stats(now, late_after_seconds)
+        return self.backend.stats.queues(now, late_after_seconds)
 
     # -- operators ---------------------------------------------------------------------------------
 
     def rescue(self, now: datetime | None = None) -> list[RescueResult]:
         """Close expired leases now (workers do this on their own every few seconds)."""
-        return self.backend.job_rescue(now)
+        return self.backend.jobs.rescue(now)
 
     def redrive(
         self,
@@ -680,7 +680,7 @@ class Ledger:
             selection = _replace(selection, states=(JobState.DEAD,))
         if ids is not None:
             selection = _replace(selection, ids=tuple(int(i) for i in ids))
-        matched = [j.id for j in self.backend.job_list(selection)]
+        matched = [j.id for j in self.backend.history.find(selection)]
         if dry_run:
             return RedriveResult(matched, True)
         moved: list[int] = []
@@ -701,7 +701,7 @@ class Ledger:
             if stop is not None and stop.is_set():
                 reached = offset
                 break
-            moved.extend(self.backend.job_redrive(chunk, actor, reason, now, budget))
+            moved.extend(self.backend.history.redrive(chunk, actor, reason, now, budget))
             if progress is not None:
                 progress(len(moved), len(matched))
         if moved:
@@ -726,7 +726,7 @@ class Ledger:
                 "resolve needs an actor and a note; both are recorded in the job's history"
             )
         row = self.find(job, queue)
-        return self.backend.job_resolve(row.id, JobState(state), actor, note, now)
+        return self.backend.history.resolve(row.id, JobState(state), actor, note, now)
 
     def cancel(
         self,
@@ -747,7 +747,7 @@ class Ledger:
             raise InvalidTransition(
                 f"cannot cancel job {row.id}: it is {row.state.value} (only pending jobs can be cancelled)"
             )
-        return self.backend.job_cancel(row.id, actor, reason, now)
+        return self.backend.history.cancel(row.id, actor, reason, now)
 
     # -- groups ------------------------------------------------------------------------------------
 
@@ -768,16 +768,16 @@ class Ledger:
         API's pull and push), across processes and hosts. Takes effect at the next claim.
         """
         limits = GroupLimits(max_leased, rate, burst)
-        self.backend.group_limits_put(validate_queue_name(queue), limits, now)
+        self.backend.groups.limits_put(validate_queue_name(queue), limits, now)
         return limits
 
     def group_limits(self, queue: str) -> GroupLimits:
         """The limits each group of ``queue`` has (no limits unless set)."""
-        return self.backend.group_limits_get(validate_queue_name(queue))
+        return self.backend.groups.limits_get(validate_queue_name(queue))
 
     def groups(self, queue: str, now: datetime | None = None) -> list[GroupStatus]:
         """The groups of ``queue`` with live jobs or a pause: pending, due, leased, paused-until."""
-        return self.backend.group_list(validate_queue_name(queue), now)
+        return self.backend.groups.all(validate_queue_name(queue), now)
 
     def pause_group(
         self,
@@ -800,13 +800,13 @@ class Ledger:
             until = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
         elif until.tzinfo is None:
             raise ConfigError(f"until must be an aware datetime, got {until!r}")
-        return self.backend.group_pause(
+        return self.backend.groups.pause(
             validate_queue_name(queue), validate_group(group), until, reason, now
         )
 
     def resume_group(self, queue: str, group: str, now: datetime | None = None) -> bool:
         """Lift a group's pause now. Returns False when the group was not paused."""
-        return self.backend.group_resume(validate_queue_name(queue), validate_group(group), now)
+        return self.backend.groups.resume(validate_queue_name(queue), validate_group(group), now)
 
     def prune(
         self,
@@ -848,7 +848,7 @@ class Ledger:
         total = PruneResult(by_state={s.value: 0 for s in states} if dry_run else {})
         after: int | None = 0
         while after is not None:
-            result, after = self.backend.job_prune(
+            result, after = self.backend.history.prune(
                 before, states, keep or None, queue, batch, after, now, dry_run
             )
             total = total + result
@@ -856,11 +856,11 @@ class Ledger:
                 progress(total)
         if dry_run:
             return total
-        expired = _in_batches(lambda: self.backend.tombstone_prune(now, batch), batch)
+        expired = _in_batches(lambda: self.backend.history.prune_tombstones(now, batch), batch)
         total = total + PruneResult(expired_tombstones=expired)
         # Schedule ticks are not of a queue: a prune of every queue takes them too.
         if queue is None:
-            ticks = _in_batches(lambda: self.backend.schedule_tick_prune(before, batch), batch)
+            ticks = _in_batches(lambda: self.backend.schedules.tick_prune(before, batch), batch)
             total = total + PruneResult(ticks=ticks)
         return total
 

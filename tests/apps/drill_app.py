@@ -14,6 +14,8 @@ import httpx
 
 from jobledger import Ledger, check_response
 
+from ..support.waiting import Patience
+
 ledger = Ledger()
 
 LEASE = float(os.environ.get("DRILL_LEASE_SECONDS", "2"))
@@ -22,8 +24,8 @@ PROVIDER = os.environ.get("PROVIDER_URL", "")
 _barrier = os.environ.get("DRILL_START_BARRIER")
 if _barrier:
     # Start all worker processes of a test at the same moment.
-    deadline = time.monotonic() + 30
-    while not Path(_barrier).exists() and time.monotonic() < deadline:
+    patience = Patience(30)
+    while not Path(_barrier).exists() and not patience.expired():
         time.sleep(0.005)
 
 

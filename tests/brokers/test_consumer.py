@@ -44,7 +44,7 @@ def test_what_a_message_for_an_unclaimable_job_gets(ledger, consumer):
     soon, later = job("soon", delay=1.5), job("later", delay=60)
     assert consumer._decide(soon) == ("waited", pytest.approx(1.5))
     assert consumer._decide(later) == ("stale", 0.0)
-    [claimed] = ledger.backend.job_claim_keys([("q", "soon")], "w", T0 + timedelta(seconds=2))
+    [claimed] = ledger.backend.jobs.claim_keys([("q", "soon")], "w", T0 + timedelta(seconds=2))
     assert consumer._decide(ledger.job(claimed.job.id)) == ("held", 0.0)
     ledger.cancel("later", actor="ops", reason="no", queue="q", now=T0)
     assert consumer._decide(ledger.job_by_key("later", "q")) == ("finished", 0.0)

@@ -44,7 +44,7 @@ def app_connection(ledger: Ledger):
 
 
 def claim(ledger: Ledger, key: str, now, worker: str = "w1"):
-    [result] = ledger.backend.job_claim_keys([("digests", key)], worker, now)
+    [result] = ledger.backend.jobs.claim_keys([("digests", key)], worker, now)
     return result
 
 
@@ -66,8 +66,8 @@ def test_a_routed_queue_gets_one_record_per_new_job_and_others_none(ledger, box)
     )
     assert first.available_at == T0 and first.published_at is None
     assert second.job_id == delayed and second.available_at == at(60)
-    assert [r.id for r in ledger.backend.outbox_due(10, at(1))] == [first.id]
-    assert [r.id for r in ledger.backend.outbox_due(10, at(60))] == [first.id, second.id]
+    assert [r.id for r in ledger.backend.outbox.due(10, at(1))] == [first.id]
+    assert [r.id for r in ledger.backend.outbox.due(10, at(60))] == [first.id, second.id]
 
 
 def test_a_bulk_enqueue_writes_a_record_per_created_job_in_its_order(ledger, box):
@@ -94,10 +94,10 @@ def test_transactional_enqueue_writes_the_record_in_the_callers_transaction(ledg
 
 def publish_everything(ledger: Ledger) -> None:
     """What a relay does, minus the broker."""
-    lease = ledger.backend.leader_acquire("relay:test", "relay", 3600, T0)
-    lease = lease or next(x for x in ledger.backend.leader_list(T0) if x.name == "relay:test")
-    due = ledger.backend.outbox_due(1000, at(10_000))
-    ledger.backend.outbox_mark([r.id for r in due], lease, T0)
+    lease = ledger.backend.leader.acquire("relay:test", "relay", 3600, T0)
+    lease = lease or next(x for x in ledger.backend.leader.leases(T0) if x.name == "relay:test")
+    due = ledger.backend.outbox.due(1000, at(10_000))
+    ledger.backend.outbox.mark([r.id for r in due], lease, T0)
 
 
 def test_every_way_back_to_pending_writes_a_record_in_its_transaction(ledger, box):
@@ -106,19 +106,19 @@ def test_every_way_back_to_pending_writes_a_record_in_its_transaction(ledger, bo
     publish_everything(ledger)
     # A transient failure: due again at the retry time.
     job = claim(ledger, "k", at(1)).job
-    be.job_fail([Failure(lease_of(job), True, at(30), "X", "boom")], at(2))
+    be.jobs.fail([Failure(lease_of(job), True, at(30), "X", "boom")], at(2))
     publish_everything(ledger)
     # A rescue of an expired lease.
     claim(ledger, "k", at(30))
-    be.job_rescue(at(100))
+    be.jobs.rescue(at(100))
     publish_everything(ledger)
     # A worker giving the job back unstarted (its run time stays).
     job = claim(ledger, "k", at(101)).job
-    be.job_release([lease_of(job)], at(102))
+    be.jobs.release([lease_of(job)], at(102))
     publish_everything(ledger)
     # A permanent failure writes nothing; a redrive does; a cancel and a redrive again.
     job = claim(ledger, "k", at(103)).job
-    be.job_fail([Failure(lease_of(job), False, None, "Permanent", "no")], at(104))
+    be.jobs.fail([Failure(lease_of(job), False, None, "Permanent", "no")], at(104))
     ledger.redrive(actor="ops", reason="fixed", ids=[job_id], now=at(105))
     publish_everything(ledger)
     ledger.cancel(job_id, actor="ops", reason="not now", now=at(106))
@@ -160,7 +160,7 @@ def test_a_new_record_supersedes_one_not_yet_published(ledger, box):
     assert old.reason is OutboxReason.ENQUEUE and old.superseded_at == at(2)
     assert new.reason is OutboxReason.REDRIVE and new.superseded_at is None
     # Only the newer one is published, now; the older one never is, even when it falls due.
-    assert [r.id for r in ledger.backend.outbox_due(10, at(100))] == [new.id]
+    assert [r.id for r in ledger.backend.outbox.due(10, at(100))] == [new.id]
     assert [r.id for r in records(ledger, unpublished=True)] == [new.id]
     [stats] = box.status(now=at(100))
     assert stats.unpublished == 1
@@ -168,12 +168,12 @@ def test_a_new_record_supersedes_one_not_yet_published(ledger, box):
 
 def test_published_records_are_kept_and_a_new_one_follows_them(ledger, box):
     job_id, _ = ledger.enqueue("digest", {"n": 1}, key="k", now=T0)
-    lease = ledger.backend.leader_acquire("relay:default", "relay-1", 60, T0)
-    [record] = ledger.backend.outbox_due(10, T0)
-    assert ledger.backend.outbox_mark([record.id], lease, at(1)) == 1
-    assert ledger.backend.outbox_mark([record.id], lease, at(2)) == 0  # once
+    lease = ledger.backend.leader.acquire("relay:default", "relay-1", 60, T0)
+    [record] = ledger.backend.outbox.due(10, T0)
+    assert ledger.backend.outbox.mark([record.id], lease, at(1)) == 1
+    assert ledger.backend.outbox.mark([record.id], lease, at(2)) == 0  # once
     job = claim(ledger, "k", at(3)).job
-    ledger.backend.job_fail([Failure(lease_of(job), True, at(10), "X", "boom")], at(4))
+    ledger.backend.jobs.fail([Failure(lease_of(job), True, at(10), "X", "boom")], at(4))
     published, retry = records(ledger, job_id=job_id)
     assert published.published_at == at(1) and published.reason is OutboxReason.ENQUEUE
     assert retry.published_at is None and retry.reason is OutboxReason.RETRY
@@ -181,14 +181,14 @@ def test_published_records_are_kept_and_a_new_one_follows_them(ledger, box):
 
 def test_marks_are_fenced_by_the_relays_lease(ledger, box):
     ledger.enqueue("digest", {"n": 1}, key="k", now=T0)
-    old = ledger.backend.leader_acquire("relay:default", "relay-1", 10, T0)
-    new = ledger.backend.leader_acquire("relay:default", "relay-2", 10, at(11))
+    old = ledger.backend.leader.acquire("relay:default", "relay-1", 10, T0)
+    new = ledger.backend.leader.acquire("relay:default", "relay-2", 10, at(11))
     assert new is not None and new.term == old.term + 1
-    [record] = ledger.backend.outbox_due(10, at(11))
+    [record] = ledger.backend.outbox.due(10, at(11))
     with pytest.raises(LeadershipLost):
-        ledger.backend.outbox_mark([record.id], old, at(12))
+        ledger.backend.outbox.mark([record.id], old, at(12))
     assert records(ledger)[0].published_at is None
-    assert ledger.backend.outbox_mark([record.id], new, at(12)) == 1
+    assert ledger.backend.outbox.mark([record.id], new, at(12)) == 1
 
 
 def test_claim_by_key_leases_only_a_due_pending_job(ledger, box):
@@ -201,12 +201,12 @@ def test_claim_by_key_leases_only_a_due_pending_job(ledger, box):
     held = claim(ledger, "k", at(11), worker="w2")
     assert held.job is None and held.current.state is JobState.LEASED
     assert held.current.leased_by == "w1"
-    assert ledger.backend.job_complete([lease_of(first)], at(12)) == []
+    assert ledger.backend.jobs.complete([lease_of(first)], at(12)) == []
     done = claim(ledger, "k", at(13), worker="w2")
     assert done.job is None and done.current.state is JobState.DONE
     assert claim(ledger, "nope", at(13)).job is None
     assert claim(ledger, "nope", at(13)).current is None
-    [attempt] = ledger.backend.attempt_list(job_id)
+    [attempt] = ledger.backend.history.attempts(job_id)
     assert attempt.lease_token == first.lease_token and attempt.worker == "w1"
 
 
@@ -216,7 +216,7 @@ def test_claims_by_key_in_one_batch_answer_each_message_in_order(ledger, box):
     ledger.enqueue("digest", {"n": 1}, key="later", delay=60, now=T0)
     claim(ledger, "c", at(1), worker="w0")
     wanted = [("digests", k) for k in ("b", "a", "b", "c", "later", "nope")]
-    results = ledger.backend.job_claim_keys(wanted, "w1", at(2))
+    results = ledger.backend.jobs.claim_keys(wanted, "w1", at(2))
     assert [r.job.key if r.job else None for r in results] == ["b", "a", None, None, None, None]
     assert [r.current.state if r.current else None for r in results[2:]] == [
         JobState.LEASED,  # "b" named twice: claimed once
@@ -226,13 +226,13 @@ def test_claims_by_key_in_one_batch_answer_each_message_in_order(ledger, box):
     ]
     assert results[2].current.leased_by == "w1" and results[3].current.leased_by == "w0"
     assert {r.job.attempt for r in results[:2]} == {1}
-    assert ledger.backend.job_claim_keys([], "w1", at(2)) == []
+    assert ledger.backend.jobs.claim_keys([], "w1", at(2)) == []
 
 
 def test_a_dead_job_is_never_claimed_from_a_stale_message(ledger, box):
     job_id, _ = ledger.enqueue("digest", {"n": 1}, key="k", now=T0)
     job = claim(ledger, "k", at(1)).job
-    ledger.backend.job_fail([Failure(lease_of(job), False, None, "Permanent", "no")], at(2))
+    ledger.backend.jobs.fail([Failure(lease_of(job), False, None, "Permanent", "no")], at(2))
     stale = claim(ledger, "k", at(3))
     assert stale.job is None and stale.current.state is JobState.DEAD
     ledger.redrive(actor="ops", reason="fixed", ids=[job_id], now=at(4))
@@ -244,7 +244,7 @@ def test_routing_a_queue_backfills_its_pending_jobs_once(ledger, box):
     ledger.enqueue("polled", {"n": 1}, key="a", now=T0)
     ledger.enqueue("polled", {"n": 2}, key="b", now=T0)
     ledger.enqueue("polled", {"n": 3}, key="c", now=T0)
-    ledger.backend.job_claim(["polled"], "w", 1, at(1))  # "a" is leased: not backfilled
+    ledger.backend.jobs.claim(["polled"], "w", 1, at(1))  # "a" is leased: not backfilled
     result = box.route("polled", actor="ops", note="moving to RabbitMQ", now=at(2))
     assert result.created and result.backfilled == 2
     assert result.route.routed_by == "ops" and result.route.note == "moving to RabbitMQ"
@@ -279,10 +279,10 @@ def test_status_counts_what_the_relay_owes(ledger, box):
 
 
 def test_republish_writes_records_for_pending_jobs_the_broker_lost(ledger, box):
-    lease = ledger.backend.leader_acquire("relay:default", "r", 600, T0)
+    lease = ledger.backend.leader.acquire("relay:default", "r", 600, T0)
     for key in ("a", "b", "c"):
         ledger.enqueue("digest", {"n": 1}, key=key, now=T0)
-    ledger.backend.outbox_mark([r.id for r in ledger.backend.outbox_due(10, T0)], lease, T0)
+    ledger.backend.outbox.mark([r.id for r in ledger.backend.outbox.due(10, T0)], lease, T0)
     claim(ledger, "a", at(1))  # running: not lost
     ledger.enqueue("digest", {"n": 1}, key="d", now=at(400))  # unpublished record: not lost
     written = box.republish("digests", due_for=300, now=at(400))
@@ -295,11 +295,11 @@ def test_republish_writes_records_for_pending_jobs_the_broker_lost(ledger, box):
 
 
 def test_prune_deletes_only_old_published_records(ledger, box):
-    lease = ledger.backend.leader_acquire("relay:default", "r", 600, T0)
+    lease = ledger.backend.leader.acquire("relay:default", "r", 600, T0)
     ledger.enqueue("digest", {"n": 1}, key="a", now=T0)
     ledger.enqueue("digest", {"n": 1}, key="b", now=T0)
-    [a, _] = ledger.backend.outbox_due(10, T0)
-    ledger.backend.outbox_mark([a.id], lease, T0)
+    [a, _] = ledger.backend.outbox.due(10, T0)
+    ledger.backend.outbox.mark([a.id], lease, T0)
     assert box.prune(timedelta(hours=1), now=at(3599)) == 0
     assert box.prune(timedelta(hours=1), now=at(3601)) == 1
     assert [r.key for r in records(ledger)] == ["b"]

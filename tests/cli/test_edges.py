@@ -159,8 +159,8 @@ def test_ctrl_c_during_a_paced_redrive_says_how_many_moved(db_url, ledger):
     many moved, and that is what the ledger shows."""
     for n in range(30):
         ledger.enqueue("send", {"n": n}, key=f"k{n}", queue="q")
-    for job in ledger.backend.job_claim(["q"], "w", 30, None):
-        ledger.backend.job_fail(
+    for job in ledger.backend.jobs.claim(["q"], "w", 30, None):
+        ledger.backend.jobs.fail(
             [Failure(Lease(job.id, job.lease_token, job.attempt), False, None, "E", "e")]
         )
     proc = _jobledger("redrive", "--all", "--reason", "r", "--rate", "2", "--url", db_url)

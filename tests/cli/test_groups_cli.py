@@ -16,7 +16,7 @@ def tenants(ledger):
         for n in range(count):
             ledger.enqueue("send", {"n": n}, key=f"{tenant}:{n}", queue="mail", group=tenant)
     ledger.set_group_limits("mail", max_leased=1)
-    [claimed] = ledger.backend.job_claim(["mail"], "w1", 1, None)
+    [claimed] = ledger.backend.jobs.claim(["mail"], "w1", 1, None)
     assert claimed.group is not None
     ledger.enqueue("send", {}, key="plain", queue="mail")
     return ledger
@@ -152,8 +152,8 @@ def test_jobs_and_redrive_select_by_group(cli, db_url, tenants):
     # A group is a filter of its own: redrive accepts it without --queue or --all.
     from jobledger._records import Failure, Lease
 
-    claimed = tenants.backend.job_claim(["mail"], "w2", 10, None)
-    tenants.backend.job_fail(
+    claimed = tenants.backend.jobs.claim(["mail"], "w2", 10, None)
+    tenants.backend.jobs.fail(
         [Failure(Lease(j.id, j.lease_token, j.attempt), False, None, "E", "m") for j in claimed]
     )
     dead = {j.key for j in claimed}

@@ -18,9 +18,9 @@ def twins(ledger):
     f = ledger.enqueue("send", {}, key="f", queue="q").id
     keyed_one = ledger.enqueue("send", {}, key="1", queue="q").id
     first = ledger.enqueue("send", {}, key="first", queue="q").id
-    for job in ledger.backend.job_claim(["q"], "w", 10, None):
+    for job in ledger.backend.jobs.claim(["q"], "w", 10, None):
         lease = Lease(job.id, job.lease_token, job.attempt)
-        ledger.backend.job_fail([Failure(lease, False, None, "Boom", "boom")])
+        ledger.backend.jobs.fail([Failure(lease, False, None, "Boom", "boom")])
     return ledger, {"f": f, "first": first, "1": keyed_one}
 
 

@@ -35,21 +35,21 @@ def shop(ledger):
 
     # 1 done after two attempts (a 429, then success), with its effect recorded.
     new(1)
-    [j] = b.job_claim(["digests"], "host-a:11", 1, now=ago(29))
-    b.job_fail([Failure(lease_of(j), True, ago(28), "HTTP 429", "HTTP 429: slow down")], ago(29))
-    [j] = b.job_claim(["digests"], "host-b:22", 1, now=ago(28))
-    b.effect_record("digests", j.key, "email", lease_of(j), {"message_id": "m-1"}, ago(28))
-    b.job_complete([lease_of(j)], ago(28))
+    [j] = b.jobs.claim(["digests"], "host-a:11", 1, now=ago(29))
+    b.jobs.fail([Failure(lease_of(j), True, ago(28), "HTTP 429", "HTTP 429: slow down")], ago(29))
+    [j] = b.jobs.claim(["digests"], "host-b:22", 1, now=ago(28))
+    b.effects.record("digests", j.key, "email", lease_of(j), {"message_id": "m-1"}, ago(28))
+    b.jobs.complete([lease_of(j)], ago(28))
     # 2 and 3 dead: a template error and an auth error.
     for n, error in ((2, "HTTP 400: template 'weekly' missing"), (3, "HTTP 401: bad credentials")):
         new(n)
-        [j] = b.job_claim(["digests"], "host-a:11", 1, now=ago(27))
-        b.job_fail([Failure(lease_of(j), False, None, error.split(":")[0], error)], ago(27))
+        [j] = b.jobs.claim(["digests"], "host-a:11", 1, now=ago(27))
+        b.jobs.fail([Failure(lease_of(j), False, None, error.split(":")[0], error)], ago(27))
     # 4: its lease expired a minute ago and the rescuer put it back.
     new(4)
-    [j] = b.job_claim(["digests"], "host-c:33", 1, now=ago(3))
-    assert b.job_heartbeat([lease_of(j)], ago(3), lease_seconds=60)
-    assert [r.job_id for r in b.job_rescue(now=ago(1))] == [ids[4]]
+    [j] = b.jobs.claim(["digests"], "host-c:33", 1, now=ago(3))
+    assert b.jobs.heartbeat([lease_of(j)], ago(3), lease_seconds=60)
+    assert [r.job_id for r in b.jobs.rescue(now=ago(1))] == [ids[4]]
     # 5 and 6 are pending, due 30 minutes ago: late against a 5 minute objective.
     new(5)
     new(6)
@@ -144,7 +144,7 @@ def test_redrive_dry_run_canary_and_the_rest(cli, db_url, shop):
     assert ledger.job(ids[3]).state is JobState.DEAD
     rest = cli("redrive", "3:2026-W33", "--url", db_url, "--reason", "the rest", "--json")
     assert rest.json()["moved"] == [ids[3]]
-    [event] = ledger.backend.event_list(ids[3])
+    [event] = ledger.backend.history.events(ids[3])
     assert (event.kind, event.actor, event.note) == ("redrive", "ana", "the rest")
     again = cli("redrive", "--url", db_url, "--all", "--reason", "nothing left", "--json")
     assert again.json()["moved"] == []
@@ -168,7 +168,7 @@ def test_redrive_by_error_text_with_a_rate(cli, db_url, shop):
     assert run.code == 0, run.err
     assert ledger.job(ids[3]).state is JobState.PENDING
     assert ledger.job(ids[2]).state is JobState.DEAD
-    assert ledger.backend.event_list(ids[3])[0].actor == "bob"
+    assert ledger.backend.history.events(ids[3])[0].actor == "bob"
 
 
 def test_resolve_and_cancel(cli, db_url, shop):
@@ -178,7 +178,7 @@ def test_resolve_and_cancel(cli, db_url, shop):
     )
     assert run.code == 0, run.err
     assert ledger.job(ids[2]).state is JobState.DONE
-    [event] = ledger.backend.event_list(ids[2])
+    [event] = ledger.backend.history.events(ids[2])
     assert (event.kind, event.actor, event.note, event.detail) == (
         "resolve",
         "ana",

@@ -13,7 +13,13 @@ from jobledger import JobState
 from jobledger._records import AttemptOutcome
 from jobledger.testing.fakeprovider import FakeProvider
 
-from ..support.processes import killed_by_sigkill, wait_exit, wait_until, worker_process
+from ..support.processes import (
+    killed_by_sigkill,
+    terminate,
+    wait_exit,
+    wait_until,
+    worker_process,
+)
 
 
 @pytest.fixture
@@ -48,9 +54,10 @@ def run_until(ledger, db_url, provider, ids, lease=2.0):
             lambda: all(ledger.job(i).state.is_final for i in ids),
             timeout=60,
             what="the jobs to finish",
+            progress=lambda: sum(ledger.job(i).state.is_final for i in ids),
         )
     finally:
-        proc.terminate()
+        terminate(proc)
     code, _, err = wait_exit(proc)
     assert code == 0, err
 
@@ -72,7 +79,7 @@ def test_drill2_killed_after_claim_is_reclaimed_only_after_the_lease_expires(
     held = ledger.job(job_id)
     assert held.state is JobState.LEASED
     run_until(ledger, db_url, provider, [job_id])
-    first, second = ledger.backend.attempt_list(job_id)
+    first, second = ledger.backend.history.attempts(job_id)
     assert first.outcome is AttemptOutcome.LEASE_EXPIRED
     assert second.started_at >= held.lease_until, "reclaimed before the lease expired"
     assert second.outcome is AttemptOutcome.DONE and second.worker != first.worker
@@ -90,7 +97,7 @@ def test_drill3_killed_between_effect_and_completion_effect_happens_once(ledger,
     assert job.state is JobState.DONE and job.attempts == 2
     stats = provider.stats()
     assert stats["accepted"] == 1 and stats["duplicates"] == 1  # the retry carried the same key
-    effects = ledger.backend.effect_list("drill", job.key)
+    effects = ledger.backend.effects.all("drill", job.key)
     assert [(e["effect"], e["attempt"]) for e in effects] == [("email", 2)]
 
 
@@ -118,11 +125,11 @@ def test_drill5_redrive_does_not_repeat_the_effect(ledger, db_url, provider):
     # call was a 400, so the job is dead — the state an operator finds.
     from jobledger._records import Failure, Lease
 
-    [job] = ledger.backend.job_claim(["drill"], "earlier-worker", 1)
+    [job] = ledger.backend.jobs.claim(["drill"], "earlier-worker", 1)
     lease = Lease(job.id, job.lease_token, job.attempt)
     provider._handle(f"{job.key}:email", {"to": "customer-0"})
-    ledger.backend.effect_record("drill", job.key, "email", lease)
-    ledger.backend.job_fail([Failure(lease, False, None, "HTTP 400", "rejected")])
+    ledger.backend.effects.record("drill", job.key, "email", lease)
+    ledger.backend.jobs.fail([Failure(lease, False, None, "HTTP 400", "rejected")])
     assert ledger.job(job_id).state is JobState.DEAD
     assert ledger.redrive(ids=[job_id], actor="ana", reason="drill 5").ids == [job_id]
     code, _, err = wait_exit(drill_worker(db_url, provider, "--burst"))

@@ -55,7 +55,7 @@ def test_transactional_completion_commits_both(ledger):
     assert stats.completed == 1
     assert _released(ledger) and ledger.job(job_id).state is JobState.DONE
     assert (
-        ledger.backend.effect_get("holds", "lease-expiry:property-1842:lease-77", "release")
+        ledger.backend.effects.get("holds", "lease-expiry:property-1842:lease-77", "release")
         is not None
     )
 
@@ -80,9 +80,9 @@ def test_transactional_completion_with_a_lost_lease_commits_nothing(ledger):
     _make_table(ledger)
     ledger.task(lambda ctx, hold_id: None, name="release_hold", queue="holds")
     job_id, _ = ledger.enqueue("release_hold", {"hold_id": 1842}, key="h", now=T0)
-    [old] = ledger.backend.job_claim(["holds"], "a", 1, now=T0)
-    ledger.backend.job_rescue(now=at(120))
-    ledger.backend.job_claim(["holds"], "b", 1, now=at(121))
+    [old] = ledger.backend.jobs.claim(["holds"], "a", 1, now=T0)
+    ledger.backend.jobs.rescue(now=at(120))
+    ledger.backend.jobs.claim(["holds"], "b", 1, now=at(121))
 
     from jobledger._runtime.context import JobContext, LeaseHold
 

@@ -171,8 +171,8 @@ def test_delay_and_run_at(ledger, tasks):
         ledger.enqueue("work", {"n": 3}, key="c", delay=1, run_at=at(1), now=T0)
     with pytest.raises(ConfigError):
         ledger.enqueue("work", {"n": 3}, key="c", delay=-1, now=T0)
-    assert ledger.backend.job_claim(["q"], "w", 10, now=at(29)) == []
-    assert [j.id for j in ledger.backend.job_claim(["q"], "w", 10, now=at(60))] == [a, b]
+    assert ledger.backend.jobs.claim(["q"], "w", 10, now=at(29)) == []
+    assert [j.id for j in ledger.backend.jobs.claim(["q"], "w", 10, now=at(60))] == [a, b]
 
 
 def test_higher_priority_first_then_oldest_run_at(ledger, tasks):
@@ -184,14 +184,14 @@ def test_higher_priority_first_then_oldest_run_at(ledger, tasks):
     high_old = ledger.enqueue(
         "work", {"n": 4}, key="high-old", run_at=at(-5), priority=5, now=T0
     ).id
-    order = [j.id for j in ledger.backend.job_claim(["q"], "w", 10, now=T0)]
+    order = [j.id for j in ledger.backend.jobs.claim(["q"], "w", 10, now=T0)]
     assert order == [high_old, high_new, low_old, low_new]
 
 
 def test_claim_batches_follow_priority(ledger, tasks):
     for n in range(9):
         ledger.enqueue("work", {"n": n}, key=f"k{n}", priority=n % 3, now=T0)
-    batches = [ledger.backend.job_claim(["q"], "w", 3, now=T0) for _ in range(3)]
+    batches = [ledger.backend.jobs.claim(["q"], "w", 3, now=T0) for _ in range(3)]
     assert [[j.priority for j in batch] for batch in batches] == [[2, 2, 2], [1, 1, 1], [0, 0, 0]]
 
 

@@ -30,7 +30,7 @@ def put(ledger: Ledger, tenant: str, count: int, *, now=T0, start: int = 0, **kw
 
 
 def claim(ledger: Ledger, limit: int, now=T0, worker: str = "w1"):
-    return ledger.backend.job_claim(["q"], worker, limit, now)
+    return ledger.backend.jobs.claim(["q"], worker, limit, now)
 
 
 def test_a_job_carries_its_group_from_enqueue_or_from_the_task_rule(ledger, work):
@@ -65,7 +65,7 @@ def test_leased_jobs_per_group_never_exceed_the_limit(ledger, work):
     assert Counter(j.group for j in first) == {"hot": 2, "cold": 1}
     assert claim(ledger, 10, worker="w2") == [], "another worker gets no more of a full group"
     done = next(j for j in first if j.group == "hot")
-    assert ledger.backend.job_complete([lease_of(done)], at(1)) == []
+    assert ledger.backend.jobs.complete([lease_of(done)], at(1)) == []
     again = claim(ledger, 10, at(1))
     assert [j.group for j in again] == ["hot"], "one slot freed, one job"
 
@@ -127,7 +127,7 @@ def test_a_group_pause_holds_for_every_worker_until_it_ends(ledger, work):
     [job] = [j for j in claim(ledger, 2) if j.group == "throttled"]
     # The attempt asked to pause its group (Retry(after=30, scope="group")).
     failure = Failure(lease_of(job), True, at(30), "Retry", "HTTP 429", None, at(30))
-    [result] = ledger.backend.job_fail([failure], at(0))
+    [result] = ledger.backend.jobs.fail([failure], at(0))
     assert result.state is not None
     for worker in ("w1", "w2", "w3"):
         assert {j.group for j in claim(ledger, 10, at(29), worker)} <= {"fine"}
@@ -200,12 +200,12 @@ def test_a_claim_by_key_skips_a_paused_group_and_says_until_when(ledger, work):
     put(ledger, "free", 1)
     ledger.pause_group("q", "g", seconds=60, now=T0)
     wanted = [("q", "g:0"), ("q", "free:0"), ("q", "g:1")]
-    paused, free, other = ledger.backend.job_claim_keys(wanted, "consumer", at(1))
+    paused, free, other = ledger.backend.jobs.claim_keys(wanted, "consumer", at(1))
     assert free.job is not None and free.paused_until is None
     for claim_ in (paused, other):
         assert claim_.job is None and claim_.paused_until == at(60)
         assert claim_.current is not None and claim_.current.state.value == "pending"
-    [later] = ledger.backend.job_claim_keys([("q", "g:0")], "consumer", at(60))
+    [later] = ledger.backend.jobs.claim_keys([("q", "g:0")], "consumer", at(60))
     assert later.job is not None and later.job.group == "g"
 
 

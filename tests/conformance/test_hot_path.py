@@ -61,22 +61,22 @@ def test_a_large_batch_reports_existing_duplicate_and_conflicting_keys(ledger, t
 
 def test_a_token_that_is_not_a_token_is_stale_not_an_error(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
     bogus = Lease(job_id, "not-a-token,}{", job.attempt)
-    assert ledger.backend.job_complete([bogus], now=T0) == [job_id]
-    assert ledger.backend.job_heartbeat([bogus], now=T0) == {}
-    [failed] = ledger.backend.job_fail([Failure(bogus, True, None, "E", "x")], now=T0)
+    assert ledger.backend.jobs.complete([bogus], now=T0) == [job_id]
+    assert ledger.backend.jobs.heartbeat([bogus], now=T0) == {}
+    [failed] = ledger.backend.jobs.fail([Failure(bogus, True, None, "E", "x")], now=T0)
     assert failed.state is None
     assert ledger.job(job_id).state is JobState.LEASED
-    assert ledger.backend.job_complete([lease_of(job)], now=T0) == []
+    assert ledger.backend.jobs.complete([lease_of(job)], now=T0) == []
     assert ledger.job(job_id).state is JobState.DONE
 
 
 def test_completing_the_same_lease_twice_in_one_batch_completes_it_once(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    assert ledger.backend.job_complete([lease_of(job), lease_of(job)], now=at(1)) == []
-    [attempt] = ledger.backend.attempt_list(job_id)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    assert ledger.backend.jobs.complete([lease_of(job), lease_of(job)], now=at(1)) == []
+    [attempt] = ledger.backend.history.attempts(job_id)
     assert attempt.outcome is AttemptOutcome.DONE and attempt.finished_at == at(1)
 
 
@@ -86,7 +86,7 @@ def test_prefetched_jobs_keep_their_leases_while_they_wait(ledger):
     @ledger.task(queue="w", lease_seconds=0.6, max_attempts=3)
     def slow(ctx, n: int) -> None:
         if n == 0:
-            release.wait(10)
+            release.wait(60)
 
     first, _ = ledger.enqueue(slow, {"n": 0}, key="first", priority=1)
     waiting = [ledger.enqueue(slow, {"n": n}, key=f"w{n}").id for n in range(1, 4)]
@@ -120,7 +120,7 @@ def test_shutdown_gives_back_prefetched_jobs_uncharged(ledger):
     def blocking(ctx, n: int) -> None:
         if n == 0:
             started.set()
-            release.wait(10)
+            release.wait(60)
 
     ledger.enqueue(blocking, {"n": 0}, key="first", priority=1)
     waiting = [ledger.enqueue(blocking, {"n": n}, key=f"w{n}").id for n in range(1, 4)]
@@ -128,7 +128,7 @@ def test_shutdown_gives_back_prefetched_jobs_uncharged(ledger):
     t = threading.Thread(target=worker.run)
     t.start()
     try:
-        assert started.wait(10)
+        wait_until(started.is_set, what="the first job to start")
         wait_until(lambda: all(ledger.job(i).state is JobState.LEASED for i in waiting))
         worker.stop()
         wait_until(
@@ -142,7 +142,7 @@ def test_shutdown_gives_back_prefetched_jobs_uncharged(ledger):
     for job_id in waiting:
         row = ledger.job(job_id)
         assert row.budget_left == row.max_attempts
-        outcomes = [a.outcome for a in ledger.backend.attempt_list(job_id)]
+        outcomes = [a.outcome for a in ledger.backend.history.attempts(job_id)]
         assert outcomes == [AttemptOutcome.RELEASED]
     assert worker.stats.released == 3 and worker.stats.completed == 1
 
@@ -156,12 +156,12 @@ def test_sqlite_writers_of_one_process_still_time_out(tmp_path):
     def hold() -> None:
         with ledger.backend.transaction():
             holding.set()
-            done.wait(10)
+            done.wait(60)
 
     t = threading.Thread(target=hold)
     t.start()
     try:
-        assert holding.wait(10)
+        wait_until(holding.is_set, what="the write transaction")
         with pytest.raises(BackendUnavailable, match="locked"):
             ledger.enqueue("t", {"n": 1}, key="k")
     finally:
@@ -266,7 +266,7 @@ def test_postgres_hot_path_reconnects_after_sessions_are_cut(pg):
     try:
         ledger.task(lambda ctx, n: None, name="t", queue="q")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"a{n}"} for n in range(3)])
-        ledger.backend.job_claim(["q"], "w", 1)  # every pool has a connection now
+        ledger.backend.jobs.claim(["q"], "w", 1)  # every pool has a connection now
         for step in ("enqueue", "enqueue_many", "claim"):
             with psycopg.connect(pg.url, autocommit=True) as admin:
                 admin.execute(
@@ -281,7 +281,7 @@ def test_postgres_hot_path_reconnects_after_sessions_are_cut(pg):
                 results = ledger.enqueue_many("t", [{"payload": {"n": 8}, "key": "c"}] * 2)
                 assert results[0].created and results[1].id == results[0].id
             else:
-                assert len(ledger.backend.job_claim(["q"], "w", 10)) == 4
+                assert len(ledger.backend.jobs.claim(["q"], "w", 10)) == 4
     finally:
         ledger.close()
         pg.drop_schema(schema)

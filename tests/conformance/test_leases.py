@@ -14,7 +14,7 @@ from .conftest import T0, at, enqueue, lease_of
 
 def test_claim_leases_with_a_new_token_and_opens_an_attempt(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "worker-a", 10, now=T0)
+    [job] = ledger.backend.jobs.claim(["q"], "worker-a", 10, now=T0)
     assert (job.id, job.attempt, job.lease_until) == (job_id, 1, at(30))
     row = ledger.job(job_id)
     assert (
@@ -22,7 +22,7 @@ def test_claim_leases_with_a_new_token_and_opens_an_attempt(ledger, tasks):
         and row.leased_by == "worker-a"
         and row.lease_token == job.lease_token
     )
-    [attempt] = ledger.backend.attempt_list(job_id)
+    [attempt] = ledger.backend.history.attempts(job_id)
     assert (
         attempt.attempt,
         attempt.worker,
@@ -40,30 +40,30 @@ def test_claim_leases_with_a_new_token_and_opens_an_attempt(ledger, tasks):
 
 def test_a_leased_job_is_not_claimed_again(ledger, tasks):
     enqueue(ledger, 1)
-    assert len(ledger.backend.job_claim(["q"], "a", 10, now=T0)) == 1
-    assert ledger.backend.job_claim(["q"], "b", 10, now=at(1000)) == []
+    assert len(ledger.backend.jobs.claim(["q"], "a", 10, now=T0)) == 1
+    assert ledger.backend.jobs.claim(["q"], "b", 10, now=at(1000)) == []
 
 
 def test_claim_takes_only_the_named_queues_and_the_limit(ledger, tasks):
     for n in range(5):
         enqueue(ledger, n)
     enqueue(ledger, 99, queue="other")
-    assert len(ledger.backend.job_claim(["q"], "a", 3, now=T0)) == 3
-    assert len(ledger.backend.job_claim(["q"], "a", 3, now=T0)) == 2
-    assert [j.queue for j in ledger.backend.job_claim(["q", "other"], "a", 3, now=T0)] == ["other"]
+    assert len(ledger.backend.jobs.claim(["q"], "a", 3, now=T0)) == 3
+    assert len(ledger.backend.jobs.claim(["q"], "a", 3, now=T0)) == 2
+    assert [j.queue for j in ledger.backend.jobs.claim(["q", "other"], "a", 3, now=T0)] == ["other"]
 
 
 def test_every_claim_gets_a_new_token(ledger, tasks):
     job_id = enqueue(ledger, 1)
     tokens = set()
     for i in range(3):
-        [job] = ledger.backend.job_claim(["q"], "a", 1, now=at(i * 100))
+        [job] = ledger.backend.jobs.claim(["q"], "a", 1, now=at(i * 100))
         tokens.add(job.lease_token)
-        ledger.backend.job_fail(
+        ledger.backend.jobs.fail(
             [Failure(lease_of(job), True, at(i * 100), "E", "again")], now=at(i * 100)
         )
     assert len(tokens) == 3
-    assert {a.lease_token for a in ledger.backend.attempt_list(job_id)} == tokens
+    assert {a.lease_token for a in ledger.backend.history.attempts(job_id)} == tokens
 
 
 def test_two_claimers_racing_never_share_a_job(ledger, tasks):
@@ -74,7 +74,7 @@ def test_two_claimers_racing_never_share_a_job(ledger, tasks):
     def claim(name: str) -> None:
         barrier.wait()
         while True:
-            jobs = ledger.backend.job_claim(["q"], name, 7, now=T0)
+            jobs = ledger.backend.jobs.claim(["q"], name, 7, now=T0)
             if not jobs:
                 return
             got[name].extend(j.id for j in jobs)
@@ -90,21 +90,21 @@ def test_two_claimers_racing_never_share_a_job(ledger, tasks):
 
 def test_complete_with_the_current_token(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "a", 1, now=T0)
-    assert ledger.backend.job_complete([lease_of(job)], now=at(3)) == []
+    [job] = ledger.backend.jobs.claim(["q"], "a", 1, now=T0)
+    assert ledger.backend.jobs.complete([lease_of(job)], now=at(3)) == []
     row = ledger.job(job_id)
     assert row.state is JobState.DONE and row.finished_at == at(3) and row.lease_until is None
-    [attempt] = ledger.backend.attempt_list(job_id)
+    [attempt] = ledger.backend.history.attempts(job_id)
     assert attempt.outcome is AttemptOutcome.DONE and attempt.finished_at == at(3)
 
 
 def _expire_and_reclaim(ledger):
     """Claim as A, let the lease expire, rescue, claim as B. Returns (A's job, B's job)."""
     enqueue(ledger, 1)
-    [old] = ledger.backend.job_claim(["q"], "a", 1, now=T0)
-    rescued = ledger.backend.job_rescue(now=at(31))
+    [old] = ledger.backend.jobs.claim(["q"], "a", 1, now=T0)
+    rescued = ledger.backend.jobs.rescue(now=at(31))
     assert [(r.job_id, r.state) for r in rescued] == [(old.id, JobState.PENDING)]
-    [new] = ledger.backend.job_claim(["q"], "b", 1, now=at(32))
+    [new] = ledger.backend.jobs.claim(["q"], "b", 1, now=at(32))
     assert new.id == old.id and new.attempt == 2 and new.lease_token != old.lease_token
     return old, new
 
@@ -112,20 +112,20 @@ def _expire_and_reclaim(ledger):
 def test_stale_complete_changes_nothing(ledger, tasks):
     old, new = _expire_and_reclaim(ledger)
     before = ledger.job(old.id)
-    assert ledger.backend.job_complete([lease_of(old)], now=at(33)) == [old.id]
+    assert ledger.backend.jobs.complete([lease_of(old)], now=at(33)) == [old.id]
     assert ledger.job(old.id) == before
-    assert [a.outcome for a in ledger.backend.attempt_list(old.id)] == [
+    assert [a.outcome for a in ledger.backend.history.attempts(old.id)] == [
         AttemptOutcome.LEASE_EXPIRED,
         None,
     ]
     # The current holder still completes.
-    assert ledger.backend.job_complete([lease_of(new)], now=at(34)) == []
+    assert ledger.backend.jobs.complete([lease_of(new)], now=at(34)) == []
 
 
 def test_stale_fail_changes_nothing(ledger, tasks):
     old, _new = _expire_and_reclaim(ledger)
     before = ledger.job(old.id)
-    [result] = ledger.backend.job_fail(
+    [result] = ledger.backend.jobs.fail(
         [Failure(lease_of(old), False, None, "E", "late")], now=at(33)
     )
     assert result.state is None
@@ -134,17 +134,17 @@ def test_stale_fail_changes_nothing(ledger, tasks):
 
 def test_stale_heartbeat_changes_nothing(ledger, tasks):
     old, new = _expire_and_reclaim(ledger)
-    assert ledger.backend.job_heartbeat([lease_of(old)], now=at(33)) == {}
+    assert ledger.backend.jobs.heartbeat([lease_of(old)], now=at(33)) == {}
     assert ledger.job(old.id).lease_until == new.lease_until
 
 
 def test_stale_effect_record_raises_lease_lost(ledger, tasks):
     old, new = _expire_and_reclaim(ledger)
     with pytest.raises(LeaseLost):
-        ledger.backend.effect_record("q", old.key, "email", lease_of(old), now=at(33))
-    assert ledger.backend.effect_get("q", old.key, "email") is None
-    assert ledger.backend.effect_record("q", new.key, "email", lease_of(new), now=at(33)) is True
-    assert ledger.backend.effect_record("q", new.key, "email", lease_of(new), now=at(34)) is False
+        ledger.backend.effects.record("q", old.key, "email", lease_of(old), now=at(33))
+    assert ledger.backend.effects.get("q", old.key, "email") is None
+    assert ledger.backend.effects.record("q", new.key, "email", lease_of(new), now=at(33)) is True
+    assert ledger.backend.effects.record("q", new.key, "email", lease_of(new), now=at(34)) is False
 
 
 def test_wrong_token_on_a_pending_or_done_job_changes_nothing(ledger, tasks):
@@ -154,29 +154,29 @@ def test_wrong_token_on_a_pending_or_done_job_changes_nothing(ledger, tasks):
         "0" * 32 if ledger.url.dialect == "sqlite" else "00000000-0000-0000-0000-000000000000",
         1,
     )
-    assert ledger.backend.job_complete([forged], now=T0) == [job_id]
+    assert ledger.backend.jobs.complete([forged], now=T0) == [job_id]
     assert ledger.job(job_id).state is JobState.PENDING
-    [job] = ledger.backend.job_claim(["q"], "a", 1, now=T0)
-    ledger.backend.job_complete([lease_of(job)], now=T0)
-    assert ledger.backend.job_complete([lease_of(job)], now=T0) == [job_id]  # twice: refused
+    [job] = ledger.backend.jobs.claim(["q"], "a", 1, now=T0)
+    ledger.backend.jobs.complete([lease_of(job)], now=T0)
+    assert ledger.backend.jobs.complete([lease_of(job)], now=T0) == [job_id]  # twice: refused
 
 
 def test_heartbeat_extends_the_lease(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "a", 1, now=T0)
-    assert ledger.backend.job_heartbeat([lease_of(job)], now=at(20)) == {job_id: at(50)}
-    assert ledger.backend.job_rescue(now=at(40)) == []
+    [job] = ledger.backend.jobs.claim(["q"], "a", 1, now=T0)
+    assert ledger.backend.jobs.heartbeat([lease_of(job)], now=at(20)) == {job_id: at(50)}
+    assert ledger.backend.jobs.rescue(now=at(40)) == []
     assert ledger.job(job_id).state is JobState.LEASED
 
 
 def test_rescue_only_touches_expired_leases(ledger, tasks):
     a, b = enqueue(ledger, 1), enqueue(ledger, 2)
-    [ja] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    [jb] = ledger.backend.job_claim(["q"], "w", 1, now=at(20))
+    [ja] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    [jb] = ledger.backend.jobs.claim(["q"], "w", 1, now=at(20))
     assert [
-        r.job_id for r in ledger.backend.job_rescue(now=at(30))
+        r.job_id for r in ledger.backend.jobs.rescue(now=at(30))
     ] == []  # at lease_until: not yet past
-    assert [r.job_id for r in ledger.backend.job_rescue(now=at(31))] == [ja.id]
+    assert [r.job_id for r in ledger.backend.jobs.rescue(now=at(31))] == [ja.id]
     assert ledger.job(jb.id).state is JobState.LEASED
     row = ledger.job(ja.id)
     assert (
@@ -189,38 +189,38 @@ def test_rescue_only_touches_expired_leases(ledger, tasks):
 
 def test_rescue_is_idempotent(ledger, tasks):
     enqueue(ledger, 1)
-    ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    assert len(ledger.backend.job_rescue(now=at(31))) == 1
-    assert ledger.backend.job_rescue(now=at(31)) == []
+    ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    assert len(ledger.backend.jobs.rescue(now=at(31))) == 1
+    assert ledger.backend.jobs.rescue(now=at(31)) == []
 
 
 def test_lease_expiries_count_as_attempts_and_a_poison_pill_dies(ledger, tasks):
     job_id = enqueue(ledger, 1)  # max_attempts=3
     for i in range(3):
-        [job] = ledger.backend.job_claim(["q"], "crashy", 1, now=at(i * 100))
+        [job] = ledger.backend.jobs.claim(["q"], "crashy", 1, now=at(i * 100))
         assert job.attempt == i + 1
-        [rescued] = ledger.backend.job_rescue(now=at(i * 100 + 31))
+        [rescued] = ledger.backend.jobs.rescue(now=at(i * 100 + 31))
     assert rescued.state is JobState.DEAD
     row = ledger.job(job_id)
     assert (
         row.state is JobState.DEAD and row.attempts == 3 and row.last_error_class == "LeaseExpired"
     )
-    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [
+    assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [
         AttemptOutcome.LEASE_EXPIRED
     ] * 3
-    assert ledger.backend.job_claim(["q"], "w", 1, now=at(1000)) == []
+    assert ledger.backend.jobs.claim(["q"], "w", 1, now=at(1000)) == []
 
 
 def test_lease_seconds_can_be_given_at_claim(ledger, tasks):
     enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0, lease_seconds=5)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0, lease_seconds=5)
     assert job.lease_until == at(5)
 
 
 def test_release_gives_the_job_back_without_charging_it(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    assert ledger.backend.job_release([lease_of(job)], now=at(1)) == []
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    assert ledger.backend.jobs.release([lease_of(job)], now=at(1)) == []
     row = ledger.job(job_id)
     assert row.state is JobState.PENDING and row.budget_left == 3
-    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [AttemptOutcome.RELEASED]
+    assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [AttemptOutcome.RELEASED]

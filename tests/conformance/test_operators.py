@@ -12,8 +12,8 @@ from .conftest import T0, at, enqueue, lease_of
 
 def make_dead(ledger, n: int, message: str = "HTTP 400: bad request", now=T0) -> int:
     job_id = enqueue(ledger, n, now=now)
-    [job] = [j for j in ledger.backend.job_claim(["q"], "w", 100, now=now) if j.id == job_id]
-    ledger.backend.job_fail([Failure(lease_of(job), False, None, "HTTP 400", message)], now=now)
+    [job] = [j for j in ledger.backend.jobs.claim(["q"], "w", 100, now=now) if j.id == job_id]
+    ledger.backend.jobs.fail([Failure(lease_of(job), False, None, "HTTP 400", message)], now=now)
     return job_id
 
 
@@ -30,15 +30,15 @@ def test_redrive_gives_a_fresh_budget_and_keeps_history(ledger, tasks):
         and row.attempts == 1
         and row.budget_left == 3
     )
-    [event] = ledger.backend.event_list(job_id)
+    [event] = ledger.backend.history.events(job_id)
     assert (event.kind, event.actor, event.note, event.at) == (
         "redrive",
         "ana",
         "provider fixed the template",
         at(60),
     )
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(60))
-    assert job.attempt == 2 and len(ledger.backend.attempt_list(job_id)) == 2
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=at(60))
+    assert job.attempt == 2 and len(ledger.backend.history.attempts(job_id)) == 2
 
 
 def test_redrive_filters_and_dry_run(ledger, tasks):
@@ -70,9 +70,9 @@ def test_redrive_with_a_rate_reports_progress(ledger, tasks):
 
 def test_redrive_skips_what_is_no_longer_dead(ledger, tasks):
     job_id = make_dead(ledger, 1)
-    assert ledger.backend.job_redrive([job_id], "ana", "first", now=at(1)) == [job_id]
-    assert ledger.backend.job_redrive([job_id], "bob", "second", now=at(2)) == []
-    assert [e.actor for e in ledger.backend.event_list(job_id)] == ["ana"]
+    assert ledger.backend.history.redrive([job_id], "ana", "first", now=at(1)) == [job_id]
+    assert ledger.backend.history.redrive([job_id], "bob", "second", now=at(2)) == []
+    assert [e.actor for e in ledger.backend.history.events(job_id)] == ["ana"]
 
 
 def test_redrive_needs_actor_and_reason(ledger, tasks):
@@ -86,7 +86,7 @@ def test_resolve_dead_to_done_with_a_note(ledger, tasks):
         job_id, actor="ana", note="checked the provider: message was delivered", now=at(9)
     )
     assert row.state is JobState.DONE and row.finished_at == at(9)
-    [event] = ledger.backend.event_list(job_id)
+    [event] = ledger.backend.history.events(job_id)
     assert (event.kind, event.note, event.detail) == (
         "resolve",
         "checked the provider: message was delivered",
@@ -102,10 +102,10 @@ def test_resolve_by_key_to_pending(ledger, tasks):
 
 def test_resolve_refuses_leased_and_done_jobs(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
     with pytest.raises(InvalidTransition, match="leased"):
         ledger.resolve(job_id, actor="ana", note="n")
-    ledger.backend.job_complete([lease_of(job)], now=T0)
+    ledger.backend.jobs.complete([lease_of(job)], now=T0)
     with pytest.raises(InvalidTransition, match="done"):
         ledger.resolve(job_id, actor="ana", note="n")
 
@@ -114,10 +114,10 @@ def test_cancel_pending_only(ledger, tasks):
     job_id = enqueue(ledger, 1)
     row = ledger.cancel(job_id, actor="ana", reason="customer left", now=at(1))
     assert row.state is JobState.CANCELLED
-    assert ledger.backend.job_claim(["q"], "w", 1, now=at(2)) == []
+    assert ledger.backend.jobs.claim(["q"], "w", 1, now=at(2)) == []
     with pytest.raises(InvalidTransition):
         ledger.cancel(job_id, actor="ana", reason="again")
-    assert [e.kind for e in ledger.backend.event_list(job_id)] == ["cancel"]
+    assert [e.kind for e in ledger.backend.history.events(job_id)] == ["cancel"]
     # A mistaken cancel can be undone by a redrive.
     assert ledger.redrive(
         ids=[job_id], where=JobFilter(states=(JobState.CANCELLED,)), actor="ana", reason="undo"
@@ -134,9 +134,11 @@ def test_unknown_job(ledger, tasks):
 def test_history_shows_attempts_events_and_effects(ledger, tasks):
     job_id = make_dead(ledger, 1)
     ledger.redrive(ids=[job_id], actor="ana", reason="retry", now=at(1))
-    [job] = ledger.backend.job_claim(["q"], "w2", 1, now=at(2))
-    ledger.backend.effect_record("q", "k1", "email", lease_of(job), {"message_id": "m1"}, now=at(3))
-    ledger.backend.job_complete([lease_of(job)], now=at(4))
+    [job] = ledger.backend.jobs.claim(["q"], "w2", 1, now=at(2))
+    ledger.backend.effects.record(
+        "q", "k1", "email", lease_of(job), {"message_id": "m1"}, now=at(3)
+    )
+    ledger.backend.jobs.complete([lease_of(job)], now=at(4))
     history = ledger.history(job_id)
     assert history.job.state is JobState.DONE
     assert [(a.attempt, a.worker, a.outcome.value) for a in history.attempts] == [

@@ -22,12 +22,12 @@ DAY = 24 * 3600.0
 def finish(ledger, n: int, *, ok: bool = True, now=T0) -> int:
     """Enqueue job ``k<n>`` and run it to done (or dead) at ``now``, recording an effect."""
     job_id = enqueue(ledger, n, now=now)
-    [job] = [j for j in ledger.backend.job_claim(["q"], "w", 100, now=now) if j.id == job_id]
-    ledger.backend.effect_record("q", job.key, "email", lease_of(job), now=now)
+    [job] = [j for j in ledger.backend.jobs.claim(["q"], "w", 100, now=now) if j.id == job_id]
+    ledger.backend.effects.record("q", job.key, "email", lease_of(job), now=now)
     if ok:
-        ledger.backend.job_complete([lease_of(job)], now=now)
+        ledger.backend.jobs.complete([lease_of(job)], now=now)
     else:
-        ledger.backend.job_fail([Failure(lease_of(job), False, None, "HTTP 400", "no")], now=now)
+        ledger.backend.jobs.fail([Failure(lease_of(job), False, None, "HTTP 400", "no")], now=now)
     return job_id
 
 
@@ -45,10 +45,10 @@ def test_prune_removes_old_finished_jobs_with_their_history(ledger, tasks):
     assert (result.attempts, result.events, result.effects, result.tombstones) == (1, 1, 1, 2)
     left = {j.id for j in ledger.jobs()}
     assert left == {old_dead, old_pending, recent_done}
-    assert ledger.backend.attempt_list(old_done) == []
-    assert ledger.backend.event_list(old_cancelled) == []
-    assert ledger.backend.effect_list("q", "k1") == []
-    assert ledger.backend.effect_list("q", "k5") != []
+    assert ledger.backend.history.attempts(old_done) == []
+    assert ledger.backend.history.events(old_cancelled) == []
+    assert ledger.backend.effects.all("q", "k1") == []
+    assert ledger.backend.effects.all("q", "k5") != []
 
 
 def test_dead_jobs_are_pruned_only_when_asked(ledger, tasks):
@@ -122,7 +122,7 @@ def test_the_key_is_free_again_after_the_horizon(ledger, tasks):
     assert ledger.enqueue("work", {"n": 1}, key="k1", now=at(10 * DAY + 1)).created
     # A later prune deletes the expired tombstone.
     assert ledger.prune(DAY, now=at(10 * DAY + 2)).expired_tombstones == 1
-    assert ledger.backend.tombstone_find("k1") == []
+    assert ledger.backend.history.tombstones("k1") == []
 
 
 def test_without_keep_keys_the_key_is_free_at_once(ledger, tasks):
@@ -137,11 +137,11 @@ def test_a_key_pruned_again_gets_a_fresh_tombstone(ledger, tasks):
     ledger.prune(DAY, keep_keys=2.5 * DAY, now=at(2 * DAY))
     # The horizon passed; the tombstone is still in the table until a prune deletes it.
     second = ledger.enqueue("work", {"n": 1}, key="k1", now=at(3 * DAY)).id
-    assert len(ledger.backend.tombstone_find("k1")) == 1
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(3 * DAY))
-    ledger.backend.job_complete([lease_of(job)], now=at(3 * DAY))
+    assert len(ledger.backend.history.tombstones("k1")) == 1
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=at(3 * DAY))
+    ledger.backend.jobs.complete([lease_of(job)], now=at(3 * DAY))
     ledger.prune(DAY, keep_keys=3 * DAY, now=at(5 * DAY))
-    [tomb] = ledger.backend.tombstone_find("k1")
+    [tomb] = ledger.backend.history.tombstones("k1")
     assert tomb.job_id == second and tomb.expires_at == at(6 * DAY)
 
 
@@ -238,7 +238,7 @@ def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(ledger, tasks):
     backend = ledger.backend
     windows, after = [], 0
     while after is not None:
-        result, after = backend.job_prune(
+        result, after = backend.history.prune(
             at(5 * DAY), [JobState.DONE], None, limit=2, after_id=after, now=at(5 * DAY)
         )
         windows.append((result.jobs, after))
@@ -250,7 +250,7 @@ def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(ledger, tasks):
 
 def test_the_prune_window_reads_the_primary_key(ledger, tasks):
     backend = ledger.backend
-    text = backend._sql["job_prune_window"].replace("{limit}", "1000")
+    text = backend.db.sql["job_prune_window"].replace("{limit}", "1000")
     with backend.transaction() as conn:
         if backend.dialect == "sqlite":
             plan = " ".join(
@@ -268,7 +268,7 @@ def test_prune_keeps_jobs_within_their_queues_retention(ledger, tasks):
     API): prune never takes its jobs earlier, whatever --older-than says."""
     from jobledger._records import QueueSettings
 
-    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
+    ledger.backend.api.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
     kept = finish(ledger, 1)
     other = finish(ledger, 2, now=T0)
     result = ledger.prune(timedelta(days=30), now=at(31 * DAY))
@@ -280,11 +280,11 @@ def test_prune_keeps_jobs_within_their_queues_retention(ledger, tasks):
 def test_prune_deletes_the_publish_record_with_its_job(ledger, tasks):
     from jobledger._records import NewJob, PublishItem, QueueSettings
 
-    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    ledger.backend.api.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
     job = NewJob("q", "pub-1", "work", encode_payload({"n": 1}), 0, T0, 3, 30.0)
-    [outcome] = ledger.backend.job_publish([PublishItem(job, "fingerprint-1")], now=T0)
-    [claimed] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    ledger.backend.job_complete([lease_of(claimed)], now=T0)
+    [outcome] = ledger.backend.jobs.publish([PublishItem(job, "fingerprint-1")], now=T0)
+    [claimed] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    ledger.backend.jobs.complete([lease_of(claimed)], now=T0)
     assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
     with ledger.backend.transaction() as conn:
         table = "jobledger_publish_requests"
@@ -298,13 +298,13 @@ def test_publishing_a_pruned_key_replays_or_conflicts(ledger, tasks):
     """The HTTP publish path honours tombstones like enqueue: no second job for a pruned key."""
     from jobledger._records import NewJob, PublishItem, QueueSettings
 
-    ledger.backend.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    ledger.backend.api.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
     job_id = finish(ledger, 1)  # key k1, task "work", payload {"n": 1}
     assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
 
     def publish(payload):
         job = NewJob("q", "k1", "work", encode_payload(payload), 0, None, 3, 30.0)
-        [outcome] = ledger.backend.job_publish([PublishItem(job, "fp")], now=at(3 * DAY))
+        [outcome] = ledger.backend.jobs.publish([PublishItem(job, "fp")], now=at(3 * DAY))
         return outcome
 
     again = publish({"n": 1})

@@ -14,8 +14,8 @@ from .conftest import T0, at, enqueue, lease_of
 
 def test_transient_failure_goes_back_to_pending_at_its_run_time(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    [result] = ledger.backend.job_fail(
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    [result] = ledger.backend.jobs.fail(
         [Failure(lease_of(job), True, at(10), "TimeoutError", "slow", "Traceback…")], now=at(1)
     )
     assert result.state is JobState.PENDING
@@ -27,20 +27,20 @@ def test_transient_failure_goes_back_to_pending_at_its_run_time(ledger, tasks):
         "TimeoutError",
         "Traceback…",
     )
-    [attempt] = ledger.backend.attempt_list(job_id)
+    [attempt] = ledger.backend.history.attempts(job_id)
     assert (attempt.outcome, attempt.error_class, attempt.error_message) == (
         AttemptOutcome.RETRY,
         "TimeoutError",
         "slow",
     )
-    assert ledger.backend.job_claim(["q"], "w", 1, now=at(9)) == []
-    assert len(ledger.backend.job_claim(["q"], "w", 1, now=at(10))) == 1
+    assert ledger.backend.jobs.claim(["q"], "w", 1, now=at(9)) == []
+    assert len(ledger.backend.jobs.claim(["q"], "w", 1, now=at(10))) == 1
 
 
 def test_permanent_failure_is_dead_at_once(ledger, tasks):
     job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.job_claim(["q"], "w", 1, now=T0)
-    [result] = ledger.backend.job_fail(
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    [result] = ledger.backend.jobs.fail(
         [Failure(lease_of(job), False, None, "Permanent", "bad address")], now=at(1)
     )
     assert result.state is JobState.DEAD
@@ -52,13 +52,13 @@ def test_spent_budget_is_dead(ledger, tasks):
     job_id = enqueue(ledger, 1)
     states = []
     for i in range(3):
-        [job] = ledger.backend.job_claim(["q"], "w", 1, now=at(i))
-        [result] = ledger.backend.job_fail(
+        [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=at(i))
+        [result] = ledger.backend.jobs.fail(
             [Failure(lease_of(job), True, at(i), "E", f"fail {i}")], now=at(i)
         )
         states.append(result.state)
     assert states == [JobState.PENDING, JobState.PENDING, JobState.DEAD]
-    assert [a.outcome for a in ledger.backend.attempt_list(job_id)] == [
+    assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [
         AttemptOutcome.RETRY,
         AttemptOutcome.RETRY,
         AttemptOutcome.DEAD,
@@ -136,7 +136,7 @@ def test_429_three_times_then_400_is_dead_after_three_backoffs(ledger):
     row = ledger.job(job_id)
     assert row.state is JobState.DEAD and row.attempts == 4 and row.last_error_class == "HTTP 400"
     assert run_ats[0] == 7 and 0 <= run_ats[1] <= 4 and run_ats[2] == 30
-    outcomes = [a.outcome for a in ledger.backend.attempt_list(job_id)]
+    outcomes = [a.outcome for a in ledger.backend.history.attempts(job_id)]
     assert outcomes == [AttemptOutcome.RETRY] * 3 + [AttemptOutcome.DEAD]
 
 

@@ -117,6 +117,7 @@ def test_failover_loses_no_acknowledged_work_and_rescues_leases_held_across_it(
                 lambda: counts(ledger).get("done", 0) >= 40,
                 timeout=60,
                 what="work under way before the failover",
+                progress=lambda: counts(ledger).get("done", 0),
             )
             harness.fault("primary_killed", target=f"127.0.0.1:{pair.primary.port}")
             doomed.kill()
@@ -129,15 +130,21 @@ def test_failover_loses_no_acknowledged_work_and_rescues_leases_held_across_it(
             pair.standby.promote()
             harness.fault("promoted", target=f"127.0.0.1:{pair.standby.port}")
 
-            def resumed() -> bool:
+            def resumed() -> set[str]:
                 records, _ = load([history])
                 return {
                     r["worker"]
                     for r in records
                     if r["event"] == "complete" and r["t"] > promoted_at
-                } >= {"w1:1", "w2:2"}
+                }
 
-            wait_until(resumed, timeout=90, interval=0.5, what="both survivors to work again")
+            wait_until(
+                lambda: resumed() >= {"w1:1", "w2:2"},
+                timeout=90,
+                interval=0.5,
+                what="both survivors to work again",
+                progress=lambda: len(resumed()),
+            )
         finally:
             stop.set()
             feeder.join()
@@ -145,9 +152,10 @@ def test_failover_loses_no_acknowledged_work_and_rescues_leases_held_across_it(
         (tmp_path / "g0").touch()
         wait_until(
             lambda: not counts(ledger).get("pending") and not counts(ledger).get("leased"),
-            timeout=120,
+            timeout=60,
             interval=0.2,
             what="every job to finish",
+            progress=lambda: counts(ledger).get("done", 0),
         )
         for worker in survivors:
             assert worker.stop() == 0, worker.log()

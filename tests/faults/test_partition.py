@@ -117,10 +117,15 @@ def test_host_cut_off_mid_lease_is_fenced_when_it_comes_back(
     assert {e.detail["attempt"] for e in lost} == {1}
     # Work goes on on both hosts once healed.
     more = [enqueue(ledger, harness, "send", {"n": n}, key=f"after:{n}") for n in range(10)]
+
+    def more_done() -> int:
+        return sum(ledger.job(j.id).state is JobState.DONE for j in more)
+
     wait_until(
-        lambda: all(ledger.job(j.id).state is JobState.DONE for j in more),
+        lambda: more_done() == len(more),
         timeout=60,
         what="jobs enqueued after the heal to finish",
+        progress=more_done,
     )
     for worker in (h1, h2):
         assert worker.stop() == 0, worker.log()
@@ -186,6 +191,7 @@ def test_database_cut_off_from_every_host_longer_than_a_lease(
             lambda: counts(ledger).get("done", 0) >= 30 and counts(ledger).get("leased", 0) > 0,
             timeout=60,
             what="work under way on the hosts",
+            progress=lambda: counts(ledger).get("done", 0),
         )
         with network.partitioned(hosts, port=server.port):
             harness.fault("partition", "start", target=hosts, between="every host and the database")
@@ -203,23 +209,30 @@ def test_database_cut_off_from_every_host_longer_than_a_lease(
         healed_at = time.time()
         assert leased_at_cut > 0 and cut_for > LEASE
 
-        def resumed() -> bool:
+        def resumed() -> set[str]:
             records, _ = load([history])
             return {
                 r["worker"].split(":")[0]
                 for r in records
                 if r["event"] == "complete" and r["t"] > healed_at
-            } == set(hosts)
+            }
 
-        wait_until(resumed, timeout=90, interval=0.5, what="every host to complete work again")
+        wait_until(
+            lambda: resumed() == set(hosts),
+            timeout=90,
+            interval=0.5,
+            what="every host to complete work again",
+            progress=lambda: len(resumed()),
+        )
     finally:
         stop.set()
         feeder.join()
     wait_until(
         lambda: not counts(ledger).get("pending") and not counts(ledger).get("leased"),
-        timeout=120,
+        timeout=60,
         interval=0.2,
         what="every job to finish",
+        progress=lambda: counts(ledger).get("done", 0),
     )
     for worker in workers:
         assert worker.stop() == 0, worker.log()

@@ -13,7 +13,7 @@ import pytest
 
 from jobledger import JobState, Ledger
 
-from ..support.processes import wait_exit, wait_until, worker_process
+from ..support.processes import terminate, wait_exit, wait_until, worker_process
 
 pytestmark = pytest.mark.slow
 
@@ -60,8 +60,7 @@ def workers(db_url: str, count: int, *args: str, env: dict[str, str]):
 
 def stop(procs) -> None:
     for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
+        terminate(proc)
     for proc in procs:
         code, _, err = wait_exit(proc, 60)
         assert code == 0, err
@@ -96,7 +95,7 @@ def claims(ledger: Ledger) -> list[tuple[str, float, str | None, int, str | None
     """Every attempt: (worker, claimed at, group, job id, outcome, finished at), by claim time."""
     rows = []
     for job in ledger.jobs():
-        for a in ledger.backend.attempt_list(job.id):
+        for a in ledger.backend.history.attempts(job.id):
             finished = a.finished_at.timestamp() if a.finished_at else None
             rows.append(
                 (a.worker, a.started_at.timestamp(), job.group, job.id, a.outcome, finished)
@@ -121,7 +120,13 @@ def test_the_leased_limit_and_the_rate_hold_across_worker_processes(tenants, db_
     env = {"TENANT_EVENTS": str(log), "TENANT_HANDLER_SECONDS": "0.02"}
     procs = workers(db_url, 3, "--concurrency", "4", env=env)
     try:
-        wait_until(lambda: done(tenants) == 100, 120, interval=0.1, what="every job done")
+        wait_until(
+            lambda: done(tenants) == 100,
+            60,
+            interval=0.1,
+            what="every job done",
+            progress=lambda: done(tenants),
+        )
     finally:
         stop(procs)
     peaks = {tenant: most_at_once(changes) for tenant, changes in events(log).items()}
@@ -135,7 +140,13 @@ def test_the_leased_limit_and_the_rate_hold_across_worker_processes(tenants, db_
     enqueue(tenants, "other", 12)
     procs = workers(db_url, 3, "--concurrency", "4", env={})
     try:
-        wait_until(lambda: done(tenants, "paced") == 12, 60, interval=0.1, what="the paced jobs")
+        wait_until(
+            lambda: done(tenants, "paced") == 12,
+            30,
+            interval=0.1,
+            what="the paced jobs",
+            progress=lambda: done(tenants, "paced"),
+        )
     finally:
         stop(procs)
     starts = [c[1] for c in claims(tenants) if c[2] == "paced"]
@@ -163,7 +174,12 @@ def test_one_tenant_floods_one_is_throttled_and_every_other_tenant_starts_within
     procs = workers(db_url, 2, "--concurrency", "4", env=env)
     rounds: list[tuple[float, list[str]]] = []
     try:
-        wait_until(lambda: done(tenants, flood) >= 200, 60, what="the flood under way")
+        wait_until(
+            lambda: done(tenants, flood) >= 200,
+            60,
+            what="the flood under way",
+            progress=lambda: done(tenants, flood),
+        )
         for r in range(3):
             cold = [f"t{r}-{i}" for i in range(6)]
             for tenant in cold:
@@ -173,6 +189,7 @@ def test_one_tenant_floods_one_is_throttled_and_every_other_tenant_starts_within
                 lambda cold=cold: all(done(tenants, t) == 2 for t in cold),
                 60,
                 what=f"round {r}'s tenants done",
+                progress=lambda cold=cold: sum(done(tenants, t) for t in cold),
             )
         assert done(tenants, flood) < 5000, "the flood must still be flooding"
     finally:

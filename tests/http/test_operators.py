@@ -86,7 +86,7 @@ def test_redrive_with_filters_dry_run_actor_and_reason(api):
     for message_id in template:
         job = api.ledger.job(int(message_id))
         assert job.state is JobState.PENDING and job.budget_left == 10
-        [event] = api.ledger.backend.event_list(job.id)
+        [event] = api.ledger.backend.history.events(job.id)
         assert event.kind == "redrive" and event.note == "template fixed"
         assert event.actor.startswith("ana via apikey:")
     assert api.ledger.job(int(auth)).state is JobState.DEAD

@@ -9,7 +9,6 @@ import select
 import shutil
 import socket
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from jobledger._services.keys import create_api_key
 
 from ..support.http import ServeProcess
 from ..support.processes import ROOT, wait_until
+from ..support.waiting import run
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def prepared(db_url):
     """A migrated database with queue ``q`` and an admin key."""
     ledger = Ledger(db_url)
     ledger.migrate()
-    ledger.backend.queue_put(QueueSettings("q", max_attempts=3))
+    ledger.backend.api.queue_put(QueueSettings("q", max_attempts=3))
     key, _ = create_api_key(ledger.backend, "admin", ["admin"])
     try:
         yield ledger, key
@@ -101,8 +101,13 @@ def test_two_servers_publishing_one_key_at_once_make_one_job(db_url, prepared, s
     threads = [threading.Thread(target=go, args=(n,)) for n in range(4)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(60)
+    wait_until(
+        lambda: not any(t.is_alive() for t in threads),
+        30,
+        interval=0.05,
+        what="the publishers",
+        progress=lambda: len(answers),
+    )
     assert len(answers) == 40
     for k in keys:
         codes = sorted(r.status_code for kk, r in answers if kk == k)
@@ -154,7 +159,7 @@ def test_a_key_in_flight_in_another_server_process(db_url, prepared, servers, ba
         wait_until(lambda: _sqlite_write_locked(ledger.url.path), what="the write lock")
         second = publish(fast.url, key, body, "k")
         assert second.status_code == 200, second.text
-    thread.join(30)
+    wait_until(lambda: not thread.is_alive(), 30, interval=0.05, what="the first publish")
     assert first["r"].status_code == 201
     retry = publish(fast.url, key, body, "k")
     assert retry.status_code == 200 and retry.json() == first["r"].json()
@@ -169,16 +174,15 @@ def test_a_consumer_in_another_process_pulls_acks_and_nacks(db_url, prepared, se
         assert publish(server.url, key, {"queue": "q", "payload": {"do": do}}, k).status_code == 201
     consumer_key, _ = create_api_key(ledger.backend, "consumer", ["consume:q"])
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = subprocess.run(
+    consumer = run(
         [sys.executable, "-m", "tests.apps.http_consumer", server.url, consumer_key, "q", "5"],
         cwd=ROOT,
         env=env,
-        capture_output=True,
         text=True,
         timeout=90,
     )
-    assert run.returncode == 0, run.stderr
-    summary = json.loads(run.stdout)
+    assert consumer.returncode == 0, consumer.stderr
+    summary = json.loads(consumer.stdout)
     assert summary["finished"] == {"a": "done", "b": "done", "c": "dead", "d": "done", "e": "done"}
     assert summary["deliveries"] == 7
     states = {j.key: (j.state, j.attempts) for j in ledger.jobs()}
@@ -190,7 +194,7 @@ def test_a_consumer_in_another_process_pulls_acks_and_nacks(db_url, prepared, se
         "e": (JobState.DONE, 2),
     }
     [b] = [j for j in ledger.jobs() if j.key == "b"]
-    attempts = ledger.backend.attempt_list(b.id)
+    attempts = ledger.backend.history.attempts(b.id)
     assert [a.outcome.value for a in attempts] == ["retry", "done"]
     assert all(a.worker.endswith(":py-proc") for a in attempts)
 
@@ -205,7 +209,7 @@ def test_a_client_in_another_language(db_url, prepared, servers):
         ledger.backend, "js-publisher", ["publish:js-orders"], rate_per_second=2, burst=2
     )
     consumer, _ = create_api_key(ledger.backend, "js-consumer", ["consume:js-orders"])
-    run = subprocess.run(
+    client = run(
         [
             "node",
             str(ROOT / "tests" / "clients" / "flow.mjs"),
@@ -214,12 +218,11 @@ def test_a_client_in_another_language(db_url, prepared, servers):
             publisher,
             consumer,
         ],
-        capture_output=True,
         text=True,
         timeout=120,
     )
-    assert run.returncode == 0, run.stderr + run.stdout
-    stats = json.loads(run.stdout.strip().splitlines()[-1])
+    assert client.returncode == 0, client.stderr + client.stdout
+    stats = json.loads(client.stdout.strip().splitlines()[-1])
     assert stats["rateLimited"] >= 1 and stats["replayed"]
     jobs = {j.key: j for j in ledger.jobs() if j.queue == "js-orders"}
     assert sorted(jobs) == [f"order-{n}" for n in range(1, 6)]
@@ -227,9 +230,9 @@ def test_a_client_in_another_language(db_url, prepared, servers):
     assert jobs["order-3"].attempts == 2
     dead_one = jobs["order-4"]
     assert stats["redriven"] == [str(dead_one.id)]
-    [event] = ledger.backend.event_list(dead_one.id)
+    [event] = ledger.backend.history.events(dead_one.id)
     assert event.kind == "redrive" and event.actor.startswith("node-operator via apikey:")
-    outcomes = [a.outcome.value for a in ledger.backend.attempt_list(dead_one.id)]
+    outcomes = [a.outcome.value for a in ledger.backend.history.attempts(dead_one.id)]
     assert outcomes == ["dead", "done"]
 
 
@@ -304,7 +307,7 @@ def test_keys_never_appear_in_logs(db_url, prepared, servers):
     ledger, admin = prepared
     server = servers(db_url, "--log-level", "debug")
     revoked, record = create_api_key(ledger.backend, "old", ["admin"])
-    ledger.backend.apikey_revoke(record.id)
+    ledger.backend.api.key_revoke(record.id)
     unknown = "jlk_0123456789_" + "x" * 43
     with httpx.Client(base_url=server.url, timeout=30) as client:
         for secret in (admin, revoked, unknown):

@@ -74,7 +74,7 @@ def test_invalid_queue_settings_are_422(api):
         {"unknown": 1},
     ):
         assert_problem(api.admin.put("/v1/queues/q", json=settings), 422, "validation-failed")
-    assert api.ledger.backend.queue_list() == []
+    assert api.ledger.backend.api.queues() == []
 
 
 def test_queue_names_are_checked(api):
@@ -126,8 +126,8 @@ def test_a_revoked_key_stops_working(api):
     key = api.key("publish:q")
     client = api.client(key)
     assert publish(client, {"queue": "q", "payload": {}}).status_code == 201
-    record = api.ledger.backend.apikey_get(digest(key))
-    api.ledger.backend.apikey_revoke(record.id)
+    record = api.ledger.backend.api.key_get(digest(key))
+    api.ledger.backend.api.key_revoke(record.id)
     assert_problem(publish(client, {"queue": "q", "payload": {}}), 401, "unauthorized")
 
 
@@ -245,12 +245,12 @@ def test_an_unavailable_database_is_503_and_a_bug_is_500(api, monkeypatch, caplo
     def bug(*args, **kwargs):
         raise RuntimeError("a bug with a secret in its message")
 
-    monkeypatch.setattr(backend, "queue_get", down)
+    monkeypatch.setattr(backend.api, "queue_get", down)
     problem = assert_problem(publish(api.admin, {"queue": "q", "payload": {}}), 503, "unavailable")
     assert "postgresql://" not in problem["detail"]
     monkeypatch.setattr(backend, "schema_version", down)
     assert_problem(api.client(None).get("/healthz"), 503, "unavailable")
-    monkeypatch.setattr(backend, "queue_get", bug)
+    monkeypatch.setattr(backend.api, "queue_get", bug)
     problem = assert_problem(
         publish(api.admin, {"queue": "q", "payload": {}}), 500, "internal-error"
     )

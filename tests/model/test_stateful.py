@@ -88,7 +88,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(limit=st.integers(1, 3))
     def claim(self, limit: int) -> None:
-        claimed = self.backend.job_claim([self.queue], "w", limit, now=when(self.now))
+        claimed = self.backend.jobs.claim([self.queue], "w", limit, now=when(self.now))
         tokens = {j.id: j.lease_token for j in claimed}
         expected = self.model.claim(self.now, limit, tokens)
         assert [j.id for j in claimed] == expected
@@ -103,7 +103,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.claim(1)
         fresh = [leases[-1] for leases in self.leases.values() if leases[-1].token not in before]
         for lease in fresh:
-            [result] = self.backend.job_fail(
+            [result] = self.backend.jobs.fail(
                 [Failure(lease, retry, when(self.now + delay), "E", "x")], now=when(self.now)
             )
             expected = self.model.fail(lease.job_id, lease.token, retry, self.now + delay)
@@ -120,21 +120,21 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 10), stale=STALE)
     def heartbeat(self, i: int, stale: bool) -> None:
         lease = self._pick(i, stale)
-        held = self.backend.job_heartbeat([lease], now=when(self.now))
+        held = self.backend.jobs.heartbeat([lease], now=when(self.now))
         assert (lease.job_id in held) == self.model.heartbeat(lease.job_id, lease.token, self.now)
 
     @precondition(lambda self: bool(self.leases))
     @rule(i=st.integers(0, 10), stale=STALE)
     def complete(self, i: int, stale: bool) -> None:
         lease = self._pick(i, stale)
-        refused = self.backend.job_complete([lease], now=when(self.now))
+        refused = self.backend.jobs.complete([lease], now=when(self.now))
         assert (refused == []) == self.model.complete(lease.job_id, lease.token)
 
     @precondition(lambda self: bool(self.leases))
     @rule(i=st.integers(0, 10), stale=STALE, retry=st.booleans(), delay=st.sampled_from([0, 20]))
     def fail(self, i: int, stale: bool, retry: bool, delay: int) -> None:
         lease = self._pick(i, stale)
-        [result] = self.backend.job_fail(
+        [result] = self.backend.jobs.fail(
             [Failure(lease, retry, when(self.now + delay), "E", "boom")], now=when(self.now)
         )
         expected = self.model.fail(lease.job_id, lease.token, retry, self.now + delay)
@@ -144,12 +144,12 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 10), stale=STALE)
     def release(self, i: int, stale: bool) -> None:
         lease = self._pick(i, stale)
-        refused = self.backend.job_release([lease], now=when(self.now))
+        refused = self.backend.jobs.release([lease], now=when(self.now))
         assert (refused == []) == self.model.release(lease.job_id, lease.token)
 
     @rule()
     def rescue(self) -> None:
-        rescued = self.backend.job_rescue(now=when(self.now))
+        rescued = self.backend.jobs.rescue(now=when(self.now))
         mine = {r.job_id: r.state.value for r in rescued if r.queue == self.queue}
         assert mine == self.model.rescue(self.now)
 
@@ -157,7 +157,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 10))
     def redrive(self, i: int) -> None:
         job_id = sorted(self.model.jobs)[i % len(self.model.jobs)]
-        moved = self.backend.job_redrive([job_id], "op", "model", now=when(self.now))
+        moved = self.backend.history.redrive([job_id], "op", "model", now=when(self.now))
         assert (moved == [job_id]) == self.model.redrive(job_id, self.now)
 
     @precondition(lambda self: bool(self.model.jobs))
@@ -165,7 +165,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def resolve(self, i: int, to: str) -> None:
         job_id = sorted(self.model.jobs)[i % len(self.model.jobs)]
         try:
-            self.backend.job_resolve(job_id, to, "op", "model", now=when(self.now))
+            self.backend.history.resolve(job_id, to, "op", "model", now=when(self.now))
             ok = True
         except InvalidTransition:
             ok = False
@@ -176,7 +176,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def cancel(self, i: int) -> None:
         job_id = sorted(self.model.jobs)[i % len(self.model.jobs)]
         try:
-            self.backend.job_cancel(job_id, "op", "model", now=when(self.now))
+            self.backend.history.cancel(job_id, "op", "model", now=when(self.now))
             ok = True
         except InvalidTransition:
             ok = False
@@ -188,7 +188,7 @@ class LedgerMachine(RuleBasedStateMachine):
     def backend_agrees_with_model(self) -> None:
         if not hasattr(self, "model"):
             return
-        rows = {j.id: j for j in self.backend.job_list(JobFilter(queue=self.queue))}
+        rows = {j.id: j for j in self.backend.history.find(JobFilter(queue=self.queue))}
         assert set(rows) == set(self.model.jobs)
         for job_id, expected in self.model.jobs.items():
             row = rows[job_id]
@@ -213,7 +213,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 expected.token,
             )
             assert actual == wanted, f"job {job_id}"
-            attempts = self.backend.attempt_list(job_id)
+            attempts = self.backend.history.attempts(job_id)
             assert [a.lease_token for a in attempts] == expected.tokens
             assert [
                 None if a.outcome is None else a.outcome.value for a in attempts

@@ -26,22 +26,22 @@ def _ledger_with_jobs(ledger: Ledger) -> None:
 def test_queue_depths_count_live_states_and_the_oldest_due_job(ledger):
     _ledger_with_jobs(ledger)
     backend = ledger.backend
-    [first, second] = backend.job_claim(["a"], "w1", 2, now=T0)  # the two oldest due of "a"
+    [first, second] = backend.jobs.claim(["a"], "w1", 2, now=T0)  # the two oldest due of "a"
     assert {first.key, second.key} == {"due-4", "due-3"}
     lease = Lease(second.id, second.lease_token, second.attempt)
     failure = Failure(lease, retry=False, run_at=None, error_class="Permanent", message="no")
-    backend.job_fail([failure], now=T0)
+    backend.jobs.fail([failure], now=T0)
     later = T0 + timedelta(seconds=first.lease_seconds + 1)  # first's lease has expired by then
-    depths = {d.queue: d for d in backend.queue_depths(now=later)}
+    depths = {d.queue: d for d in backend.stats.depths(now=later)}
     a, b = depths["a"], depths["b"]
     assert (a.pending, a.due, a.leased, a.expired_leases, a.dead) == (4, 3, 1, 1, 1)
     # The oldest due pending job of "a" is due-2, due 180 s before T0.
     assert abs(a.oldest_due_pending_seconds - (180 + first.lease_seconds + 1)) < 1e-3
     assert (b.pending, b.due, b.leased, b.dead) == (1, 1, 0, 0)
-    assert backend.queue_finished_counts() == {}
+    assert backend.stats.finished_counts() == {}
     ledger.run_worker(["b"], burst=True, handle_signals=False)
-    assert backend.queue_finished_counts() == {"b": {"done": 1}}
-    assert "b" not in {d.queue for d in backend.queue_depths()}
+    assert backend.stats.finished_counts() == {"b": {"done": 1}}
+    assert "b" not in {d.queue for d in backend.stats.depths()}
 
 
 def test_minute_stats_add_up_across_writers(ledger):
@@ -59,34 +59,36 @@ def test_minute_stats_add_up_across_writers(ledger):
         run_max=0.2,
     )
     other = MinuteStats(T0, "a", "t", claimed=1, wait_sum=3.0, wait_max=3.0, dead=1)
-    backend.minute_stats_add([row])
-    backend.minute_stats_add([other, MinuteStats(T0 + timedelta(minutes=1), "a", "t", done=4)])
-    backend.minute_stats_add([MinuteStats(T0 - timedelta(days=3), "a", "t", done=9)])
-    rows = backend.minute_stats_list(T0)
+    backend.stats.minutes_add([row])
+    backend.stats.minutes_add([other, MinuteStats(T0 + timedelta(minutes=1), "a", "t", done=4)])
+    backend.stats.minutes_add([MinuteStats(T0 - timedelta(days=3), "a", "t", done=9)])
+    rows = backend.stats.minutes(T0)
     assert [
         (r.minute, r.claimed, r.wait_sum, r.wait_max, r.done, r.dead, r.run_count) for r in rows
     ] == [
         (T0, 3, 4.5, 3.0, 1, 1, 1),
         (T0 + timedelta(minutes=1), 0, 0.0, 0.0, 4, 0, 0),
     ]
-    assert backend.minute_stats_prune(T0 - timedelta(days=2)) == 1
-    assert len(backend.minute_stats_list(T0 - timedelta(days=10))) == 2
+    assert backend.stats.minutes_prune(T0 - timedelta(days=2)) == 1
+    assert len(backend.stats.minutes(T0 - timedelta(days=10))) == 2
 
 
 def test_sessions_expire_and_follow_their_key(ledger):
     backend = ledger.backend
     key, record = create_api_key(backend, "ops", ["read"])
-    expires = backend.session_insert(digest("token-1"), record.id, 60, now=T0)
+    expires = backend.api.session_insert(digest("token-1"), record.id, 60, now=T0)
     assert expires == T0 + timedelta(seconds=60)
-    assert backend.session_get(digest("token-1"), now=T0 + timedelta(seconds=59)).id == record.id
-    assert backend.session_get(digest("token-1"), now=T0 + timedelta(seconds=61)) is None
-    assert backend.session_get(digest("other"), now=T0) is None
-    backend.session_insert(digest("token-2"), record.id, 3600, now=T0)
-    backend.apikey_revoke(record.id)
-    assert backend.session_get(digest("token-2"), now=T0).revoked  # the caller refuses it
-    assert backend.session_prune(now=T0 + timedelta(seconds=120)) == 1
-    backend.session_delete(digest("token-2"))
-    assert backend.session_get(digest("token-2"), now=T0) is None
+    assert (
+        backend.api.session_get(digest("token-1"), now=T0 + timedelta(seconds=59)).id == record.id
+    )
+    assert backend.api.session_get(digest("token-1"), now=T0 + timedelta(seconds=61)) is None
+    assert backend.api.session_get(digest("other"), now=T0) is None
+    backend.api.session_insert(digest("token-2"), record.id, 3600, now=T0)
+    backend.api.key_revoke(record.id)
+    assert backend.api.session_get(digest("token-2"), now=T0).revoked  # the caller refuses it
+    assert backend.api.session_prune(now=T0 + timedelta(seconds=120)) == 1
+    backend.api.session_delete(digest("token-2"))
+    assert backend.api.session_get(digest("token-2"), now=T0) is None
 
 
 def test_postgres_queue_depths_never_scan_the_jobs_table(pg):
@@ -110,11 +112,11 @@ def test_postgres_queue_depths_never_scan_the_jobs_table(pg):
                 " now(), now() FROM generate_series(1, 50) AS i"
             )
             conn.execute(f"ANALYZE {table}")
-            sql = ledger.backend._sql["queue_depths"]
+            sql = ledger.backend.db.sql["queue_depths"]
             plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, {"now": None}))
         assert "Seq Scan on jobledger_jobs" not in plan, plan
         assert "jobledger_jobs_due" in plan, plan
-        assert ledger.backend.queue_depths()[0].pending == 10
+        assert ledger.backend.stats.depths()[0].pending == 10
         ledger.close()
     finally:
         pg.drop_schema(schema)
@@ -126,7 +128,9 @@ def test_sqlite_queue_depths_read_only_the_partial_indexes(tmp_path):
     backend = ledger.backend
     plan = [
         row[3]
-        for row in backend._read("EXPLAIN QUERY PLAN " + backend._sql["queue_depths"], {"now": 0})
+        for row in backend.db.read(
+            "EXPLAIN QUERY PLAN " + backend.db.sql["queue_depths"], {"now": 0}
+        )
     ]
     scans = [step for step in plan if step.startswith("SCAN jobledger_jobs")]
     assert scans == [

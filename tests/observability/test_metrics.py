@@ -33,7 +33,7 @@ def _run_story(ledger) -> None:
     ledger.enqueue_many(send, [{"payload": {"n": n}, "key": f"k{n}"} for n in range(7)])
     # A worker that claimed k-ghost and vanished: its lease expires, a rescuer returns it.
     ledger.enqueue(send, {"n": 7}, key="ghost")
-    ghost = ledger.backend.job_claim(["mail"], "ghost-worker", 1)
+    ghost = ledger.backend.jobs.claim(["mail"], "ghost-worker", 1)
     assert [j.key for j in ghost] == ["k0"]
     later = datetime.now(UTC) + timedelta(minutes=5)  # every lease has expired by then
     ledger.run_worker(["mail"], burst=True, handle_signals=False, clock=lambda: later)
@@ -117,29 +117,29 @@ def test_public_metrics_need_no_key(ledger):
 
 
 def test_scraping_often_reads_the_database_once_per_snapshot(ledger, monkeypatch):
-    backend = ledger.backend
-    calls = {"queue_depths": 0, "queue_finished_counts": 0}
+    stats = ledger.backend.stats
+    calls = {"depths": 0, "finished_counts": 0}
     for name in calls:
-        original = getattr(backend, name)
+        original = getattr(stats, name)
 
         def counted(*args, _name=name, _original=original, **kwargs):
             calls[_name] += 1
             return _original(*args, **kwargs)
 
-        monkeypatch.setattr(backend, name, counted)
+        monkeypatch.setattr(stats, name, counted)
     with api_server(ledger, ServerSettings(snapshot_seconds=3600)) as api:
         reader = api.client(api.key("read"))
         for _ in range(20):
             assert reader.get("/metrics").status_code == 200
             assert reader.get("/").status_code in (200, 303)
-        assert calls == {"queue_depths": 1, "queue_finished_counts": 1}
+        assert calls == {"depths": 1, "finished_counts": 1}
         assert observe(api.server.state).snapshots.reads == 1
 
 
 def test_finished_jobs_are_counted_as_often_as_it_is_cheap(ledger, monkeypatch):
     clock = [1000.0]
     cache = SnapshotCache(ledger, live_seconds=1, finished_seconds=300, monotonic=lambda: clock[0])
-    original = ledger.backend.queue_finished_counts
+    original = ledger.backend.stats.finished_counts
     counts = []
 
     def slow_count():
@@ -147,7 +147,7 @@ def test_finished_jobs_are_counted_as_often_as_it_is_cheap(ledger, monkeypatch):
         clock[0] += 2.0  # this count "took" 2 s: repeat it after 200 s at the earliest
         return original()
 
-    monkeypatch.setattr(ledger.backend, "queue_finished_counts", slow_count)
+    monkeypatch.setattr(ledger.backend.stats, "finished_counts", slow_count)
     cache.get()
     for step in (10, 100, 150):
         clock[0] = 1002.0 + step
@@ -173,7 +173,7 @@ def test_a_failing_database_reads_as_down_and_keeps_the_last_figures(ledger, mon
     def down(*args, **kwargs):
         raise BackendUnavailable("PostgreSQL at … is unavailable: connection refused")
 
-    monkeypatch.setattr(ledger.backend, "queue_depths", down)
+    monkeypatch.setattr(ledger.backend.stats, "depths", down)
     f = parse(metrics.render()[0].decode())
     assert value(f, "jobledger_database_up") == 0
     assert value(f, "jobledger_jobs", queue="q", state="pending") == 1

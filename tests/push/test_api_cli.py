@@ -16,7 +16,7 @@ from jobledger.http import ServerSettings
 
 from ..cli.conftest import assert_one_line_error, cli  # noqa: F401 - the cli fixture
 from ..support.http import api_server
-from ..support.processes import ROOT, wait_until
+from ..support.processes import ROOT, wait_exit, wait_until
 from .conftest import fast_settings, publish
 
 
@@ -108,7 +108,7 @@ def test_subscriptions_from_the_cli(cli, ledger, tmp_path):  # noqa: F811
     table = cli("subscriptions", "list", "--url", db)
     assert sub["id"] in table.out and "new" in table.out
     assert cli("subscriptions", "pause", "--url", db, sub["id"], "--reason", "deploy").code == 0
-    assert ledger.backend.subscription_get(sub["id"]).state_reason == "deploy"
+    assert ledger.backend.subscriptions.get(sub["id"]).state_reason == "deploy"
     assert "paused: deploy" in cli("subscriptions", "list", "--url", db).out
     assert cli("subscriptions", "resume", "--url", db, sub["id"]).code == 0
     rotated = cli("subscriptions", "rotate", "--url", db, sub["id"], "--overlap", "1h", "--json")
@@ -173,9 +173,9 @@ def test_jobledger_push_delivers_and_stops_on_sigterm(ledger, endpoint):
     try:
         wait_until(lambda: ledger.job(job_id).state is JobState.DONE, what="the delivery")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out
+        proc.send_signal(signal.SIGTERM)  # it is delivering: its handler is in place
+        code, out, _ = wait_exit(proc, 30)
+    assert code == 0, out
     assert "jobledger push delivering" in out and f"push {sub.id} job {job_id}" in out
     assert "stopped" in out
     standardwebhooks.Webhook(sub.secret).verify(ep.requests[0].body, ep.requests[0].headers)

@@ -30,15 +30,15 @@ def test_a_subscription_as_stored(ledger):
     assert sub.secret not in repr(sub)  # never in a log line or a traceback
     with pytest.raises(SubscriptionExists, match=sub.id):
         create_subscription(backend, "hooks", "https://other.example/")
-    backend.subscription_record(sub.id, False, 503, "HTTP 503: busy", T0 + timedelta(seconds=1))
-    failing = backend.subscription_get(sub.id)
+    backend.subscriptions.record(sub.id, False, 503, "HTTP 503: busy", T0 + timedelta(seconds=1))
+    failing = backend.subscriptions.get(sub.id)
     assert (failing.health, failing.consecutive_failures, failing.last_status) == (
         "failing",
         1,
         503,
     )
-    backend.subscription_record(sub.id, True, 200, None, T0 + timedelta(seconds=2))
-    healthy = backend.subscription_get(sub.id)
+    backend.subscriptions.record(sub.id, True, 200, None, T0 + timedelta(seconds=2))
+    healthy = backend.subscriptions.get(sub.id)
     assert (healthy.health, healthy.delivered, healthy.failed) == ("healthy", 1, 1)
     assert healthy.last_error == "HTTP 503: busy"  # what went wrong last stays visible
     assert healthy.last_success_at == T0 + timedelta(seconds=2)
@@ -46,14 +46,14 @@ def test_a_subscription_as_stored(ledger):
     assert rotated.previous_until == T0 + timedelta(hours=1)
     assert rotated.signing_secrets(T0) == [rotated.secret, sub.secret]
     assert rotated.signing_secrets(T0 + timedelta(hours=1)) == [rotated.secret]
-    paused = backend.subscription_set_state(sub.id, SubscriptionState.PAUSED, "ops", "deploy", T0)
+    paused = backend.subscriptions.set_state(sub.id, SubscriptionState.PAUSED, "ops", "deploy", T0)
     assert (paused.health, paused.state_actor, paused.state_reason) == ("paused", "ops", "deploy")
-    assert [s.id for s in backend.subscription_list()] == [sub.id]
-    assert backend.subscription_delete(sub.id).id == sub.id
+    assert [s.id for s in backend.subscriptions.all()] == [sub.id]
+    assert backend.subscriptions.delete(sub.id).id == sub.id
     with pytest.raises(NotFound):
-        backend.subscription_get(sub.id)
+        backend.subscriptions.get(sub.id)
     with pytest.raises(NotFound):
-        backend.subscription_delete(sub.id)
+        backend.subscriptions.delete(sub.id)
     with pytest.raises(NotFound):
         rotate_secret(backend, sub.id)
 
@@ -96,7 +96,7 @@ def test_a_cron_target_creates_its_subscription_or_refuses_another_url(ledger):
     scheduler = ledger.scheduler(name="s1")
     scheduler.run_once(T0)
     result = scheduler.run_once(T0 + timedelta(days=1))
-    [sub] = ledger.backend.subscription_list()
+    [sub] = ledger.backend.subscriptions.all()
     assert (sub.queue, sub.url, sub.secret) == (
         "reports",
         "https://reports.example/nightly",

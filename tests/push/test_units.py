@@ -313,7 +313,7 @@ def test_subscription_settings_are_checked(ledger):
             create_subscription(ledger.backend, "q", url, **options)
     with pytest.raises(ConfigError, match="queue name"):
         create_subscription(ledger.backend, "bad queue", url)
-    assert ledger.backend.subscription_list() == []
+    assert ledger.backend.subscriptions.all() == []
 
 
 def test_the_push_api_is_explicit_and_documented():

@@ -74,7 +74,7 @@ def test_one_tick_one_job_with_a_weekly_key(ledger):
     a = scheduler(ledger, "a")
     first = a.run_once(T0)
     assert first.leading == ["default"] and first.ticks == []
-    [row] = ledger.backend.schedule_list()
+    [row] = ledger.backend.schedules.all()
     assert row.cursor == T0 and row.declared_at == T0, "a new schedule starts at declaration"
     assert a.run_once(MONDAY - timedelta(seconds=1)).ticks == []
     [tick] = a.run_once(MONDAY + timedelta(seconds=1)).ticks
@@ -168,7 +168,7 @@ def test_a_tick_that_crashed_half_way_is_finished_by_the_next_leader(ledger):
     assert (done.state, done.runs, done.leader, done.error) == (TickState.DONE, 2, "b", None)
     assert (done.jobs_created, done.jobs_existing) == (250, 150)
     assert keys(ledger) == sorted(f"{n}:2026-W33" for n in range(250))
-    [row] = ledger.backend.schedule_list()
+    [row] = ledger.backend.schedules.all()
     assert row.cursor == MONDAY
 
 
@@ -250,7 +250,7 @@ def test_catch_up_after_downtime(ledger, catch_up, max_catch_up, expected_days, 
     result = a.run_once(first + timedelta(days=4, hours=1))
     assert [t.tick_time for t in result.ticks] == [first + timedelta(days=d) for d in expected_days]
     assert result.skipped == skipped
-    [row] = ledger.backend.schedule_list()
+    [row] = ledger.backend.schedules.all()
     assert row.cursor == first + timedelta(days=4) and row.skipped_ticks == skipped
     assert sorted(j.key for j in ledger.jobs()) == [
         f"d:2026-08-{10 + d:02d}" for d in expected_days
@@ -379,7 +379,7 @@ def test_fence_refuses_a_stale_lease(ledger):
     [old] = ledger.schedules.leaders(T0)
     b.run_once(T0 + timedelta(seconds=LEASE))
     with pytest.raises(LeadershipLost):
-        ledger.backend.schedule_tick_start("weekly-digest", MONDAY, old, T0)
+        ledger.backend.schedules.tick_start("weekly-digest", MONDAY, old, T0)
     assert ledger.schedules.ticks() == []
 
 

@@ -1,9 +1,12 @@
 """The chaos run (SPEC §8 drill 7), shared by ``tests/chaos`` and ``bench/chaos.py``.
 
 Worker processes drain thousands of jobs whose handler records an effect through the fake
-provider; a monkey SIGKILLs workers at random (and fault points kill them between the effect and
-its record, and between the handler and its completion); each dead worker is restarted; on
-PostgreSQL the server itself is crashed and restarted mid-run. Afterwards the run's data —
+provider; a monkey SIGKILLs a random worker after every so many finished jobs (and fault points
+kill them between the effect and its record, and between the handler and its completion, after
+so many passes); each dead worker is restarted; on PostgreSQL the server itself is crashed and
+restarted mid-run. Every fault is paced by the work done, never by the clock, and the run fails
+when it stops moving, not when it is slow: on a busy machine it takes longer and sees the same
+faults per job. Afterwards the run's data —
 jobs, attempts, effects, what the provider accepted — is checked, and can be exported as JSON
 lines (one object per line, ``"kind"`` first) for a history checker.
 """
@@ -27,6 +30,7 @@ from jobledger.testing.processes import WorkerProcesses
 
 from .pgcluster import PrivatePostgres
 from .processes import ROOT
+from .waiting import Patience
 
 QUEUE = "chaos"
 APP = "tests.apps.chaos_app:ledger"
@@ -41,12 +45,19 @@ class ChaosConfig:
     concurrency: int = 4
     batch_size: int = 10
     lease_seconds: float = 2.0
-    kill_interval: tuple[float, float] = (0.4, 1.2)
-    """Seconds between two SIGKILLs of a random worker, drawn uniformly."""
+    kill_every: tuple[int, int] = (60, 150)
+    """The monkey SIGKILLs a random worker each time this many more jobs have finished (drawn
+    uniformly): its pace follows the work done, not the clock, so a busy machine gets as many
+    kills per job as an idle one."""
     stop_killing_at: float = 0.85
     """Fraction of jobs finished after which the monkey rests, so the run can end."""
-    fault_kills: str = "effect.after_call=kill%0.003,worker.before_finish=kill%0.003"
-    """Fault points that make a worker SIGKILL itself (JOBLEDGER_FAULTS syntax)."""
+    fault_points: tuple[str, ...] = ("effect.after_call", "worker.before_finish")
+    """Fault points at which a worker SIGKILLs itself: between the provider's acceptance and the
+    effect's record, and between the handler's return and its completion."""
+    fault_kill_after: tuple[int, int] = (1, 660)
+    """Each worker started SIGKILLs itself at each fault point the N-th time it reaches it, N
+    drawn uniformly for each worker and point (``JOBLEDGER_FAULTS`` ``kill@N``): about one kill
+    per 330 passes through each point, whatever the machine's speed."""
     db_restart_at: tuple[float, ...] = (0.4,)
     """Fractions of jobs finished at which the PostgreSQL server is crashed and restarted."""
     db_down_seconds: float = 1.0
@@ -54,8 +65,12 @@ class ChaosConfig:
     """Every n-th recipient is refused for good (400): those jobs are dead by policy."""
     rate_limit_every: int = 40
     """Every n-th recipient gets one 429 with Retry-After first."""
-    timeout: float = 240.0
+    stall_seconds: float = 60.0
+    """The run fails when no job has finished for this long (machine seconds, see
+    ``waiting.py``): a slow run is not a broken one, a stuck one is."""
     seed: int | None = None
+    """Seeds the monkey's choices and the fault points' N (a random seed when None; the figures
+    say which)."""
 
 
 @dataclass
@@ -73,6 +88,7 @@ class ChaosFigures:
     restarts: int = 0
     """Worker processes started to replace killed ones."""
     db_restarts: int = 0
+    seed: int = 0
     startup_failures: int = 0
     """Workers that started while the database was down, said so, and exited (code 2)."""
     attempts: int = 0
@@ -95,7 +111,7 @@ class ChaosFigures:
             f"{self.attempts}, lease expiries {self.lease_expiries}, stale writes refused "
             f"{self.stale_writes}; effects {self.effects}, provider accepted "
             f"{self.provider_accepted}, repeats absorbed {self.provider_repeats_absorbed}, "
-            f"duplicates {self.duplicates}"
+            f"duplicates {self.duplicates}; seed {self.seed}"
         )
 
 
@@ -152,8 +168,11 @@ def run_chaos(
     ``history`` (a directory): every worker, the provider and this harness record the run's
     history there, and the history checker judges it at the end (``run.history``)."""
     config = config or ChaosConfig()
-    rng = random.Random(config.seed)
-    figures = ChaosFigures(backend="postgres" if url.startswith("postgres") else "sqlite")
+    seed = config.seed if config.seed is not None else random.randrange(2**32)
+    rng = random.Random(seed)
+    figures = ChaosFigures(
+        backend="postgres" if url.startswith("postgres") else "sqlite", seed=seed
+    )
     recipients = range(config.jobs)
     refused = {n for n in recipients if n % config.refuse_every == config.refuse_every - 1}
     script = ProviderScript(
@@ -207,7 +226,7 @@ def run_chaos(
         )
         try:
             for _ in range(config.workers):
-                pool.start(faults=config.fault_kills)
+                pool.start(faults=_fault_kills(config, rng))
             _shake(ledger, pool, config, figures, rng, server, say, harness)
         finally:
             pool.stop()
@@ -225,6 +244,13 @@ def run_chaos(
             run.log_tail = "\n".join(pool.log_tail(p, 10) for p in pool.procs[-3:])
     ledger.close()
     return run
+
+
+def _fault_kills(config: ChaosConfig, rng: random.Random) -> str:
+    """One worker's ``JOBLEDGER_FAULTS``: a kill at the N-th pass through each fault point."""
+    return ",".join(
+        f"{point}=kill@{rng.randint(*config.fault_kill_after)}" for point in config.fault_points
+    )
 
 
 def _finished(ledger: Ledger) -> int | None:
@@ -247,10 +273,10 @@ def _shake(
     say: Callable[[str], None],
     harness: HistoryRecorder | None = None,
 ) -> None:
-    deadline = time.monotonic() + config.timeout
-    next_kill = time.monotonic() + rng.uniform(*config.kill_interval)
+    next_kill = rng.randint(*config.kill_every)
     restarts_due = sorted(config.db_restart_at) if server is not None else []
     finished = 0
+    patience = Patience(config.stall_seconds)
     replaced: set[int] = set()
     by_monkey: set[int] = set()
     while True:
@@ -271,11 +297,10 @@ def _shake(
                 )
             elif proc.pid not in by_monkey:
                 figures.fault_kills += 1
-            pool.start(faults=config.fault_kills)
+            pool.start(faults=_fault_kills(config, rng))
             figures.restarts += 1
-        now = time.monotonic()
         progress = finished / figures.jobs
-        if now >= next_kill and progress < config.stop_killing_at:
+        if finished >= next_kill and progress < config.stop_killing_at:
             victims = pool.alive()
             if victims:
                 victim = rng.choice(victims)
@@ -284,7 +309,7 @@ def _shake(
                 figures.kills += 1
                 if harness is not None:
                     harness.fault("sigkill", pid=victim.pid)
-            next_kill = now + rng.uniform(*config.kill_interval)
+            next_kill = finished + rng.randint(*config.kill_every)
         if restarts_due and progress >= restarts_due[0]:
             restarts_due.pop(0)
             if harness is not None:
@@ -296,13 +321,15 @@ def _shake(
             say(f"database crashed and restarted at {progress:.0%} (down {down:.1f} s)")
         count = _finished(ledger)
         if count is not None:
+            if count > finished:
+                patience.reset()
             finished = count
             if finished >= figures.jobs and not restarts_due:
                 return
-        if now > deadline:
+        if patience.expired():
             raise AssertionError(
-                f"chaos run did not finish within {config.timeout:.0f} s: {finished} of "
-                f"{figures.jobs} jobs finished; {figures.line()}"
+                f"chaos run stalled at {finished} of {figures.jobs} jobs finished: "
+                f"{patience.describe()}; {figures.line()}"
             )
         time.sleep(0.05)
 
@@ -331,7 +358,7 @@ def _collect(
                 "finished_at": job.finished_at,
             }
         )
-        for a in backend.attempt_list(job.id):
+        for a in backend.history.attempts(job.id):
             run.attempts.append(
                 {
                     "job_id": a.job_id,
@@ -344,11 +371,11 @@ def _collect(
                     "error_class": a.error_class,
                 }
             )
-        for e in backend.event_list(job.id):
+        for e in backend.history.events(job.id):
             run.events.append(
                 {"job_id": e.job_id, "at": e.at, "type": e.kind, "actor": e.actor, "note": e.note}
             )
-        effects = backend.effect_list(QUEUE, job.key)
+        effects = backend.effects.all(QUEUE, job.key)
         effects_by_key[job.key] = effects
         run.effects.extend(
             {

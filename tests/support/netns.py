@@ -26,13 +26,15 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from .waiting import run
+
 PREFIX = "jobledger-"
 _LOCK = Path("/tmp/jobledger-netns.lock")
 _NETNS_DIR = Path("/var/run/netns")
 
 
 def _run(*argv: str, input: str | None = None) -> str:
-    proc = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=30)
+    proc = run(argv, input=input, text=True, timeout=30)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
     return proc.stdout

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psycopg
 
+from .waiting import Patience, run
+
 __all__ = ["PgInstance", "PrivatePostgres", "postgres_binaries", "unavailable"]
 
 
@@ -85,9 +87,8 @@ class PrivatePostgres:
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def _run(self, program: str, *args: str) -> None:
-        proc = subprocess.run(
+        proc = run(
             [str(self.bin / program), *args],
-            capture_output=True,
             text=True,
             user=self.user,
             timeout=120,
@@ -110,8 +111,20 @@ class PrivatePostgres:
                 "-c shared_buffers=64MB",
             ]
         )
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
-        deadline = time.monotonic() + 30
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "600",
+            "start",
+        )
+        patience = Patience(30)
         while True:
             try:
                 with psycopg.connect(
@@ -119,13 +132,13 @@ class PrivatePostgres:
                 ):
                     return
             except psycopg.OperationalError:
-                if time.monotonic() > deadline:
+                if patience.expired():
                     raise
                 time.sleep(0.1)
 
     def crash(self) -> None:
         """Stop at once, as a crash would: no checkpoint, clients cut off mid-transaction."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "-t", "600", "stop")
 
     def restart(self, down_seconds: float = 0.0) -> float:
         """Crash the server, leave it down ``down_seconds``, start it again; return how long it
@@ -139,7 +152,7 @@ class PrivatePostgres:
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError, subprocess.SubprocessError):
-            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "-t", "600", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -192,9 +205,8 @@ class PgInstance:
         kwargs = {}
         if self._user is not None:
             kwargs = {"user": self._user.pw_uid, "group": self._user.pw_gid}
-        proc = subprocess.run(
+        proc = run(
             [str(self.bin / tool), *args],
-            capture_output=True,
             text=True,
             timeout=timeout,
             cwd=self.base,
@@ -259,7 +271,7 @@ class PgInstance:
 
     def start(self) -> None:
         self._tool(
-            "pg_ctl", "-D", str(self.datadir), "-l", str(self.logfile), "-w", "-t", "60",
+            "pg_ctl", "-D", str(self.datadir), "-l", str(self.logfile), "-w", "-t", "600",
             "-o", f"-p {self.port} -c listen_addresses='{','.join(self.listen)}' "
             f"-c unix_socket_directories='{self.base}'",
             "start",
@@ -267,7 +279,7 @@ class PgInstance:
 
     def stop(self, mode: str = "fast") -> None:
         with contextlib.suppress(RuntimeError, subprocess.TimeoutExpired):
-            self._tool("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "-t", "30", "stop")
+            self._tool("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "-t", "600", "stop")
 
     def postmaster_pid(self) -> int | None:
         try:
@@ -286,12 +298,12 @@ class PgInstance:
         for p in [pid, *map(int, children)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while self.accepts() and time.monotonic() < deadline:
+        patience = Patience(30)
+        while self.accepts() and not patience.expired():
             time.sleep(0.05)
 
     def promote(self) -> None:
-        self._tool("pg_ctl", "-D", str(self.datadir), "-w", "-t", "60", "promote")
+        self._tool("pg_ctl", "-D", str(self.datadir), "-w", "-t", "600", "promote")
 
     def standby_of(self, primary: PgInstance, application_name: str) -> PgInstance:
         """Make this a streaming replica of ``primary`` (from a base backup), not yet started."""

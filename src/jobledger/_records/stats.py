@@ -17,7 +17,7 @@ class QueueStats:
     oldest_due_pending_seconds: float | None = None
     """Age of the oldest pending job whose run time has passed; None when there is none."""
     late_pending: int = 0
-    """Pending jobs due longer ago than the objective given to ``queue_stats``."""
+    """Pending jobs due longer ago than the objective given to ``Stats.queues``."""
     lease_expiries_last_hour: int = 0
     attempts: dict[str, int] = field(default_factory=dict)
     """Attempts made so far by the jobs in each state (``attempts["done"] / counts["done"]`` is
@@ -26,7 +26,7 @@ class QueueStats:
 
 @dataclass(frozen=True, slots=True)
 class QueueDepth:
-    """The live jobs of one queue, read without touching finished ones (``queue_depths``)."""
+    """The live jobs of one queue, read without touching finished ones (``Stats.depths``)."""
 
     queue: str
     pending: int = 0

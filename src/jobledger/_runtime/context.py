@@ -130,7 +130,7 @@ class JobContext:
 
     def effect_recorded(self, effect: str) -> bool:
         """True when ``effect`` was already recorded for this job's key (by any attempt)."""
-        return self._backend.effect_get(self.queue, self.key, effect) is not None
+        return self._backend.effects.get(self.queue, self.key, effect) is not None
 
     def record_effect(
         self, effect: str, detail: dict[str, Any] | None = None, conn: Any = None
@@ -141,7 +141,7 @@ class JobContext:
         this attempt no longer holds the job. With ``conn`` (from ``transaction()``) the record
         commits together with the rest of that transaction.
         """
-        return self._backend.effect_record(
+        return self._backend.effects.record(
             self.queue, self.key, effect, self._hold.lease, detail, self._clock(), conn
         )
 
@@ -180,7 +180,7 @@ class JobContext:
             raise RuntimeError("this job was already completed in a transaction")
         with self._backend.transaction() as conn:
             yield conn
-            stale = self._backend.job_complete([self._hold.lease], self._clock(), conn=conn)
+            stale = self._backend.jobs.complete([self._hold.lease], self._clock(), conn=conn)
             if stale:
                 raise LeaseLost(self.job_id, self.lease_token, "complete in transaction")
         self.completed = True

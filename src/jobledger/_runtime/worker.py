@@ -337,7 +337,7 @@ class Worker:
                 continue
             want = min(self.batch_size, free)
             try:
-                jobs = self.backend.job_claim(self.queues, self.name, want, self._now())
+                jobs = self.backend.jobs.claim(self.queues, self.name, want, self._now())
                 failures = 0
             except BackendUnavailable as exc:
                 failures += 1
@@ -382,7 +382,7 @@ class Worker:
 
     def _rescue(self) -> None:
         try:
-            rescued = self.backend.job_rescue(self._now())
+            rescued = self.backend.jobs.rescue(self._now())
         except BackendUnavailable as exc:
             log.warning("rescue failed: %s", exc)
             return
@@ -517,9 +517,9 @@ class Worker:
         failed = [o for o in batch if not o.done]
         stale: set[int] = set()
         if done:
-            stale.update(self.backend.job_complete([o.hold.lease for o in done], now))
+            stale.update(self.backend.jobs.complete([o.hold.lease for o in done], now))
         results = (
-            self.backend.job_fail([o.failure for o in failed if o.failure], now) if failed else []
+            self.backend.jobs.fail([o.failure for o in failed if o.failure], now) if failed else []
         )
         states = {r.job_id: r.state for r in results}
         counts = {"completed": 0, "dead": 0, "retried": 0}
@@ -568,7 +568,7 @@ class Worker:
             },
         )
         with contextlib.suppress(BackendUnavailable):
-            self.backend.event_record(
+            self.backend.history.record_event(
                 hold.job.id,
                 "lease_lost",
                 self.name,
@@ -649,7 +649,7 @@ class Worker:
         if not holds:
             return
         started = time.monotonic()
-        held = self.backend.job_heartbeat([h.lease for h in holds], self._now())
+        held = self.backend.jobs.heartbeat([h.lease for h in holds], self._now())
         renewed = []
         for hold in holds:
             until = held.get(hold.job.id)
@@ -715,7 +715,7 @@ class Worker:
                         unstarted.append(hold)
         if unstarted:
             try:
-                self.backend.job_release([h.lease for h in unstarted], self._now())
+                self.backend.jobs.release([h.lease for h in unstarted], self._now())
                 self.stats.add(released=len(unstarted))
             except BackendUnavailable as exc:
                 log.warning(

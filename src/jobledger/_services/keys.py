@@ -60,7 +60,7 @@ def create_api_key(
         rate_per_second=rate,
         burst=burst_value,
     )
-    stored = backend.apikey_insert(record, digest(key))
+    stored = backend.api.key_insert(record, digest(key))
     return key, stored
 
 
@@ -82,15 +82,15 @@ class Keys(Service):
 
     def authenticate(self, key: str) -> ApiKey | None:
         """The live key a caller presented, or None when it is unknown or revoked."""
-        record = self._backend.apikey_get(digest(key))
+        record = self._backend.api.key_get(digest(key))
         if record is None or record.revoked:
             return None
         return record
 
     def list(self) -> list[ApiKey]:
         """Every key, oldest first, revoked ones included (never the keys themselves)."""
-        return self._backend.apikey_list()
+        return self._backend.api.keys()
 
     def revoke(self, key_id: str) -> ApiKey:
         """Revoke a key: it stops working at once. ``NotFound`` for an unknown id."""
-        return self._backend.apikey_revoke(key_id)
+        return self._backend.api.key_revoke(key_id)

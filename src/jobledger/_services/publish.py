@@ -18,4 +18,4 @@ class Publishing(Service):
     def publish(self, items: Sequence[PublishItem]) -> list[PublishOutcome]:
         """One outcome per item, in order: created, replayed, conflict or in flight (another
         transaction holds the key: PostgreSQL's advisory lock)."""
-        return self._backend.job_publish(items)
+        return self._backend.jobs.publish(items)

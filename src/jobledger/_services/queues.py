@@ -18,12 +18,12 @@ class QueueSettingsBook(Service):
         self, settings: QueueSettings, now: datetime | None = None
     ) -> tuple[QueueInfo, bool]:
         """Declare a queue or replace its settings; return it and whether it was created."""
-        return self._backend.queue_put(settings, now)
+        return self._backend.api.queue_put(settings, now)
 
     def get(self, name: str) -> QueueInfo:
         """The declared queue, or ``NotFound``."""
-        return self._backend.queue_get(name)
+        return self._backend.api.queue_get(name)
 
     def list(self) -> list[QueueInfo]:
         """Every declared queue, by name."""
-        return self._backend.queue_list()
+        return self._backend.api.queues()

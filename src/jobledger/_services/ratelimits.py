@@ -15,4 +15,4 @@ class RateLimits(Service):
         """Take ``cost`` tokens from ``bucket`` (refilled at ``rate`` per second up to
         ``burst``). Returns 0.0 when taken, else the seconds until they would be (and takes
         nothing). ``cost`` must not exceed ``burst``."""
-        return self._backend.ratelimit_take(bucket, rate, burst, cost)
+        return self._backend.api.ratelimit_take(bucket, rate, burst, cost)

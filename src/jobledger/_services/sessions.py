@@ -18,18 +18,18 @@ class Sessions(Service):
         """A new session for ``key`` lasting ``seconds``; returns its token (only its digest is
         stored). Expired sessions are deleted on the way."""
         token = secrets.token_urlsafe(32)
-        self._backend.session_prune()
-        self._backend.session_insert(digest(token), key.id, seconds)
+        self._backend.api.session_prune()
+        self._backend.api.session_insert(digest(token), key.id, seconds)
         return token
 
     def key_of(self, token: str) -> ApiKey | None:
         """The live API key of an unexpired session, or None (no such session, or its key was
         revoked: revoking a key ends its sessions at once)."""
-        key = self._backend.session_get(digest(token))
+        key = self._backend.api.session_get(digest(token))
         if key is None or key.revoked:
             return None
         return key
 
     def close(self, token: str) -> None:
         """End a session (logging out)."""
-        self._backend.session_delete(digest(token))
+        self._backend.api.session_delete(digest(token))

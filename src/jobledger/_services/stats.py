@@ -17,12 +17,12 @@ class MinuteStatsBook(Service):
 
     def add(self, rows: Sequence[MinuteStats]) -> None:
         """Add these counts to the stored rollups (one transaction)."""
-        self._backend.minute_stats_add(rows)
+        self._backend.stats.minutes_add(rows)
 
     def since(self, minute: datetime) -> list[MinuteStats]:
         """Rollups of minutes at or after ``minute``, oldest first."""
-        return self._backend.minute_stats_list(minute)
+        return self._backend.stats.minutes(minute)
 
     def prune(self, before: datetime) -> int:
         """Delete rollups of minutes before ``before``; return how many rows."""
-        return self._backend.minute_stats_prune(before)
+        return self._backend.stats.minutes_prune(before)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from .._records import (
@@ -18,6 +18,8 @@ from .._records import (
     PublishItem,
     PublishStatus,
     QueueDepth,
+    Subscription,
+    SubscriptionState,
 )
 from ..errors import KeyConflict
 
@@ -27,25 +29,13 @@ JOB_COLUMNS = (
     "finished_at, last_error, last_error_class, last_traceback, correlation_id, group_name"
 )
 
-#: Orders a caller may ask ``job_list`` for.
+#: Orders a caller may ask ``History.find`` for.
 ORDERS = {
     "id": "id",
     "-id": "id DESC",
     "updated": "updated_at DESC, id DESC",
     "run_at": "run_at, id",
 }
-
-
-def utc(value: datetime | None) -> datetime | None:
-    """A time read from PostgreSQL, in UTC (None stays None)."""
-    if value is None:
-        return None
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
-
-
-def from_epoch(value: float | None) -> datetime | None:
-    """A time stored by SQLite (epoch seconds) as an aware UTC datetime (None stays None)."""
-    return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
 def claimed_job(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> ClaimedJob:
@@ -71,7 +61,7 @@ def claimed_job(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -
 
 
 def insert_values(job: NewJob, run_at: float, now: float) -> dict[str, Any]:
-    """The values of ``job_insert`` on SQLite for one job (times as epoch seconds)."""
+    """The values of the ``job_insert`` statement on SQLite for one job (times as epoch seconds)."""
     return {
         "queue": job.queue,
         "key": job.key,
@@ -281,3 +271,16 @@ def queue_depths_from_rows(rows: Iterable[Sequence[Any]]) -> list[QueueDepth]:
 
 def _seconds(value: datetime | float) -> float:
     return value if isinstance(value, float | int) else value.timestamp()
+
+
+#: The columns of ``subscription_select`` that are times.
+_SUBSCRIPTION_TIMES = (11, 13, 14, 15, 16, 17, 18)
+
+
+def subscription_row(row: Sequence[Any], to_time: Callable[[Any], Any]) -> Subscription:
+    """A row of ``subscription_select`` (the dataclass's fields, in order) as a record."""
+    values = list(row)
+    for i in _SUBSCRIPTION_TIMES:
+        values[i] = to_time(values[i])
+    values[8] = SubscriptionState(values[8])
+    return Subscription(*values)

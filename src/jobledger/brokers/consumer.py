@@ -3,7 +3,7 @@
 ``BrokerConsumer`` is a ``Worker`` whose jobs come from a broker instead of a polling claim:
 everything after the claim — runner threads, async handlers, lease renewal, fenced and batched
 outcome writes, the rescuer, graceful shutdown — is the polling worker's own code. For each
-message it claims the job **by key** in the ledger (``job_claim_keys``: one transaction for the
+message it claims the job **by key** in the ledger (``backend.jobs.claim_keys``: one transaction for the
 messages received together; the same lease and token as any claim, and an attempt opened), runs
 the handler, writes the outcome, and only then acknowledges the message. What it does with a
 message depends on the job, never on the message:
@@ -141,7 +141,7 @@ class BrokerConsumer(Worker):
     def run(self) -> WorkerStats:
         """Consume until ``stop()``. Returns the worker's stats; ``deliveries`` has the
         messages'."""
-        routed = {r.queue for r in self.backend.route_list()}
+        routed = {r.queue for r in self.backend.outbox.routes()}
         missing = [q for q in self.queues if q not in routed]
         if missing:
             raise ConfigError(
@@ -331,7 +331,7 @@ class BrokerConsumer(Worker):
         wanted = [(d.envelope.queue, d.envelope.key) for d in valid if d.envelope is not None]
         try:
             claims = await asyncio.to_thread(
-                self.backend.job_claim_keys, wanted, self.name, self._now()
+                self.backend.jobs.claim_keys, wanted, self.name, self._now()
             )
         except BackendUnavailable as exc:
             log.warning("consumer %s: cannot claim %d job(s): %s", self.name, len(valid), exc)

@@ -50,26 +50,26 @@ class Outbox:
         validate_queue_name(queue)
         if not actor:
             raise ConfigError("routing a queue needs an actor; it is recorded with the route")
-        before = {r.queue for r in self.backend.route_list()}
-        route, backfilled = self.backend.route_add(queue, actor, note, now)
+        before = {r.queue for r in self.backend.outbox.routes()}
+        route, backfilled = self.backend.outbox.route_add(queue, actor, note, now)
         return RouteResult(route, backfilled, queue not in before)
 
     def unroute(self, queue: str) -> int:
         """Stop delivering ``queue`` through a broker; its unpublished records are discarded
         (returns how many). Polling workers see its pending jobs as before; messages already
         published are still safe to consume (consumers skip what is no longer pending)."""
-        return self.backend.route_remove(queue)
+        return self.backend.outbox.route_remove(queue)
 
     def routes(self) -> list[Route]:
-        return self.backend.route_list()
+        return self.backend.outbox.routes()
 
     def routed(self, queue: str) -> bool:
-        return any(r.queue == queue for r in self.backend.route_list())
+        return any(r.queue == queue for r in self.backend.outbox.routes())
 
     def status(self, now: datetime | None = None) -> list[OutboxQueueStats]:
         """Per queue: records not yet published, how many are due, how long the oldest due one
         has waited (the relay's lag), when the last one was published."""
-        return self.backend.outbox_stats(now)
+        return self.backend.outbox.stats(now)
 
     def records(
         self,
@@ -80,7 +80,7 @@ class Outbox:
         limit: int = 100,
     ) -> list[OutboxRecord]:
         """Records, newest first."""
-        return self.backend.outbox_list(job_id, queue, unpublished, limit)
+        return self.backend.outbox.records(job_id, queue, unpublished, limit)
 
     def republish(
         self,
@@ -100,14 +100,14 @@ class Outbox:
         if not self.routed(queue):
             raise ConfigError(f"queue {queue!r} is not routed to a broker")
         clock = now or datetime.now(UTC)
-        return self.backend.outbox_republish(queue, clock - timedelta(seconds=seconds), now, limit)
+        return self.backend.outbox.republish(queue, clock - timedelta(seconds=seconds), now, limit)
 
     def prune(self, older_than: timedelta, now: datetime | None = None) -> int:
         """Delete records published more than ``older_than`` ago; return how many."""
         clock = now or datetime.now(UTC)
         total = 0
         while True:
-            n = self.backend.outbox_prune(clock - older_than)
+            n = self.backend.outbox.prune(clock - older_than)
             total += n
             if n == 0:
                 return total

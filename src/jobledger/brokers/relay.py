@@ -203,7 +203,7 @@ class Relay:
         if not await self._lead():
             return "standby"
         records = await asyncio.to_thread(
-            self.backend.outbox_due, self.batch_size, self._now(), self.queues
+            self.backend.outbox.due, self.batch_size, self._now(), self.queues
         )
         await self._prune()
         if not records:
@@ -229,7 +229,7 @@ class Relay:
         assert lease is not None
         try:
             await asyncio.to_thread(
-                self.backend.outbox_mark, [r.id for r in records], lease, self._now()
+                self.backend.outbox.mark, [r.id for r in records], lease, self._now()
             )
         except LeadershipLost:
             # Another relay took over while this one was publishing: it publishes these again,
@@ -259,14 +259,14 @@ class Relay:
             return True
         if self._lease is not None:
             renewed = await asyncio.to_thread(
-                self.backend.leader_renew, self._lease, self.lease_seconds, self._now()
+                self.backend.leader.renew, self._lease, self.lease_seconds, self._now()
             )
             if renewed is None:
                 self.stats.add(leadership_lost=1)
                 log.warning("relay %s lost its lease; standing by", self.name)
         else:
             renewed = await asyncio.to_thread(
-                self.backend.leader_acquire,
+                self.backend.leader.acquire,
                 self.lease_name,
                 self.holder,
                 self.lease_seconds,
@@ -283,7 +283,7 @@ class Relay:
             return
         lease, self._lease = self._lease, None
         try:
-            await asyncio.to_thread(self.backend.leader_release, lease, self._now())
+            await asyncio.to_thread(self.backend.leader.release, lease, self._now())
         except BackendUnavailable as exc:
             log.warning("could not release the relay's lease (it will expire): %s", exc)
 
@@ -297,7 +297,7 @@ class Relay:
             return
         self._next_prune = time.monotonic() + 600
         cutoff = (self._now() or datetime.now(UTC)) - self.keep_published
-        pruned = await asyncio.to_thread(self.backend.outbox_prune, cutoff)
+        pruned = await asyncio.to_thread(self.backend.outbox.prune, cutoff)
         if pruned:
             self.stats.add(pruned=pruned)
             log.info("pruned %d outbox records published before %s", pruned, cutoff)

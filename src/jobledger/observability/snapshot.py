@@ -124,16 +124,16 @@ class SnapshotCache:
     def _read(self, now: float) -> LedgerSnapshot:
         backend = self.ledger.backend
         self.reads += 1
-        depths = {d.queue: d for d in backend.queue_depths()}
+        depths = {d.queue: d for d in backend.stats.depths()}
         finished_at = self._snapshot.finished_at
         if now - self._finished_read >= self._finished_every:
             started = self._monotonic()
-            self._finished = backend.queue_finished_counts()
+            self._finished = backend.stats.finished_counts()
             took = self._monotonic() - started
             self._finished_read = now
             self._finished_every = min(self.finished_seconds, took * COST_FACTOR)
             finished_at = datetime.now(UTC)
-        declared = {q.name for q in backend.queue_list()}
+        declared = {q.name for q in backend.api.queues()}
         names = sorted(set(depths) | set(self._finished) | declared)
         queues = []
         for name in names:
@@ -153,7 +153,7 @@ class SnapshotCache:
                 )
             )
         schedules = self.ledger.schedules.status()
-        leaders = backend.leader_list()
+        leaders = backend.leader.leases()
         return LedgerSnapshot(
             queues=queues,
             schedules=schedules,

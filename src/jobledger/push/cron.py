@@ -119,12 +119,12 @@ class HttpTarget:
         queue = self._queue
         assert queue is not None
         backend = ledger.backend
-        sub = next((s for s in backend.subscription_list() if s.queue == queue), None)
+        sub = next((s for s in backend.subscriptions.all() if s.queue == queue), None)
         if sub is None and self._secret is not None:
             try:
                 sub = create_subscription(backend, queue, self.url, secret=self._secret)
             except SubscriptionExists:
-                sub = next((s for s in backend.subscription_list() if s.queue == queue), None)
+                sub = next((s for s in backend.subscriptions.all() if s.queue == queue), None)
         if sub is None:
             raise NotFound(
                 f"schedule {tick.schedule!r} posts through queue {queue!r}, which has no "

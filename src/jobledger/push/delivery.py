@@ -1,7 +1,7 @@
 """The delivery loop: claim the jobs of subscribed queues and POST them, signed.
 
 One ``PushService`` runs one asyncio event loop on a thread of its own, with one **lane** per
-subscription. A lane claims its queue's due jobs with ``job_claim`` — the statement every worker
+subscription. A lane claims its queue's due jobs with ``backend.jobs.claim`` — the statement every worker
 uses: a new lease token, an attempt record, ``attempts + 1`` — and delivers each under that lease:
 
 - the body is ``{"type": <task>, "timestamp": <job created>, "data": <payload>}``; the headers
@@ -312,12 +312,12 @@ class PushService:
         try:
             while not self._stopping.is_set():
                 try:
-                    subscriptions = await self.db(self.backend.subscription_list)
+                    subscriptions = await self.db(self.backend.subscriptions.all)
                     self._reconcile(subscriptions)
                     interval = self.settings.rescue_interval
                     if interval is not None and time.monotonic() >= next_rescue:
                         next_rescue = time.monotonic() + interval
-                        for r in await self.db(self.backend.job_rescue):
+                        for r in await self.db(self.backend.jobs.rescue):
                             log.warning(
                                 "lease expired: job %d (%s/%s) attempt %d -> %s",
                                 r.job_id,
@@ -547,16 +547,18 @@ class _Lane:
         service = self.service
         backend = service.backend
         lease = sub.timeout_seconds + service.settings.lease_margin
-        jobs = await service.db(backend.job_claim, [sub.queue], self.worker, limit, None, lease)
+        jobs = await service.db(backend.jobs.claim, [sub.queue], self.worker, limit, None, lease)
         if not jobs or sub.rate_per_second is None:
             return jobs
         rate, burst = sub.rate_per_second, sub.burst or max(1.0, sub.rate_per_second)
-        wait = await service.db(backend.ratelimit_take, f"push:{sub.id}", rate, burst, len(jobs))
+        wait = await service.db(
+            backend.api.ratelimit_take, f"push:{sub.id}", rate, burst, len(jobs)
+        )
         interval = 1.0 / rate
         now = time.monotonic()
         if wait > 0:
             # Another process spent the bucket: give the jobs back, uncharged, and wait.
-            await service.db(backend.job_release, [_lease(j) for j in jobs])
+            await service.db(backend.jobs.release, [_lease(j) for j in jobs])
             self.paced_until = now + wait
             return []
         self._tat = max(self._tat, now) + interval * len(jobs)
@@ -566,7 +568,7 @@ class _Lane:
     async def _created_at(self, jobs: Sequence[ClaimedJob]) -> dict[int, datetime]:
         try:
             rows = await self.service.db(
-                self.service.backend.job_list, JobFilter(ids=tuple(j.id for j in jobs))
+                self.service.backend.history.find, JobFilter(ids=tuple(j.id for j in jobs))
             )
         except BackendUnavailable:
             return {}
@@ -576,7 +578,7 @@ class _Lane:
         if time.monotonic() - self._backoff_read > 30:
             self._backoff_read = time.monotonic()
             try:
-                info = await self.service.db(self.service.backend.queue_get, queue)
+                info = await self.service.db(self.service.backend.api.queue_get, queue)
                 self._backoff = info.settings.backoff
             except NotFound:
                 self._backoff = DEFAULT_BACKOFF
@@ -679,14 +681,14 @@ class _Lane:
         retry_in: float | None = None
         fault_point("push.before_outcome")
         if decision.action == "done":
-            stale = await self._write(backend.job_complete, [lease])
+            stale = await self._write(backend.jobs.complete, [lease])
             outcome = "lease_lost" if stale else "done"
         elif decision.action == "disable":
             # Stop claiming first, then give the job back: released before the subscription
             # is disabled, it could be claimed and sent again at once.
             self.sub = dataclasses.replace(self.sub, state=SubscriptionState.DISABLED)
             await self._disable(sub, decision.message or "410 Gone")
-            await self._write(backend.job_release, [lease])
+            await self._write(backend.jobs.release, [lease])
             outcome = "released"
         else:
             retry = decision.action == "retry"
@@ -704,7 +706,7 @@ class _Lane:
                 error_class,
                 _without_class(decision.message, error_class),
             )
-            results = await self._write(backend.job_fail, [failure])
+            results = await self._write(backend.jobs.fail, [failure])
             state = results[0].state if results else None
             if state is None:
                 outcome = "lease_lost"
@@ -715,7 +717,7 @@ class _Lane:
         ok = decision.action == "done"
         with contextlib.suppress(BackendUnavailable):
             await service.db(
-                backend.subscription_record, sub.id, ok, status, None if ok else decision.message
+                backend.subscriptions.record, sub.id, ok, status, None if ok else decision.message
             )
         self._report(
             sub,
@@ -747,13 +749,13 @@ class _Lane:
 
     async def _give_back(self, job: ClaimedJob) -> None:
         with contextlib.suppress(BackendUnavailable):
-            await self.service.db(self.service.backend.job_release, [_lease(job)])
+            await self.service.db(self.service.backend.jobs.release, [_lease(job)])
 
     async def _disable(self, sub: Subscription, message: str) -> None:
         reason = f"{message}: the endpoint asked for no more deliveries"
         try:
             self.sub = await self.service.db(
-                self.service.backend.subscription_set_state,
+                self.service.backend.subscriptions.set_state,
                 sub.id,
                 SubscriptionState.DISABLED,
                 "push",

@@ -216,7 +216,7 @@ class WebhookReceiver:
 
     def _existing(self, msg_id: str) -> int | None:
         try:
-            return self.ledger.backend.job_get_by_key(self.queue, msg_id).id
+            return self.ledger.backend.history.get_by_key(self.queue, msg_id).id
         except NotFound:
             return None
 

@@ -605,10 +605,10 @@ class ScheduleBook:
     def status(self, now: datetime | None = None) -> list[ScheduleStatus]:
         """Every schedule the ledger knows, with its next and last tick and its leader."""
         backend = self._ledger.backend
-        leaders = {lease.name: lease for lease in backend.leader_list(now)}
+        leaders = {lease.name: lease for lease in backend.leader.leases(now)}
         result = []
-        for row in backend.schedule_list():
-            last = backend.schedule_tick_list(row.name, limit=1)
+        for row in backend.schedules.all():
+            last = backend.schedules.ticks(row.name, limit=1)
             try:
                 next_tick = CronSpec(row.cron, row.time_zone).next_after(row.cursor)
             except ConfigError:
@@ -624,7 +624,7 @@ class ScheduleBook:
         return result
 
     def row(self, name: str) -> ScheduleRow:
-        for row in self._ledger.backend.schedule_list():
+        for row in self._ledger.backend.schedules.all():
             if row.name == name:
                 return row
         raise NotFound(f"no schedule named {name!r} in the ledger")
@@ -635,7 +635,7 @@ class ScheduleBook:
         """Recorded ticks, most recent first, with the jobs each created."""
         if name is not None:
             self.row(name)
-        return self._ledger.backend.schedule_tick_list(
+        return self._ledger.backend.schedules.ticks(
             name, limit, None if state is None else TickState(state)
         )
 
@@ -645,7 +645,7 @@ class ScheduleBook:
         prefix = leader_name("")
         return [
             lease
-            for lease in self._ledger.backend.leader_list(now)
+            for lease in self._ledger.backend.leader.leases(now)
             if lease.name.startswith(prefix)
         ]
 
@@ -655,7 +655,7 @@ class ScheduleBook:
         """Stop a schedule from ticking until it is resumed. A tick already running finishes."""
         if not actor:
             raise ConfigError("pause needs an actor; it is recorded on the schedule")
-        return self._ledger.backend.schedule_pause(name, True, actor, note, now)
+        return self._ledger.backend.schedules.pause(name, True, actor, note, now)
 
     def resume(
         self,
@@ -676,7 +676,7 @@ class ScheduleBook:
             clock = now or datetime.now(UTC)
             missed, _ = CronSpec(row.cron, row.time_zone).ticks_between(row.cursor, clock)
             cursor, skipped = clock, len(missed)
-        return self._ledger.backend.schedule_pause(
+        return self._ledger.backend.schedules.pause(
             name, False, actor, note, now, cursor=cursor, skipped=skipped
         )
 

@@ -8,7 +8,7 @@ Each pass, for each cohort of schedules:
    let the catch-up policy choose which to run (on-time ticks and half-finished ones always run);
 3. run each chosen tick: record it (unique on ``(schedule, tick_time)``), ask the eligibility
    function for the entities, and enqueue their jobs in batches. Each batch is one transaction
-   that first checks the lease (``leader_fence``), then enqueues, then adds the batch's counts to
+   that first checks the lease (``backend.leader.fence``), then enqueues, then adds the batch's counts to
    the tick's row. Then the tick is marked done and the cursor moves past it.
 
 A scheduler that dies half-way leaves its tick ``running``; the next leader runs it again from
@@ -171,10 +171,10 @@ class Scheduler:
                 pass
         # Read first: a standby polls every pass, and a read takes no lock that the leader's
         # fenced batches would have to wait for (or, on SQLite, the write lock).
-        current = next((x for x in self.backend.leader_list(self._now()) if x.name == name), None)
+        current = next((x for x in self.backend.leader.leases(self._now()) if x.name == name), None)
         if current is not None and current.valid:
             return None
-        acquired = self.backend.leader_acquire(name, self.name, self.lease_seconds, self._now())
+        acquired = self.backend.leader.acquire(name, self.name, self.lease_seconds, self._now())
         if acquired is None:
             return None
         self._took(acquired)
@@ -199,7 +199,7 @@ class Scheduler:
             raise LeadershipLost(name, self.name, "renew")
         if self._since_renewal(lease) < self.lease_seconds / 3:
             return lease
-        renewed = self.backend.leader_renew(lease, self.lease_seconds, self._now())
+        renewed = self.backend.leader.renew(lease, self.lease_seconds, self._now())
         if renewed is None:
             self._lost(cohort)
             raise LeadershipLost(name, self.name, "renew")
@@ -216,7 +216,7 @@ class Scheduler:
         """Give up every lease now, so that another scheduler takes over at its next pass."""
         for name, lease in list(self._leases.items()):
             try:
-                self.backend.leader_release(lease, now or self._now())
+                self.backend.leader.release(lease, now or self._now())
             except BackendUnavailable as exc:
                 log.warning("could not release %s (it will expire): %s", name, exc)
             self._leases.pop(name, None)
@@ -252,13 +252,13 @@ class Scheduler:
         names = frozenset(s.name for s in schedules)
         if self._declared.get(cohort) == (lease.token, names):
             return
-        self.backend.schedule_declare([s.definition() for s in schedules], lease, self._now())
+        self.backend.schedules.declare([s.definition() for s in schedules], lease, self._now())
         self._declared[cohort] = (lease.token, names)
 
     def _run_cohort(self, cohort: str, result: SchedulerPass) -> None:
         schedules = self.ledger.schedules.declared([cohort])
         self._declare(cohort, schedules)
-        rows = {row.name: row for row in self.backend.schedule_list()}
+        rows = {row.name: row for row in self.backend.schedules.all()}
         for schedule in schedules:
             if self._stop.is_set():
                 return
@@ -285,7 +285,7 @@ class Scheduler:
             return
         started = [
             t.tick_time
-            for t in self.backend.schedule_tick_list(
+            for t in self.backend.schedules.ticks(
                 schedule.name, limit=10_000, state=TickState.RUNNING, after=cursor
             )
         ]
@@ -315,7 +315,7 @@ class Scheduler:
         count: int,
         result: SchedulerPass,
     ) -> None:
-        self.backend.schedule_advance(schedule.name, to, count, self._keep(cohort), self._now())
+        self.backend.schedules.advance(schedule.name, to, count, self._keep(cohort), self._now())
         result.skipped += count
         log.warning(
             "schedule %r: skipped %d missed tick(s) up to %s (catch_up=%s)",
@@ -329,11 +329,11 @@ class Scheduler:
         self, cohort: str, schedule: Schedule, tick_time: datetime, result: SchedulerPass
     ) -> bool:
         """Run one tick to the end; False when it stopped early (stopping, or an error)."""
-        row = self.backend.schedule_tick_start(
+        row = self.backend.schedules.tick_start(
             schedule.name, tick_time, self._keep(cohort), self._now()
         )
         if row.state is TickState.DONE:
-            self.backend.schedule_advance(
+            self.backend.schedules.advance(
                 schedule.name, tick_time, 0, self._keep(cohort), self._now()
             )
             return True
@@ -366,7 +366,7 @@ class Scheduler:
             self._failed(schedule, tick_time, exc, result)
             return False
         fault_point("scheduler.before_finish")
-        done = self.backend.schedule_tick_finish(
+        done = self.backend.schedules.tick_finish(
             schedule.name, tick_time, self._keep(cohort), self._now()
         )
         self._failures.pop(schedule.name, None)
@@ -404,7 +404,7 @@ class Scheduler:
         lease = self._keep(cohort)
         backend = self.backend
         with backend.transaction() as conn:
-            backend.leader_fence(lease, self._now(), conn=conn)
+            backend.leader.fence(lease, self._now(), conn=conn)
             results = self.ledger.enqueue_many(
                 target.task,
                 specs,
@@ -415,7 +415,7 @@ class Scheduler:
             )
             created = sum(1 for r in results if r.created)
             conflicts = sum(1 for r in results if r.conflict)
-            backend.schedule_tick_progress(
+            backend.schedules.tick_progress(
                 schedule.name,
                 tick.time,
                 created,
@@ -449,7 +449,7 @@ class Scheduler:
             exc_info=exc,
         )
         with contextlib.suppress(BackendUnavailable):
-            self.backend.schedule_tick_error(schedule.name, tick_time, message, self._now())
+            self.backend.schedules.tick_error(schedule.name, tick_time, message, self._now())
 
     # -- running ---------------------------------------------------------------------------------
 

@@ -184,7 +184,7 @@ def ledger_records(
     backend = source.backend if isinstance(source, Ledger) else source
     filters = [JobFilter(queue=q) for q in queues] if queues else [JobFilter()]
     for where in filters:
-        for job in backend.job_list(where):
+        for job in backend.history.find(where):
             yield {
                 "event": "ledger_job",
                 "job": job.id,
@@ -194,7 +194,7 @@ def ledger_records(
                 "state": job.state.value,
                 "attempts": job.attempts,
             }
-            for a in backend.attempt_list(job.id):
+            for a in backend.history.attempts(job.id):
                 yield {
                     "event": "ledger_attempt",
                     "job": a.job_id,
@@ -203,7 +203,7 @@ def ledger_records(
                     "worker": a.worker,
                     "outcome": None if a.outcome is None else a.outcome.value,
                 }
-            for e in backend.event_list(job.id):
+            for e in backend.history.events(job.id):
                 detail = e.detail or {}
                 yield {
                     "event": "ledger_event",
@@ -213,7 +213,7 @@ def ledger_records(
                     "attempt": detail.get("attempt"),
                     "token": detail.get("token"),
                 }
-            for eff in backend.effect_list(job.queue, job.key):
+            for eff in backend.effects.all(job.queue, job.key):
                 yield {
                     "event": "ledger_effect",
                     "queue": eff["queue"],

@@ -22,6 +22,7 @@ from ..api import Call, Reply, RouteGroup, json_response
 from ..models import (
     MAX_ID,
     MESSAGE_ID,
+    MIN_LEASE_SECONDS,
     OPTIONAL_TIME,
     QUEUE_NAME,
     RECEIVED,
@@ -47,9 +48,10 @@ RECEIPT = String(
     example="42.9b2f0c3e5d6a47b8a1c2d3e4f5a6b7c8",
 )
 LEASE_SECONDS = Number(
-    exclusive_minimum=0,
+    minimum=MIN_LEASE_SECONDS,
     maximum=MAX_LEASE,
-    description="Seconds from now until the lease expires and the message is delivered again.",
+    description="Seconds from now until the lease expires and the message is delivered again: "
+    "1 to 43200 (12 hours).",
 )
 
 RECEIVE = Object(
@@ -164,7 +166,7 @@ async def receive(call: Call) -> Response:
     pause = 0.05
     while True:
         event = state.wakeups.arm(queue) if state.wakeups is not None and wait > 0 else None
-        jobs = await call.run(backend.job_claim, [queue], worker, limit, None, lease)
+        jobs = await call.run(backend.jobs.claim, [queue], worker, limit, None, lease)
         remaining = deadline - loop.time()
         if jobs or remaining <= 0 or event is None:
             break
@@ -174,7 +176,7 @@ async def receive(call: Call) -> Response:
         pause = min(pause * 2, state.poll_interval)
     if jobs and await call.request.is_disconnected():
         # Nobody will read these: give them back now rather than when their leases expire.
-        await call.run(backend.job_release, [Lease(j.id, j.lease_token, j.attempt) for j in jobs])
+        await call.run(backend.jobs.release, [Lease(j.id, j.lease_token, j.attempt) for j in jobs])
         return json_response({"messages": []})
     if jobs:
         observe(state).received(jobs, lease)
@@ -189,23 +191,25 @@ async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
     if job_id > MAX_ID:
         raise _stale(job_id, "no such message")
     try:
-        job = await call.run(backend.job_get, job_id)
+        job = await call.run(backend.history.get, job_id)
     except NotFound:
         raise _stale(job_id, "no such message") from None
     if not call.caller.allows("consume", job.queue):
         if job.lease_token == token:
             call.require("consume", job.queue)
-        raise _stale(job.id, "no such lease")
+        # Answered as for a message that does not exist: a key without consume on the queue
+        # learns nothing of the queue's messages from receipts it made up.
+        raise _stale(job.id, "no such message")
     if job.state is JobState.LEASED and job.lease_token == token:
         return job, Lease(job.id, token, job.attempts)
-    attempts = await call.run(backend.attempt_list, job.id)
+    attempts = await call.run(backend.history.attempts, job.id)
     earlier = next((a for a in attempts if a.lease_token == token), None)
     if earlier is None:
         raise _stale(job.id, "no such lease")
     # A genuine late write: note it in the message's history, as the Python worker does.
     observe(call.state).stale(job.queue, action)
     await call.run(
-        backend.event_record,
+        backend.history.record_event,
         job.id,
         "lease_lost",
         call.caller.actor,
@@ -237,7 +241,7 @@ def _stale(job_id: int, why: str) -> Problem:
 async def ack(call: Call) -> Response:
     """409 when the receipt is stale (nothing changes)."""
     job, lease = await held(call, call.body["receipt"], "ack")
-    stale = await call.run(call.state.ledger.backend.job_complete, [lease])
+    stale = await call.run(call.state.ledger.backend.jobs.complete, [lease])
     if stale:
         observe(call.state).stale(job.queue, "ack")
         raise _stale(job.id, "its lease expired a moment ago")
@@ -292,7 +296,7 @@ async def nack(call: Call) -> Response:
         message=body.get("error") or "nacked by the consumer",
         pause_group_until=run_at if pause_group and job.group is not None else None,
     )
-    [result] = await call.run(call.state.ledger.backend.job_fail, [failure])
+    [result] = await call.run(call.state.ledger.backend.jobs.fail, [failure])
     if result.state is None:
         observe(call.state).stale(job.queue, "nack")
         raise _stale(job.id, "its lease expired a moment ago")
@@ -329,7 +333,7 @@ async def extend(call: Call) -> Response:
     body = call.body
     job, lease = await held(call, body["receipt"], "extend")
     renewed = await call.run(
-        call.state.ledger.backend.job_heartbeat, [lease], None, float(body["lease_seconds"])
+        call.state.ledger.backend.jobs.heartbeat, [lease], None, float(body["lease_seconds"])
     )
     until = renewed.get(job.id)
     if until is None:

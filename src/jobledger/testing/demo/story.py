@@ -309,12 +309,12 @@ def _report(
     retries: Counter[str] = Counter()
     expiries = effects = 0
     for job in jobs:
-        for attempt in ledger.backend.attempt_list(job.id):
+        for attempt in ledger.backend.history.attempts(job.id):
             if attempt.outcome is AttemptOutcome.RETRY:
                 retries[attempt.error_class or "?"] += 1
             elif attempt.outcome is AttemptOutcome.LEASE_EXPIRED:
                 expiries += 1
-        effects += len(ledger.backend.effect_list(QUEUE, job.key))
+        effects += len(ledger.backend.effects.all(QUEUE, job.key))
     stats = provider.stats()
     done = [j for j in jobs if j.state is JobState.DONE]
     dead = [j for j in jobs if j.state is JobState.DEAD]

@@ -157,7 +157,7 @@ class _Drills:
 
     def attempts_text(self, job: JobRow) -> str:
         parts = []
-        for a in self.ledger.backend.attempt_list(job.id):
+        for a in self.ledger.backend.history.attempts(job.id):
             outcome = a.outcome.value if a.outcome else "open"
             error = f" ({a.error_class})" if a.error_class else ""
             parts.append(f"#{a.attempt} {outcome}{error} by {a.worker}")
@@ -193,7 +193,7 @@ class _Drills:
         finally:
             pool.stop()
         job = self.ledger.job(job_id)
-        attempts = self.ledger.backend.attempt_list(job_id)
+        attempts = self.ledger.backend.history.attempts(job_id)
         r.note(self.attempts_text(job))
         r.check(
             job.state is JobState.DONE and len(attempts) == 2,
@@ -235,7 +235,7 @@ class _Drills:
             f"the provider got {requests} requests with Idempotency-Key {key} and sent "
             f"{len(accepted)} message (the retry carried the same key)",
         )
-        effects = self.ledger.backend.effect_list(job.queue, job.key)
+        effects = self.ledger.backend.effects.all(job.queue, job.key)
         r.check(
             [(e["effect"], e["attempt"]) for e in effects] == [("email", 2)],
             f"effects recorded: {[(e['effect'], e['attempt']) for e in effects]}",
@@ -283,7 +283,7 @@ class _Drills:
             pool.start()
             self.wait("the job to be dead", lambda: self.ledger.job(job_id).state is JobState.DEAD)
             job = self.ledger.job(job_id)
-            attempts = self.ledger.backend.attempt_list(job_id)
+            attempts = self.ledger.backend.history.attempts(job_id)
             r.note(self.attempts_text(job))
             outcomes = [(a.outcome.value if a.outcome else None, a.error_class) for a in attempts]
             r.check(
@@ -318,12 +318,12 @@ class _Drills:
             f"the e-mail was not repeated: {emails} request(s) to the provider in all",
         )
         effects = {
-            e["effect"]: e["attempt"] for e in self.ledger.backend.effect_list(job.queue, job.key)
+            e["effect"]: e["attempt"] for e in self.ledger.backend.effects.all(job.queue, job.key)
         }
         r.check(effects == {"email": 1, "sms": 5}, f"effects recorded at attempts {effects}")
 
     def cleanup(self) -> int:
-        return self.ledger.backend.job_purge(self.job_ids)
+        return self.ledger.backend.history.purge(self.job_ids)
 
 
 def run_drills(

@@ -1,20 +1,14 @@
-"""The PostgreSQL side of scheduling: leader leases, schedules and ticks (migration 003).
-
-Mixed into ``PostgresBackend``. A fenced write runs ``leader_fence`` (``SELECT … FOR SHARE`` on
-the lease row) first in its transaction: a takeover's update of that row waits until the
-fenced transaction has committed, so nothing is written under a lease after it moved.
-"""
+"""The schedules role on PostgreSQL: schedules and their ticks (migration 003). Every write a
+scheduler makes is fenced by its leader lease (``PostgresLeader.hold``) in the same
+transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-import psycopg
-
-from .._records import (
+from ..._records import (
     CatchUp,
     LeaderLease,
     ScheduleDefinition,
@@ -22,30 +16,18 @@ from .._records import (
     TickRow,
     TickState,
 )
-from ..errors import LeadershipLost, NotFound
+from ...errors import NotFound
+from .database import PostgresDatabase, to_time
+from .leader import PostgresLeader
 
-__all__ = ["PostgresScheduling"]
+__all__ = ["PostgresSchedules"]
 
 
 def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
+    return to_time(value)  # type: ignore[return-value]
 
 
-def _utc_or_none(value: datetime | None) -> datetime | None:
-    return None if value is None else _utc(value)
-
-
-def _lease(row: Sequence[Any]) -> LeaderLease:
-    return LeaderLease(
-        name=row[0],
-        holder=row[1],
-        token=str(row[2]),
-        term=row[3],
-        until=_utc(row[4]),
-        acquired_at=_utc(row[5]),
-        renewed_at=_utc(row[6]),
-        now=_utc(row[7]),
-    )
+_utc_or_none = to_time
 
 
 def _schedule(row: Sequence[Any]) -> ScheduleRow:
@@ -88,57 +70,14 @@ def _tick(row: Sequence[Any]) -> TickRow:
     )
 
 
-class PostgresScheduling:
-    """Scheduling methods of the Backend protocol, for PostgreSQL."""
+class PostgresSchedules:
+    """``Schedules`` for PostgreSQL."""
 
-    if TYPE_CHECKING:
-        _sql: dict[str, str]
-        _tx: Callable[..., AbstractContextManager[psycopg.Connection[Any]]]
-        _run: Callable[..., list[Any]]
+    def __init__(self, db: PostgresDatabase, leader: PostgresLeader):
+        self._db = db
+        self._leader = leader
 
-    # -- leader leases ---------------------------------------------------------------------------
-
-    def leader_acquire(
-        self, name: str, holder: str, ttl: float, now: datetime | None = None
-    ) -> LeaderLease | None:
-        rows = self._run(
-            "leader_acquire", {"name": name, "holder": holder, "ttl": float(ttl), "now": now}
-        )
-        return _lease(rows[0]) if rows else None
-
-    def leader_renew(
-        self, lease: LeaderLease, ttl: float, now: datetime | None = None
-    ) -> LeaderLease | None:
-        rows = self._run(
-            "leader_renew",
-            {"name": lease.name, "token": lease.token, "ttl": float(ttl), "now": now},
-        )
-        return _lease(rows[0]) if rows else None
-
-    def leader_release(self, lease: LeaderLease, now: datetime | None = None) -> bool:
-        rows = self._run("leader_release", {"name": lease.name, "token": lease.token, "now": now})
-        return bool(rows)
-
-    def leader_list(self, now: datetime | None = None) -> list[LeaderLease]:
-        return [_lease(r) for r in self._run("leader_list", {"now": now})]
-
-    def leader_fence(
-        self, lease: LeaderLease, now: datetime | None = None, conn: Any = None
-    ) -> None:
-        with self._tx(conn) as c:
-            self._fence(c, lease, now)
-
-    def _fence(self, c: psycopg.Connection[Any], lease: LeaderLease, now: datetime | None) -> None:
-        held = c.execute(
-            self._sql["leader_fence"],
-            {"name": lease.name, "token": lease.token, "now": now},
-        ).fetchone()
-        if held is None:
-            raise LeadershipLost(lease.name, lease.holder)
-
-    # -- schedules -------------------------------------------------------------------------------
-
-    def schedule_declare(
+    def declare(
         self,
         definitions: Sequence[ScheduleDefinition],
         lease: LeaderLease,
@@ -157,14 +96,14 @@ class PostgresScheduling:
             "fan_out": [bool(d.fan_out) for d in definitions],
             "now": now,
         }
-        with self._tx() as c:
-            self._fence(c, lease, now)
-            c.execute(self._sql["schedule_declare"], params)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, now)
+            c.execute(self._db.sql["schedule_declare"], params)
 
-    def schedule_list(self) -> list[ScheduleRow]:
-        return [_schedule(r) for r in self._run("schedule_list", {})]
+    def all(self) -> list[ScheduleRow]:
+        return [_schedule(r) for r in self._db.run("schedule_list", {})]
 
-    def schedule_pause(
+    def pause(
         self,
         name: str,
         paused: bool,
@@ -174,7 +113,7 @@ class PostgresScheduling:
         cursor: datetime | None = None,
         skipped: int = 0,
     ) -> ScheduleRow:
-        rows = self._run(
+        rows = self._db.run(
             "schedule_pause",
             {
                 "name": name,
@@ -188,9 +127,9 @@ class PostgresScheduling:
         )
         if not rows:
             raise NotFound(f"no schedule named {name!r} in the ledger")
-        return next(r for r in self.schedule_list() if r.name == name)
+        return next(r for r in self.all() if r.name == name)
 
-    def schedule_advance(
+    def advance(
         self,
         name: str,
         cursor: datetime,
@@ -198,31 +137,31 @@ class PostgresScheduling:
         lease: LeaderLease,
         now: datetime | None = None,
     ) -> None:
-        with self._tx() as c:
-            self._fence(c, lease, now)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, now)
             c.execute(
-                self._sql["schedule_advance"],
+                self._db.sql["schedule_advance"],
                 {"name": name, "cursor": cursor, "skipped": int(skipped)},
             )
 
     # -- ticks -----------------------------------------------------------------------------------
 
-    def schedule_tick_start(
+    def tick_start(
         self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
     ) -> TickRow:
         params = {"schedule": name, "tick_time": tick_time}
-        with self._tx() as c:
-            self._fence(c, lease, now)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, now)
             row = c.execute(
-                self._sql["schedule_tick_start"],
+                self._db.sql["schedule_tick_start"],
                 params | {"leader": lease.holder, "term": lease.term, "now": now},
             ).fetchone()
             if row is None:
-                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
+                row = c.execute(self._db.sql["schedule_tick_get"], params).fetchone()
         assert row is not None, "a tick just written or found is there"
         return _tick(row)
 
-    def schedule_tick_progress(
+    def tick_progress(
         self,
         name: str,
         tick_time: datetime,
@@ -231,7 +170,7 @@ class PostgresScheduling:
         conflicts: int,
         conn: Any,
     ) -> None:
-        self._run(
+        self._db.run(
             "schedule_tick_progress",
             {
                 "schedule": name,
@@ -243,37 +182,37 @@ class PostgresScheduling:
             conn=conn,
         )
 
-    def schedule_tick_finish(
+    def tick_finish(
         self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
     ) -> TickRow:
         params = {"schedule": name, "tick_time": tick_time}
-        with self._tx() as c:
-            self._fence(c, lease, now)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, now)
             row = c.execute(
-                self._sql["schedule_tick_finish"],
+                self._db.sql["schedule_tick_finish"],
                 params | {"now": now},
             ).fetchone()
             if row is None:
-                row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
+                row = c.execute(self._db.sql["schedule_tick_get"], params).fetchone()
             c.execute(
-                self._sql["schedule_advance"],
+                self._db.sql["schedule_advance"],
                 {"name": name, "cursor": tick_time, "skipped": 0},
             )
         assert row is not None, "a tick just written or found is there"
         return _tick(row)
 
-    def schedule_tick_error(
+    def tick_error(
         self, name: str, tick_time: datetime, error: str, now: datetime | None = None
     ) -> None:
-        self._run(
+        self._db.run(
             "schedule_tick_error",
             {"schedule": name, "tick_time": tick_time, "error": error[:4000]},
         )
 
-    def schedule_tick_prune(self, before: datetime, limit: int = 1000) -> int:
-        return len(self._run("schedule_tick_prune", {"before": before}, limit=limit))
+    def tick_prune(self, before: datetime, limit: int = 1000) -> int:
+        return len(self._db.run("schedule_tick_prune", {"before": before}, limit=limit))
 
-    def schedule_tick_list(
+    def ticks(
         self,
         name: str | None = None,
         limit: int = 20,
@@ -291,8 +230,10 @@ class PostgresScheduling:
         if after is not None:
             clauses.append("tick_time > %(after)s")
             params["after"] = after
-        text = self._sql["schedule_tick_list"].replace("{where}", " AND ".join(clauses) or "1 = 1")
-        with self._tx() as c:
+        text = self._db.sql["schedule_tick_list"].replace(
+            "{where}", " AND ".join(clauses) or "1 = 1"
+        )
+        with self._db.transaction() as c:
             rows = c.execute(
                 text.replace("{limit}", str(max(1, int(limit)))),
                 params,

@@ -1,6 +1,4 @@
-"""The PostgreSQL side of groups (008): limits, pauses, the operator's view, and the grouped claim.
-
-Mixed into ``PostgresBackend``. A grouped claim is one short transaction of four statements:
+"""The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of four statements:
 
 1. ``group_candidates`` finds the groups with due jobs (a skip scan of the grouped index),
    least recently served first, and takes a transaction-scoped advisory lock on each of the
@@ -19,22 +17,15 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import psycopg
+from ..._records import GroupLimits, GroupState, allowance, tokens_now
+from .database import PostgresDatabase
+from .database import to_time as _utc
 
-from .._records import (
-    GroupLimits,
-    GroupState,
-    GroupStatus,
-    allowance,
-    group_status,
-    tokens_now,
-)
-from .common import utc as _utc
+__all__ = ["GROUPS_RECHECK_SECONDS", "GroupedClaim"]
 
 #: How long a worker trusts its last look at whether its queues have jobs with a group. Within
 #: it, a claim over queues without groups costs no extra statement; a queue's first grouped job
@@ -44,40 +35,30 @@ GROUPS_RECHECK_SECONDS = 0.5
 _NEVER = datetime.min.replace(tzinfo=UTC)
 
 
-class PostgresGroups:
-    """Groups for ``PostgresBackend``."""
+class GroupedClaim:
+    """The grouped half of ``PostgresJobs.claim``: one short transaction of its own."""
 
-    if TYPE_CHECKING:
-        _sql: dict[str, str]
-        schema: str
-        _tx: Callable[..., AbstractContextManager[psycopg.Connection[Any]]]
-        _run: Callable[..., list[Any]]
+    def __init__(self, db: PostgresDatabase):
+        self._db = db
+        #: The first key of the groups' advisory locks: one per schema, as a signed int4.
+        self._lock_space = zlib.crc32(f"jobledger_groups:{db.schema}".encode()) - 2**31
+        self._seen: dict[tuple[str, ...], tuple[float, bool]] = {}
+        self._seen_lock = threading.Lock()
 
-        def _statement(self, name: str, limit: int) -> str: ...
-        def _quick(self, text: str, params: dict[str, Any]) -> list[Any]: ...
-
-    _groups_seen: dict[tuple[str, ...], tuple[float, bool]]
-    _groups_seen_lock: threading.Lock
-
-    @property
-    def _lock_space(self) -> int:
-        """The first key of the groups' advisory locks: one per schema, as a signed int4."""
-        return zlib.crc32(f"jobledger_groups:{self.schema}".encode()) - 2**31
-
-    # -- the claim ---------------------------------------------------------------------------------
-
-    def _groups_waiting(self, queues: Sequence[str]) -> bool:
+    def waiting(self, queues: Sequence[str]) -> bool:
+        """Whether any of these queues has pending jobs with a group, as last seen at most
+        ``GROUPS_RECHECK_SECONDS`` ago."""
         ident = tuple(queues)
-        seen = self._groups_seen.get(ident)
+        seen = self._seen.get(ident)
         clock = time.monotonic()
         if seen is not None and clock - seen[0] < GROUPS_RECHECK_SECONDS:
             return seen[1]
-        waiting = bool(self._quick(self._sql["group_waiting"], {"queues": list(queues)}))
-        with self._groups_seen_lock:
-            self._groups_seen[ident] = (clock, waiting)
+        waiting = bool(self._db.quick(self._db.sql["group_waiting"], {"queues": list(queues)}))
+        with self._seen_lock:
+            self._seen[ident] = (clock, waiting)
         return waiting
 
-    def _claim_grouped(
+    def claim(
         self,
         queues: Sequence[str],
         worker: str,
@@ -85,17 +66,17 @@ class PostgresGroups:
         now: datetime | None,
         lease_seconds: float | None,
     ) -> list[Any]:
-        """Up to ``limit`` due jobs with a group, round the groups (see ``job_claim``)."""
-        with self._tx() as c:
+        """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
+        with self._db.transaction() as c:
             found = c.execute(
-                self._statement("group_candidates", limit),
+                self._db.statement("group_candidates", limit),
                 {"queues": list(queues), "now": now, "lock_space": self._lock_space},
             ).fetchall()
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
             rows = c.execute(
-                self._sql["group_state"],
+                self._db.sql["group_state"],
                 {"queues": [r[0] for r in found], "names": [r[1] for r in found], "now": now},
             ).fetchall()
             current = {(r[0], r[1]): r for r in rows}
@@ -114,7 +95,7 @@ class PostgresGroups:
             if not plans:
                 return []
             claimed = c.execute(
-                self._statement("group_claim", limit),
+                self._db.statement("group_claim", limit),
                 {
                     "queues": [s.queue for s, _ in plans],
                     "names": [s.name for s, _ in plans],
@@ -129,7 +110,7 @@ class PostgresGroups:
             served = [s for s, _ in plans if taken[(s.queue, s.name)]]
             if served:
                 c.execute(
-                    self._sql["group_served"],
+                    self._db.sql["group_served"],
                     {
                         "queues": [s.queue for s in served],
                         "names": [s.name for s in served],
@@ -144,44 +125,3 @@ class PostgresGroups:
                     },
                 )
             return claimed
-
-    # -- limits, pauses, the operator's view ---------------------------------------------------
-
-    def group_limits_put(
-        self, queue: str, limits: GroupLimits, now: datetime | None = None
-    ) -> None:
-        if limits.unlimited:
-            self._run("group_limits_delete", {"queue": queue})
-            return
-        self._run(
-            "group_limits_put",
-            {
-                "queue": queue,
-                "max_leased": limits.max_leased,
-                "rate": limits.rate,
-                "burst": limits.burst,
-                "now": now,
-            },
-        )
-
-    def group_limits_get(self, queue: str) -> GroupLimits:
-        rows = self._run("group_limits_get", {"queue": queue})
-        return GroupLimits() if not rows else GroupLimits(rows[0][0], rows[0][1], rows[0][2])
-
-    def group_list(self, queue: str, now: datetime | None = None) -> list[GroupStatus]:
-        limits = self.group_limits_get(queue)
-        rows = self._run("group_list", {"queue": queue, "now": now})
-        return [group_status(queue, r, limits, r[9], _utc) for r in rows]
-
-    def group_pause(
-        self, queue: str, name: str, until: datetime, reason: str, now: datetime | None = None
-    ) -> datetime:
-        rows = self._run(
-            "group_pause", {"queue": queue, "name": name, "until": until, "reason": reason}
-        )
-        paused = _utc(rows[0][0])
-        assert paused is not None
-        return paused
-
-    def group_resume(self, queue: str, name: str, now: datetime | None = None) -> bool:
-        return bool(self._run("group_resume", {"queue": queue, "name": name, "now": now}))

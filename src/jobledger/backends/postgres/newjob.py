@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from .._records import NewJob
+from ..._records import NewJob
 
 __all__ = ["NEW_JOB_COLUMNS", "NEW_JOB_SQL", "new_job_arrays", "new_job_values"]
 

@@ -1,42 +1,28 @@
-"""The SQLite side of push subscriptions (``jobledger_subscriptions``). Mixed into
-``SqliteBackend``; every write is one short ``BEGIN IMMEDIATE`` transaction."""
+"""The subscriptions role on SQLite (``jobledger_subscriptions``, migration 005). Every write
+is one short ``BEGIN IMMEDIATE`` transaction."""
 
 from __future__ import annotations
 
-import sqlite3
-import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._records import Subscription, SubscriptionState
-from ..errors import NotFound, SubscriptionExists
-from .common import from_epoch as _dt
+from ..._records import Subscription, SubscriptionState
+from ...errors import NotFound, SubscriptionExists
+from ..common import subscription_row
+from .database import SqliteDatabase, to_db
+from .database import to_time as _dt
 
-_TIMES = (11, 13, 14, 15, 16, 17, 18)  # columns of subscription_select that are times
+__all__ = ["SqliteSubscriptions"]
 
-
-def _ts(value: datetime | None) -> float:
-    return time.time() if value is None else value.timestamp()
-
-
-def subscription_from_row(row: Sequence[Any], to_time: Callable[[Any], Any]) -> Subscription:
-    """A row of ``subscription_select`` (the dataclass's fields, in order) as a record."""
-    values = list(row)
-    for i in _TIMES:
-        values[i] = to_time(values[i])
-    values[8] = SubscriptionState(values[8])
-    return Subscription(*values)
+_ts = to_db
 
 
-class SqlitePushMixin:
-    """Push subscriptions for ``SqliteBackend``."""
+class SqliteSubscriptions:
+    """``Subscriptions`` for SQLite."""
 
-    if TYPE_CHECKING:
-        _sql: dict[str, str]
-        _write: Callable[..., AbstractContextManager[sqlite3.Connection]]
-        _read: Callable[..., list[Any]]
+    def __init__(self, db: SqliteDatabase):
+        self._db = db
+        self._sql = db.sql
 
     def _subscription(self, c: Any, subscription_id: str) -> Subscription:
         row = c.execute(
@@ -44,10 +30,10 @@ class SqlitePushMixin:
         ).fetchone()
         if row is None:
             raise NotFound(f"no subscription with id {subscription_id!r}")
-        return subscription_from_row(row, _dt)
+        return subscription_row(row, _dt)
 
-    def subscription_insert(self, sub: Subscription, now: datetime | None = None) -> Subscription:
-        with self._write() as c:
+    def insert(self, sub: Subscription, now: datetime | None = None) -> Subscription:
+        with self._db.transaction() as c:
             row = c.execute(
                 self._sql["subscription_insert"],
                 {
@@ -69,17 +55,17 @@ class SqlitePushMixin:
                 raise SubscriptionExists(sub.queue, existing)
             return self._subscription(c, sub.id)
 
-    def subscription_get(self, subscription_id: str) -> Subscription:
-        rows = self._read(self._sql["subscription_select"] + " WHERE id = ?", (subscription_id,))
+    def get(self, subscription_id: str) -> Subscription:
+        rows = self._db.read(self._sql["subscription_select"] + " WHERE id = ?", (subscription_id,))
         if not rows:
             raise NotFound(f"no subscription with id {subscription_id!r}")
-        return subscription_from_row(rows[0], _dt)
+        return subscription_row(rows[0], _dt)
 
-    def subscription_list(self) -> list[Subscription]:
-        rows = self._read(self._sql["subscription_select"] + " ORDER BY queue")
-        return [subscription_from_row(r, _dt) for r in rows]
+    def all(self) -> list[Subscription]:
+        rows = self._db.read(self._sql["subscription_select"] + " ORDER BY queue")
+        return [subscription_row(r, _dt) for r in rows]
 
-    def subscription_set_state(
+    def set_state(
         self,
         subscription_id: str,
         state: SubscriptionState,
@@ -87,7 +73,7 @@ class SqlitePushMixin:
         reason: str | None,
         now: datetime | None = None,
     ) -> Subscription:
-        with self._write() as c:
+        with self._db.transaction() as c:
             c.execute(
                 self._sql["subscription_state"],
                 {
@@ -100,20 +86,20 @@ class SqlitePushMixin:
             )
             return self._subscription(c, subscription_id)
 
-    def subscription_delete(self, subscription_id: str) -> Subscription:
-        with self._write() as c:
+    def delete(self, subscription_id: str) -> Subscription:
+        with self._db.transaction() as c:
             sub = self._subscription(c, subscription_id)
             c.execute(self._sql["subscription_delete"], {"id": subscription_id})
             return sub
 
-    def subscription_rotate(
+    def rotate(
         self,
         subscription_id: str,
         secret: str,
         overlap_seconds: float,
         now: datetime | None = None,
     ) -> Subscription:
-        with self._write() as c:
+        with self._db.transaction() as c:
             c.execute(
                 self._sql["subscription_rotate"],
                 {
@@ -125,7 +111,7 @@ class SqlitePushMixin:
             )
             return self._subscription(c, subscription_id)
 
-    def subscription_record(
+    def record(
         self,
         subscription_id: str,
         ok: bool,
@@ -133,7 +119,7 @@ class SqlitePushMixin:
         error: str | None,
         now: datetime | None = None,
     ) -> None:
-        with self._write() as c:
+        with self._db.transaction() as c:
             c.execute(
                 self._sql["subscription_record"],
                 {

@@ -1,43 +1,40 @@
-"""The PostgreSQL side of push subscriptions (``jobledger_subscriptions``). Mixed into
-``PostgresBackend``."""
+"""The subscriptions role on PostgreSQL (``jobledger_subscriptions``, migration 005)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
-from .._records import Subscription, SubscriptionState
-from ..errors import NotFound, SubscriptionExists
-from .common import utc as _utc
-from .sqlite_push import subscription_from_row
+from ..._records import Subscription, SubscriptionState
+from ...errors import NotFound, SubscriptionExists
+from ..common import subscription_row
+from .database import PostgresDatabase
+from .database import to_time as _utc
+
+__all__ = ["PostgresSubscriptions"]
 
 
-class PostgresPushMixin:
-    """Push subscriptions for ``PostgresBackend``."""
+class PostgresSubscriptions:
+    """``Subscriptions`` for PostgreSQL."""
 
-    if TYPE_CHECKING:
-        _sql: dict[str, str]
-        _tables: dict[str, str]
-        _tx: Callable[..., AbstractContextManager[psycopg.Connection[Any]]]
-        _run: Callable[..., list[Any]]
+    def __init__(self, db: PostgresDatabase):
+        self._db = db
 
     def _subscription(self, c: psycopg.Connection[Any], subscription_id: str) -> Subscription:
         row = c.execute(
-            (self._sql["subscription_select"] + " WHERE id = %(id)s").encode(),
+            (self._db.sql["subscription_select"] + " WHERE id = %(id)s").encode(),
             {"id": subscription_id},
         ).fetchone()
         if row is None:
             raise NotFound(f"no subscription with id {subscription_id!r}")
-        return subscription_from_row(row, _utc)
+        return subscription_row(row, _utc)
 
-    def subscription_insert(self, sub: Subscription, now: datetime | None = None) -> Subscription:
-        with self._tx() as c:
+    def insert(self, sub: Subscription, now: datetime | None = None) -> Subscription:
+        with self._db.transaction() as c:
             row = c.execute(
-                self._sql["subscription_insert"].encode(),
+                self._db.sql["subscription_insert"].encode(),
                 {
                     "id": sub.id,
                     "queue": sub.queue,
@@ -52,22 +49,22 @@ class PostgresPushMixin:
             ).fetchone()
             if row is None:
                 found = c.execute(
-                    f"SELECT id FROM {self._tables['subscriptions']} WHERE queue = %(q)s".encode(),
+                    f"SELECT id FROM {self._db.tables['subscriptions']} WHERE queue = %(q)s".encode(),
                     {"q": sub.queue},
                 ).fetchone()
                 raise SubscriptionExists(sub.queue, found[0] if found else "?")
             return self._subscription(c, sub.id)
 
-    def subscription_get(self, subscription_id: str) -> Subscription:
-        with self._tx() as c:
+    def get(self, subscription_id: str) -> Subscription:
+        with self._db.transaction() as c:
             return self._subscription(c, subscription_id)
 
-    def subscription_list(self) -> list[Subscription]:
-        with self._tx() as c:
-            rows = c.execute((self._sql["subscription_select"] + " ORDER BY queue").encode())
-            return [subscription_from_row(r, _utc) for r in rows.fetchall()]
+    def all(self) -> list[Subscription]:
+        with self._db.transaction() as c:
+            rows = c.execute((self._db.sql["subscription_select"] + " ORDER BY queue").encode())
+            return [subscription_row(r, _utc) for r in rows.fetchall()]
 
-    def subscription_set_state(
+    def set_state(
         self,
         subscription_id: str,
         state: SubscriptionState,
@@ -75,9 +72,9 @@ class PostgresPushMixin:
         reason: str | None,
         now: datetime | None = None,
     ) -> Subscription:
-        with self._tx() as c:
+        with self._db.transaction() as c:
             c.execute(
-                self._sql["subscription_state"].encode(),
+                self._db.sql["subscription_state"].encode(),
                 {
                     "id": subscription_id,
                     "state": SubscriptionState(state).value,
@@ -88,22 +85,22 @@ class PostgresPushMixin:
             )
             return self._subscription(c, subscription_id)
 
-    def subscription_delete(self, subscription_id: str) -> Subscription:
-        with self._tx() as c:
+    def delete(self, subscription_id: str) -> Subscription:
+        with self._db.transaction() as c:
             sub = self._subscription(c, subscription_id)
-            c.execute(self._sql["subscription_delete"].encode(), {"id": subscription_id})
+            c.execute(self._db.sql["subscription_delete"].encode(), {"id": subscription_id})
             return sub
 
-    def subscription_rotate(
+    def rotate(
         self,
         subscription_id: str,
         secret: str,
         overlap_seconds: float,
         now: datetime | None = None,
     ) -> Subscription:
-        with self._tx() as c:
+        with self._db.transaction() as c:
             c.execute(
-                self._sql["subscription_rotate"].encode(),
+                self._db.sql["subscription_rotate"].encode(),
                 {
                     "id": subscription_id,
                     "secret": secret,
@@ -113,7 +110,7 @@ class PostgresPushMixin:
             )
             return self._subscription(c, subscription_id)
 
-    def subscription_record(
+    def record(
         self,
         subscription_id: str,
         ok: bool,
@@ -121,7 +118,7 @@ class PostgresPushMixin:
         error: str | None,
         now: datetime | None = None,
     ) -> None:
-        self._run(
+        self._db.run(
             "subscription_record",
             {"id": subscription_id, "ok": bool(ok), "status": status, "error": error, "now": now},
         )

@@ -1,19 +1,16 @@
-"""The SQLite side of scheduling: leader leases, schedules and ticks (migration 003).
+"""The schedules role on SQLite: schedules and their ticks (migration 003).
 
-Mixed into ``SqliteBackend``. Every write is one ``BEGIN IMMEDIATE`` transaction, so a fence
-check and the write it guards cannot be separated by another process's takeover.
+Every write is one ``BEGIN IMMEDIATE`` transaction, so a fence check and the write it guards
+cannot be separated by another process's takeover.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
-from .._records import (
+from ..._records import (
     CatchUp,
     LeaderLease,
     ScheduleDefinition,
@@ -21,39 +18,19 @@ from .._records import (
     TickRow,
     TickState,
 )
-from ..errors import LeadershipLost, NotFound
+from ...errors import NotFound
+from .database import SqliteDatabase, to_db, to_time
+from .leader import SqliteLeader
 
-__all__ = ["SqliteScheduling"]
-
-
-def _ts(value: datetime | None) -> float:
-    """Epoch seconds; None is the process clock now (as in sqlite.py)."""
-    if value is None:
-        return time.time()
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: pass an aware datetime (UTC)")
-    return value.timestamp()
+__all__ = ["SqliteSchedules"]
 
 
 def _dt(value: float) -> datetime:
-    return datetime.fromtimestamp(value, UTC)
+    return to_time(value)  # type: ignore[return-value]
 
 
-def _dt_or_none(value: float | None) -> datetime | None:
-    return None if value is None else _dt(value)
-
-
-def _lease(row: Sequence[Any], clock: float) -> LeaderLease:
-    return LeaderLease(
-        name=row[0],
-        holder=row[1],
-        token=row[2],
-        term=row[3],
-        until=_dt(row[4]),
-        acquired_at=_dt(row[5]),
-        renewed_at=_dt(row[6]),
-        now=_dt(clock),
-    )
+_dt_or_none = to_time
+_ts = to_db
 
 
 def _schedule(row: Sequence[Any]) -> ScheduleRow:
@@ -96,74 +73,23 @@ def _tick(row: Sequence[Any]) -> TickRow:
     )
 
 
-class SqliteScheduling:
-    """Scheduling methods of the Backend protocol, for SQLite."""
+class SqliteSchedules:
+    """``Schedules`` for SQLite."""
 
-    if TYPE_CHECKING:
-        _sql: dict[str, str]
-        _write: Callable[..., AbstractContextManager[sqlite3.Connection]]
-        _read: Callable[..., list[Any]]
+    def __init__(self, db: SqliteDatabase, leader: SqliteLeader):
+        self._db = db
+        self._sql = db.sql
+        self._leader = leader
 
-    # -- leader leases ---------------------------------------------------------------------------
-
-    def leader_acquire(
-        self, name: str, holder: str, ttl: float, now: datetime | None = None
-    ) -> LeaderLease | None:
-        clock = _ts(now)
-        with self._write() as c:
-            row = c.execute(
-                self._sql["leader_acquire"],
-                {"name": name, "holder": holder, "ttl": float(ttl), "now": clock},
-            ).fetchone()
-        return None if row is None else _lease(row, clock)
-
-    def leader_renew(
-        self, lease: LeaderLease, ttl: float, now: datetime | None = None
-    ) -> LeaderLease | None:
-        clock = _ts(now)
-        with self._write() as c:
-            row = c.execute(
-                self._sql["leader_renew"],
-                {"name": lease.name, "token": lease.token, "ttl": float(ttl), "now": clock},
-            ).fetchone()
-        return None if row is None else _lease(row, clock)
-
-    def leader_release(self, lease: LeaderLease, now: datetime | None = None) -> bool:
-        with self._write() as c:
-            cur = c.execute(
-                self._sql["leader_release"],
-                {"name": lease.name, "token": lease.token, "now": _ts(now)},
-            )
-            return cur.rowcount == 1
-
-    def leader_list(self, now: datetime | None = None) -> list[LeaderLease]:
-        clock = _ts(now)
-        return [_lease(r, clock) for r in self._read(self._sql["leader_list"])]
-
-    def leader_fence(
-        self, lease: LeaderLease, now: datetime | None = None, conn: Any = None
-    ) -> None:
-        with self._write(conn) as c:
-            self._fence(c, lease, _ts(now))
-
-    def _fence(self, c: sqlite3.Connection, lease: LeaderLease, clock: float) -> None:
-        held = c.execute(
-            self._sql["leader_fence"], {"name": lease.name, "token": lease.token, "now": clock}
-        ).fetchone()
-        if held is None:
-            raise LeadershipLost(lease.name, lease.holder)
-
-    # -- schedules -------------------------------------------------------------------------------
-
-    def schedule_declare(
+    def declare(
         self,
         definitions: Sequence[ScheduleDefinition],
         lease: LeaderLease,
         now: datetime | None = None,
     ) -> None:
         clock = _ts(now)
-        with self._write() as c:
-            self._fence(c, lease, clock)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, clock)
             c.executemany(
                 self._sql["schedule_declare"],
                 [
@@ -184,10 +110,10 @@ class SqliteScheduling:
                 ],
             )
 
-    def schedule_list(self) -> list[ScheduleRow]:
-        return [_schedule(r) for r in self._read(self._sql["schedule_list"])]
+    def all(self) -> list[ScheduleRow]:
+        return [_schedule(r) for r in self._db.read(self._sql["schedule_list"])]
 
-    def schedule_pause(
+    def pause(
         self,
         name: str,
         paused: bool,
@@ -197,7 +123,7 @@ class SqliteScheduling:
         cursor: datetime | None = None,
         skipped: int = 0,
     ) -> ScheduleRow:
-        with self._write() as c:
+        with self._db.transaction() as c:
             cur = c.execute(
                 self._sql["schedule_pause"],
                 {
@@ -212,9 +138,9 @@ class SqliteScheduling:
             )
             if cur.rowcount != 1:
                 raise NotFound(f"no schedule named {name!r} in the ledger")
-        return next(r for r in self.schedule_list() if r.name == name)
+        return next(r for r in self.all() if r.name == name)
 
-    def schedule_advance(
+    def advance(
         self,
         name: str,
         cursor: datetime,
@@ -222,8 +148,8 @@ class SqliteScheduling:
         lease: LeaderLease,
         now: datetime | None = None,
     ) -> None:
-        with self._write() as c:
-            self._fence(c, lease, _ts(now))
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, _ts(now))
             c.execute(
                 self._sql["schedule_advance"],
                 {"name": name, "cursor": _ts(cursor), "skipped": int(skipped)},
@@ -231,13 +157,13 @@ class SqliteScheduling:
 
     # -- ticks -----------------------------------------------------------------------------------
 
-    def schedule_tick_start(
+    def tick_start(
         self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
     ) -> TickRow:
         clock = _ts(now)
         params = {"schedule": name, "tick_time": _ts(tick_time)}
-        with self._write() as c:
-            self._fence(c, lease, clock)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, clock)
             row = c.execute(
                 self._sql["schedule_tick_start"],
                 params | {"leader": lease.holder, "term": lease.term, "now": clock},
@@ -246,7 +172,7 @@ class SqliteScheduling:
                 row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
         return _tick(row)
 
-    def schedule_tick_progress(
+    def tick_progress(
         self,
         name: str,
         tick_time: datetime,
@@ -255,7 +181,7 @@ class SqliteScheduling:
         conflicts: int,
         conn: Any,
     ) -> None:
-        with self._write(conn) as c:
+        with self._db.transaction(conn) as c:
             c.execute(
                 self._sql["schedule_tick_progress"],
                 {
@@ -267,13 +193,13 @@ class SqliteScheduling:
                 },
             )
 
-    def schedule_tick_finish(
+    def tick_finish(
         self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
     ) -> TickRow:
         clock = _ts(now)
         params = {"schedule": name, "tick_time": _ts(tick_time)}
-        with self._write() as c:
-            self._fence(c, lease, clock)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, clock)
             row = c.execute(self._sql["schedule_tick_finish"], params | {"now": clock}).fetchone()
             if row is None:
                 row = c.execute(self._sql["schedule_tick_get"], params).fetchone()
@@ -283,21 +209,21 @@ class SqliteScheduling:
             )
         return _tick(row)
 
-    def schedule_tick_error(
+    def tick_error(
         self, name: str, tick_time: datetime, error: str, now: datetime | None = None
     ) -> None:
-        with self._write() as c:
+        with self._db.transaction() as c:
             c.execute(
                 self._sql["schedule_tick_error"],
                 {"schedule": name, "tick_time": _ts(tick_time), "error": error[:4000]},
             )
 
-    def schedule_tick_prune(self, before: datetime, limit: int = 1000) -> int:
+    def tick_prune(self, before: datetime, limit: int = 1000) -> int:
         text = self._sql["schedule_tick_prune"].replace("{limit}", str(max(1, int(limit))))
-        with self._write() as c:
+        with self._db.transaction() as c:
             return int(c.execute(text, {"before": _ts(before)}).rowcount)
 
-    def schedule_tick_list(
+    def ticks(
         self,
         name: str | None = None,
         limit: int = 20,
@@ -320,4 +246,4 @@ class SqliteScheduling:
             .replace("{where}", " AND ".join(clauses) or "1 = 1")
             .replace("{limit}", str(max(1, int(limit))))
         )
-        return [_tick(r) for r in self._read(text, params)]
+        return [_tick(r) for r in self._db.read(text, params)]

@@ -1,0 +1,260 @@
+"""The PostgreSQL database object: psycopg 3 connection pools, transactions, the named
+statements (schema-qualified), and the dialect's time converter (PostgreSQL stores
+``timestamptz``; None is the database's own clock, filled in by the SQL).
+
+The role classes of this package reach the database only through this object's public
+interface: ``sql``, ``tables``, ``schema``, ``channel``, ``transaction``, ``run``, ``read``,
+``statement``, ``quick``, ``quickly``, ``hot``, and the converter ``to_time``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg.errors
+import psycopg_pool
+from psycopg import sql as pgsql
+
+from ...errors import BackendUnavailable, SchemaMismatch
+from ..sqlfiles import queries
+from ..url import DatabaseURL
+from .newjob import NEW_JOB_SQL
+
+__all__ = ["CONNECT_TIMEOUT", "PostgresDatabase", "first_line", "to_time"]
+
+_T = TypeVar("_T")
+
+CONNECT_TIMEOUT = 10
+
+#: The jobledger tables, as ``{name}`` in the named statements.
+_TABLES = (
+    ("jobs", "attempts", "events", "effects", "migrations", "tombstones")
+    + ("leaders", "schedules", "ticks")
+    + ("queues", "api_keys", "rate_limits", "publish_requests")
+    + ("routes", "outbox")
+    + ("minute_stats", "sessions")
+    + ("subscriptions",)
+    + ("groups", "group_limits")
+)
+
+
+def to_time(value: datetime | None) -> datetime | None:
+    """A time read from PostgreSQL, in UTC (None stays None)."""
+    if value is None:
+        return None
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+_MISSING_DATABASE = re.compile(r'FATAL:\s+database "([^"]+)" does not exist')
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _fill(text: str, tables: dict[str, str]) -> str:
+    """A named query with its placeholders filled: ``{new_…}`` are the columns of a new job
+    (``NEW_JOB_COLUMNS``), ``{now}`` is the caller's explicit time or the database clock,
+    ``{jobs}`` and the other table names are schema-qualified."""
+    for name, value in NEW_JOB_SQL.items():
+        text = text.replace("{" + name + "}", value)
+    text = text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
+    for name, qualified in tables.items():
+        text = text.replace("{" + name + "}", qualified)
+    return text
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    # Autocommit: a single-statement write on the hot path (claim, complete, fail,
+    # heartbeat) is its own transaction, one round trip instead of BEGIN, it, COMMIT.
+    # Several statements that must commit together use ``transaction`` (an explicit one).
+    conn.autocommit = True
+    # No statement is prepared behind our back. After five runs psycopg would prepare it,
+    # and PostgreSQL may then switch to a generic plan, which cannot know how long an array
+    # parameter is: for a completion of 500 leases it rescans the 500 (id, token) pairs
+    # for every row (a quadratic join, 4-5x the cost of the whole drain). Statements whose
+    # generic plan is known to be good ask for ``prepare=True`` (the claim; tests check its
+    # plan); the single enqueue has its own prepared statement.
+    conn.prepare_threshold = None
+    conn.execute("SET TIME ZONE 'UTC'")
+
+
+class PostgresDatabase:
+    """The connection pools of one PostgreSQL schema. Safe to share between threads."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: DatabaseURL):
+        self.url = url
+        self.schema = url.schema
+        self.channel = f"jobledger_{self.schema}"
+        self.tables = {
+            name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
+            for name in _TABLES
+        }
+        self.sql = {name: _fill(text, self.tables) for name, text in queries("postgres").items()}
+        self._probe()
+        self._pool = psycopg_pool.ConnectionPool(
+            url.conninfo,
+            min_size=1,
+            max_size=url.pool_size,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT},
+            configure=_configure,
+            check=psycopg_pool.ConnectionPool.check_connection,
+            timeout=CONNECT_TIMEOUT,
+            open=True,
+            name="jobledger",
+        )
+        # Idempotent statements skip the liveness round trip (see ``quick``). No connection
+        # is opened until one is needed.
+        self._quick_pool = psycopg_pool.ConnectionPool(
+            url.conninfo,
+            min_size=0,
+            max_size=url.pool_size,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT},
+            configure=_configure,
+            timeout=CONNECT_TIMEOUT,
+            open=True,
+            name="jobledger-quick",
+        )
+        self._closed = False
+        self._lock = threading.Lock()
+        self._statements: dict[tuple[str, int], str] = {}
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        missing = _MISSING_DATABASE.search(str(exc))
+        if missing:
+            return BackendUnavailable(
+                f"PostgreSQL at {self.url.redacted}: database {missing[1]!r} does not exist; "
+                f"create it (createdb {missing[1]}), then run `jobledger migrate`"
+            )
+        return BackendUnavailable(
+            f"PostgreSQL at {self.url.redacted} is unavailable: {first_line(exc)}"
+        )
+
+    def _probe(self) -> None:
+        """Connect once up front so that a wrong URL fails now, with a clear message."""
+        try:
+            with psycopg.connect(self.url.conninfo, connect_timeout=CONNECT_TIMEOUT):
+                pass
+        except psycopg.Error as exc:
+            raise self.unavailable(exc) from None
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A connection of its own, outside the pools, in autocommit (migrations, LISTEN)."""
+        return psycopg.connect(self.url.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+
+    @contextmanager
+    def translate(self) -> Iterator[None]:
+        """Driver errors inside the block as jobledger's own."""
+        try:
+            yield
+        except psycopg.errors.UndefinedTable as exc:
+            raise SchemaMismatch(
+                f"PostgreSQL at {self.url.redacted} has no jobledger tables in schema "
+                f"{self.schema!r} ({first_line(exc)}); run `jobledger migrate`"
+            ) from None
+        except (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout) as exc:
+            raise self.unavailable(exc) from None
+        except psycopg_pool.PoolClosed as exc:
+            raise BackendUnavailable(f"the ledger for {self.url.redacted} is closed") from exc
+
+    @contextmanager
+    def transaction(self, conn: Any = None) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction: our own (committed on success), or a savepoint in the caller's."""
+        with self.translate():
+            if conn is None:
+                with self._pool.connection() as own, own.transaction():
+                    yield own
+                return
+            if not isinstance(conn, psycopg.Connection):
+                raise TypeError(
+                    f"conn must be a psycopg Connection for {self.url.redacted}, got {type(conn)!r}"
+                )
+            if (
+                not conn.autocommit
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            ):
+                # Start the caller's transaction, so that ours is a savepoint inside it rather
+                # than a transaction of its own that would commit on the caller's behalf.
+                conn.execute("SELECT 1")
+            with conn.transaction():
+                yield conn
+
+    def run(
+        self, name: str, params: dict[str, Any], conn: Any = None, **literals: Any
+    ) -> list[Any]:
+        """The named statement in a transaction (the caller's, with ``conn``); its rows.
+        ``literals`` are written into the text (``{limit}``) as whole numbers."""
+        text = self.sql[name]
+        for lit, value in literals.items():
+            text = text.replace("{" + lit + "}", str(int(value)))
+        with self.transaction(conn) as c:
+            # Never prepared, on a caller's connection too (see ``_configure``).
+            cur = c.execute(text, params, prepare=False)
+            return cur.fetchall() if cur.description else []
+
+    def read(self, text: str, params: dict[str, Any]) -> list[Any]:
+        """The rows of a statement given as text, in a transaction of its own."""
+        with self.transaction() as c:
+            cur = c.execute(text.encode(), params)
+            return cur.fetchall() if cur.description else []
+
+    def statement(self, name: str, limit: int) -> str:
+        """A named query with ``{limit}`` written in as a literal (cached per value)."""
+        text = self._statements.get((name, limit))
+        if text is None:
+            text = self.sql[name].replace("{limit}", str(int(limit)))
+            self._statements[(name, limit)] = text
+        return text
+
+    def quick(self, text: str, params: dict[str, Any], prepare: bool | None = None) -> list[Any]:
+        """A statement that is safe to send twice, on a connection handed out without the round
+        trip that proves it alive. If the server closed the connection (a restart, a terminated
+        session) the statement goes again on another (twice at most). Safe to send twice: an enqueue by key
+        (the second finds the first), a lease renewal, a claim (had the first committed before
+        its reply was lost, its jobs wait for their leases to expire, as after a worker crash;
+        they are never run twice). Completions and failures are not sent here: a second one
+        would be refused and reported as a lost lease."""
+
+        def run(c: psycopg.Connection[Any]) -> list[Any]:
+            cur = c.execute(text, params, prepare=prepare)
+            return cur.fetchall() if cur.description else []
+
+        return self.quickly(run)
+
+    def quickly(self, run: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``run`` on a connection of the quick pool, as ``quick`` runs its statement."""
+        with self.translate():
+            for attempt in range(3):
+                with self._quick_pool.connection() as c:
+                    try:
+                        return run(c)
+                    except (psycopg.OperationalError, psycopg.InterfaceError):
+                        if attempt == 2 or not c.broken:
+                            raise
+                self._quick_pool.check()  # drop the other connections that broke too
+        raise AssertionError("unreachable")
+
+    def hot(self, text: str, params: dict[str, Any]) -> list[Any]:
+        """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
+        COMMIT round trips), planned for its parameters each time (see ``_configure``)."""
+        with self.translate(), self._pool.connection() as c:
+            cur = c.execute(text, params)
+            return cur.fetchall() if cur.description else []
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._pool.close()
+                self._quick_pool.close()

@@ -1,0 +1,470 @@
+"""The jobs role on PostgreSQL: inserts, publishing, claims, lease renewals and outcomes.
+
+The hot path. A claim is one ``FOR UPDATE SKIP LOCKED`` statement (prepared: its generic plan is
+checked by tests/test_claim_plan.py); completions, failures and renewals are one statement per
+batch over arrays of ids and tokens, never prepared (see ``database._configure``); the single
+enqueue goes through its own prepared statement (``prepared.py``).
+
+A publish takes, per key, a transaction-level advisory lock **without waiting**
+(``pg_try_advisory_xact_lock``). A key whose lock is held belongs to a publish still in flight in
+another transaction — in this server process or any other — and is reported as ``in_flight``
+instead of queueing behind it. The lock ends with the transaction, so a crashed server never
+leaves a key stuck.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import psycopg.errors
+
+from ..._faults import fault_point
+from ..._records import (
+    ClaimedJob,
+    FailResult,
+    Failure,
+    InsertResult,
+    JobRow,
+    JobState,
+    KeyClaim,
+    Lease,
+    NewJob,
+    OnConflict,
+    PublishItem,
+    PublishOutcome,
+    PublishStatus,
+    RescueResult,
+)
+from ...errors import BackendUnavailable
+from ..common import (
+    JOB_COLUMNS,
+    claim_in_turns,
+    claimed_job,
+    job_row,
+    pause_reason,
+    publish_compare,
+    resolve_inserts,
+)
+from ..history import History
+from .database import PostgresDatabase
+from .database import to_time as _utc
+from .grouped import GroupedClaim
+from .newjob import new_job_arrays, new_job_values
+from .prepared import PreparedStatement
+
+__all__ = ["PostgresJobs"]
+
+_UUID = re.compile(
+    r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+)
+
+
+class PostgresJobs:
+    """``Jobs`` for PostgreSQL."""
+
+    def __init__(self, db: PostgresDatabase, history: History):
+        self._db = db
+        self._history = history
+        self._grouped = GroupedClaim(db)
+        self._turns = itertools.count()
+        self._insert_one_statement = PreparedStatement(
+            "jobledger_job_insert_one", db.sql["job_insert_one"]
+        )
+
+    def insert(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        conn: Any = None,
+        on_conflict: OnConflict = "raise",
+    ) -> list[InsertResult]:
+        if not jobs:
+            return []
+        if conn is None and len(jobs) == 1:
+            job_id = self._insert_one(jobs[0], now)
+            if job_id is not None:
+                return [InsertResult(job_id, True)]
+        elif conn is None and _consistent(jobs):
+            created = self._insert_fresh(jobs, now)
+            if created is not None:
+                return resolve_inserts(jobs, created, {}, on_conflict)
+        return self._insert_checked(jobs, now, conn, on_conflict)
+
+    def _insert_one(self, job: NewJob, now: datetime | None) -> int | None:
+        """One new job in one statement: its id, or None when its key is known (then nothing
+        was written, and ``_insert_checked`` does the whole work)."""
+        params = new_job_values(job)
+        params["channel"] = self._db.channel
+        params["now"] = now
+        rows = self._db.quickly(lambda c: self._insert_one_statement.rows(c, params))
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def _insert_fresh(
+        self, jobs: Sequence[NewJob], now: datetime | None
+    ) -> dict[tuple[str, str], int] | None:
+        """The common enqueue in one statement, one round trip: every key new (no job and no
+        live tombstone has it). Returns the ids created, or None when a key is known — then
+        nothing was written, and ``_insert_checked`` does the whole work."""
+        params = new_job_arrays(jobs) | {"channel": self._db.channel, "now": now}
+        try:
+            rows = self._db.quick(self._db.sql["job_insert_fresh"], params)
+        except psycopg.errors.InvalidTextRepresentation as exc:
+            if "jobledger: not all keys were new" in str(exc):
+                return None  # another transaction inserted one of them meanwhile
+            raise
+        created = {(r[2], r[3]): r[1] for r in rows if r[0] == "c"}
+        return None if any(r[0] == "v" and r[1] < 0 for r in rows) else created
+
+    def _insert_checked(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None,
+        conn: Any,
+        on_conflict: OnConflict,
+    ) -> list[InsertResult]:
+        """Any enqueue, in a transaction: insert, then look at tombstones and existing keys."""
+        params = new_job_arrays(jobs) | {"channel": self._db.channel, "now": now}
+        idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
+        for _ in range(3):
+            with self._db.transaction(conn) as c:
+                rows = c.execute(self._db.sql["job_insert"], params, prepare=False).fetchall()
+                created = {(r[1], r[2]): r[0] for r in rows}
+                pruned = self._tombstoned(c, idents, now)
+                undo = [created.pop(i) for i in list(created) if i in pruned]
+                if undo:
+                    # The insert waited on the key while a prune deleted its job, and went ahead
+                    # when the prune committed; the prune's tombstone, visible now, wins.
+                    c.execute(self._db.sql["job_insert_undo"], {"ids": undo}, prepare=False)
+                missing = [i for i in idents if i not in created and i not in pruned]
+                existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
+                if missing:
+                    found = c.execute(
+                        self._db.sql["job_existing"],
+                        {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
+                        prepare=False,
+                    ).fetchall()
+                    existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
+                if all(m in existing for m in missing):
+                    same = self._same_payload(c, jobs, pruned)
+                    return resolve_inserts(jobs, created, existing, on_conflict, same)
+            # A conflicting row vanished between the insert and the read (pruned without a
+            # tombstone): try again.
+        raise BackendUnavailable(f"enqueue into {self._db.url.redacted} kept racing with pruning")
+
+    def _tombstoned(
+        self, c: psycopg.Connection[Any], idents: list[tuple[str, str]], now: datetime | None
+    ) -> dict[tuple[str, str], tuple[int, str, str]]:
+        rows = c.execute(
+            self._db.sql["tombstone_live"],
+            {"queue": [i[0] for i in idents], "key": [i[1] for i in idents], "now": now},
+            prepare=False,
+        ).fetchall()
+        return {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
+
+    def _same_payload(
+        self,
+        c: psycopg.Connection[Any],
+        jobs: Sequence[NewJob],
+        pruned: dict[tuple[str, str], tuple[int, str, str]],
+    ) -> dict[tuple[str, str], tuple[int, str, Any]]:
+        """For keys held by tombstones: (job id, task, a test that a payload is the pruned one).
+
+        Payloads are compared by the digest of their ``jsonb`` text, as the prune computed it."""
+        if not pruned:
+            return {}
+        payloads = list({j.payload_json for j in jobs if (j.queue, j.key) in pruned})
+        digests = dict(
+            c.execute(
+                self._db.sql["payload_digest"], {"payloads": payloads}, prepare=False
+            ).fetchall()
+        )
+        return {
+            ident: (job_id, task, lambda job, d=digest: digests.get(job.payload_json) == d)
+            for ident, (job_id, task, digest) in pruned.items()
+        }
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        worker: str,
+        limit: int,
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[ClaimedJob]:
+        limit = max(1, int(limit))
+        params = {
+            "queues": list(queues),
+            "worker": worker,
+            "now": now,
+            "lease_seconds": lease_seconds,
+        }
+
+        def plain(n: int) -> list[Any]:
+            return self._db.quick(self._db.statement("job_claim", n), params, prepare=True)
+
+        def grouped(n: int) -> list[Any]:
+            return self._grouped.claim(queues, worker, n, now, lease_seconds)
+
+        if self._grouped.waiting(queues):
+            rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
+        else:
+            rows = plain(limit)
+        claimed = [claimed_job(r, _utc) for r in rows]
+        claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return claimed
+
+    @staticmethod
+    def _lease_params(leases: Sequence[Lease]) -> dict[str, Any]:
+        """Ids and tokens as array literals: one string each, which costs a fraction of what
+        binding a list element by element does. A token that is not a UUID cannot be any job's
+        current token, so it is left out (its lease is reported stale)."""
+        held = [lease for lease in leases if _UUID.fullmatch(lease.token)]
+        return {
+            "ids": "{" + ",".join([str(int(lease.job_id)) for lease in held]) + "}",
+            "tokens": "{" + ",".join([lease.token for lease in held]) + "}",
+        }
+
+    def heartbeat(
+        self,
+        leases: Sequence[Lease],
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> dict[int, datetime]:
+        if not leases:
+            return {}
+        params = self._lease_params(leases) | {"now": now, "lease_seconds": lease_seconds}
+        return {r[0]: _utc(r[1]) for r in self._db.quick(self._db.sql["job_heartbeat"], params)}  # type: ignore[misc]
+
+    def complete(
+        self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
+    ) -> list[int]:
+        if not leases:
+            return []
+        params = self._lease_params(leases) | {"now": now}
+        if conn is None:
+            rows = self._db.hot(self._db.sql["job_complete"], params)
+        else:
+            rows = self._db.run("job_complete", params, conn=conn)
+        done = {r[0] for r in rows}
+        return [lease.job_id for lease in leases if lease.job_id not in done]
+
+    def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
+        if not failures:
+            return []
+        sent = [f for f in failures if _UUID.fullmatch(f.lease.token)]
+        params = {
+            "ids": [f.lease.job_id for f in sent],
+            "tokens": [f.lease.token for f in sent],
+            "retry": [f.retry for f in sent],
+            "run_at": [f.run_at for f in sent],
+            "error_class": [f.error_class for f in sent],
+            "message": [f.message for f in sent],
+            "traceback": [f.traceback for f in sent],
+            "now": now,
+        }
+        pauses = {f.lease.job_id: f for f in sent if f.pause_group_until is not None}
+        if not pauses:
+            rows = self._db.hot(self._db.sql["job_fail"], params)
+        else:
+            # The failure and its group's pause commit together: no claim in between takes
+            # the group's other jobs.
+            with self._db.transaction() as c:
+                rows = c.execute(self._db.sql["job_fail"], params).fetchall()
+                for job_id, _, group, queue in rows:
+                    failure = pauses.get(job_id)
+                    if failure is not None and group is not None:
+                        c.execute(
+                            self._db.sql["group_pause"],
+                            {
+                                "queue": queue,
+                                "name": group,
+                                "until": failure.pause_group_until,
+                                "reason": pause_reason(failure),
+                            },
+                        )
+        moved = {r[0]: JobState(r[1]) for r in rows}
+        return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
+
+    def release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+        if not leases:
+            return []
+        rows = self._db.run("job_release", self._lease_params(leases) | {"now": now})
+        released = {r[0] for r in rows}
+        return [lease.job_id for lease in leases if lease.job_id not in released]
+
+    def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
+        rows = self._db.run("job_rescue", {"now": now}, limit=limit)
+        return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
+
+    def claim_keys(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        worker: str,
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[KeyClaim]:
+        if not wanted:
+            return []
+        pairs = {"queues": [q for q, _ in wanted], "keys": [k for _, k in wanted]}
+        params = pairs | {"worker": worker, "now": now, "lease_seconds": lease_seconds}
+        with self._db.transaction() as c:
+            rows = c.execute(self._db.sql["job_claim_keys"], params).fetchall()
+            claimed = {(r[1], r[2]): claimed_job(r, _utc) for r in rows}
+            # The others as they are now (and a pair named twice: claimed for its first mention).
+            rest = [p for p in dict.fromkeys(wanted) if p not in claimed or wanted.count(p) > 1]
+            current: dict[tuple[str, str], JobRow] = {}
+            if rest:
+                found = c.execute(
+                    f"SELECT {JOB_COLUMNS} FROM {self._db.tables['jobs']} WHERE (queue, key) IN "
+                    "(SELECT * FROM unnest(%(queues)s::text[], %(keys)s::text[]))",
+                    {"queues": [q for q, _ in rest], "keys": [k for _, k in rest]},
+                ).fetchall()
+                current = {(r[1], r[2]): job_row(r, _utc) for r in found}
+            grouped = {(j.queue, j.group) for j in current.values() if j.group is not None}
+            paused: dict[tuple[str, str | None], datetime | None] = {}
+            if grouped:
+                paused = {
+                    (r[0], r[1]): _utc(r[2])
+                    for r in c.execute(
+                        self._db.sql["group_paused_until"],
+                        {
+                            "queues": [q for q, _ in grouped],
+                            "names": [n for _, n in grouped],
+                            "now": now,
+                        },
+                    ).fetchall()
+                }
+        results = []
+        for pair in wanted:
+            job = claimed.pop(pair, None)
+            if job is not None:
+                results.append(KeyClaim(job))
+                continue
+            row = current.get(pair)
+            until = None if row is None else paused.get((row.queue, row.group))
+            results.append(KeyClaim(None, row, until))
+        return results
+
+    def publish(
+        self, items: Sequence[PublishItem], now: datetime | None = None
+    ) -> list[PublishOutcome]:
+        if not items:
+            return []
+        for _ in range(3):
+            try:
+                return self._publish_once(items, now)
+            except _Again:
+                continue
+        raise BackendUnavailable("publish kept racing with pruning; try again")
+
+    def _publish_once(
+        self, items: Sequence[PublishItem], now: datetime | None
+    ) -> list[PublishOutcome]:
+        sql = self._db.sql
+        with self._db.transaction() as c:
+            idents = list(dict.fromkeys(f"{i.job.queue}\n{i.job.key}" for i in items))
+            locks = c.execute(
+                sql["publish_try_locks"].encode(),
+                {"prefix": f"jobledger:{self._db.schema}:", "keys": idents},
+            ).fetchall()
+            busy = {ident for ident, got in locks if not got}
+            fault_point("publish.in_transaction")
+            todo = [i for i in items if f"{i.job.queue}\n{i.job.key}" not in busy]
+            jobs = [i.job for i in todo]
+            created: dict[tuple[str, str], int] = {}
+            if jobs:
+                inserted = c.execute(
+                    sql["job_insert"].encode(),
+                    new_job_arrays(jobs) | {"channel": self._db.channel, "now": now},
+                ).fetchall()
+                created = {(r[1], r[2]): r[0] for r in inserted}
+            # Keys whose jobs were pruned are held by tombstones, as for any enqueue.
+            pruned = self._tombstoned(c, list(dict.fromkeys((j.queue, j.key) for j in jobs)), now)
+            undo = [created.pop(i) for i in list(created) if i in pruned]
+            if undo:
+                c.execute(sql["job_insert_undo"].encode(), {"ids": undo})
+            same_pruned = self._same_payload(c, jobs, pruned)
+            missing = [
+                (j.queue, j.key)
+                for j in jobs
+                if (j.queue, j.key) not in created and (j.queue, j.key) not in pruned
+            ]
+            existing: dict[tuple[str, str], tuple[int, Any, str | None]] = {}
+            if missing:
+                found = c.execute(
+                    sql["publish_existing"].encode(),
+                    {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
+                ).fetchall()
+                existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
+                if any(m not in existing for m in missing):
+                    # The row that made the insert conflict vanished before we read it (pruned):
+                    # roll back and try again.
+                    raise _Again
+            statuses: list[tuple[PublishStatus, int | None]] = []
+            first: dict[tuple[str, str], PublishItem] = {}
+            records: list[tuple[PublishItem, int]] = []
+            for item in items:
+                ident = (item.job.queue, item.job.key)
+                if f"{ident[0]}\n{ident[1]}" in busy:
+                    statuses.append(("in_flight", None))
+                elif ident in created and ident not in first:
+                    first[ident] = item
+                    records.append((item, created[ident]))
+                    statuses.append(("created", created[ident]))
+                elif ident in first:
+                    same = first[ident].fingerprint == item.fingerprint
+                    statuses.append(("replayed" if same else "conflict", created[ident]))
+                elif ident in same_pruned:
+                    job_id, task, is_same = same_pruned[ident]
+                    same = task == item.job.task and is_same(item.job)
+                    statuses.append(("replayed" if same else "conflict", job_id))
+                else:
+                    job_id, payload, fingerprint = existing[ident]
+                    statuses.append((publish_compare(item, payload, fingerprint), job_id))
+            if records:
+                c.execute(
+                    sql["publish_record"].encode(),
+                    {
+                        "queue": [i.job.queue for i, _ in records],
+                        "key": [i.job.key for i, _ in records],
+                        "job_id": [job_id for _, job_id in records],
+                        "fingerprint": [i.fingerprint for i, _ in records],
+                        "api_key_id": [i.api_key_id for i, _ in records],
+                        "now": now,
+                    },
+                )
+            ids = sorted({job_id for _, job_id in statuses if job_id is not None})
+            rows = (
+                c.execute(sql["publish_job_state"].encode(), {"ids": ids}).fetchall() if ids else []
+            )
+        state = {r[0]: (JobState(r[1]), _utc(r[2])) for r in rows}
+        for ident, (job_id, _task, _digest) in pruned.items():
+            for tomb in self._history.tombstones(ident[1], ident[0]):
+                if tomb.job_id == job_id:
+                    state[job_id] = (tomb.state, tomb.finished_at or tomb.pruned_at)
+        return [
+            PublishOutcome(status, job_id, *state[job_id])
+            if job_id is not None
+            else PublishOutcome(status)
+            for status, job_id in statuses
+        ]
+
+
+class _Again(Exception):
+    """The publish transaction must be run again."""
+
+
+def _consistent(jobs: Sequence[NewJob]) -> bool:
+    """False when one key appears twice in the batch with another task or payload (a conflict
+    the database cannot see within one statement)."""
+    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    for j in jobs:
+        first = seen.setdefault((j.queue, j.key), (j.task, j.payload_json))
+        if first != (j.task, j.payload_json):
+            return False
+    return True

@@ -1,0 +1,102 @@
+"""The grouped claim on SQLite: jobs with a group, taken round the groups (docs/groups.md).
+
+SQLite has one writer, so the grouped claim needs no lock of its own: it runs inside the
+claim's ``BEGIN IMMEDIATE`` transaction, where no other claim can count a group's leases or
+spend its tokens at the same time.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from ..._records import GroupLimits, GroupState, allowance, tokens_now
+from .database import SqliteDatabase, to_time
+
+__all__ = ["GroupedClaim"]
+
+
+def _served_key(served_at: float | None, queue: str, name: str) -> tuple[bool, float, str, str]:
+    """The order of a round: never served first, then least recently served."""
+    return (served_at is not None, served_at or 0.0, queue, name)
+
+
+class GroupedClaim:
+    """The grouped half of ``SqliteJobs.claim``, run on the claim's write transaction."""
+
+    def __init__(self, db: SqliteDatabase):
+        self.sql = db.sql
+
+    def waiting(self, c: sqlite3.Connection, queues: Sequence[str]) -> bool:
+        """Whether any of these queues has pending jobs with a group."""
+        names = ", ".join(f":q{i}" for i in range(len(queues))) or "NULL"
+        text = self.sql["group_waiting"].replace("{queues}", names)
+        return c.execute(text, {f"q{i}": q for i, q in enumerate(queues)}).fetchone() is not None
+
+    def _limits(self, c: sqlite3.Connection, queue: str) -> GroupLimits:
+        row = c.execute(self.sql["group_limits_get"], {"queue": queue}).fetchone()
+        return GroupLimits() if row is None else GroupLimits(row[0], row[1], row[2])
+
+    def claim(
+        self,
+        c: sqlite3.Connection,
+        queues: Sequence[str],
+        worker: str,
+        limit: int,
+        clock: float,
+        lease_seconds: float | None,
+    ) -> list[Any]:
+        """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
+        now = to_time(clock)
+        assert now is not None
+        plans: list[tuple[tuple[bool, float, str, str], GroupState, int]] = []
+        for queue in queues:
+            limits = self._limits(c, queue)
+            viable = 0
+            for name, served_at, tokens, refilled_at in c.execute(
+                self.sql["group_candidates"], {"queue": queue, "now": clock}
+            ).fetchall():
+                leased = 0
+                if limits.max_leased is not None:
+                    leased = c.execute(
+                        self.sql["group_leased"],
+                        {"queue": queue, "name": name, "cap": limits.max_leased},
+                    ).fetchone()[0]
+                state = GroupState(queue, name, leased, tokens, to_time(refilled_at), limits)
+                take = allowance(state, now, limit)
+                if take > 0:
+                    plans.append((_served_key(served_at, queue, name), state, take))
+                    viable += 1
+                    if viable == limit:
+                        break
+        plans.sort(key=lambda p: p[0])
+        del plans[limit:]
+        picks: list[tuple[int, int, int]] = []
+        for order, (_, state, take) in enumerate(plans):
+            ids = c.execute(
+                self.sql["group_due_jobs"],
+                {"queue": state.queue, "name": state.name, "now": clock, "n": take},
+            ).fetchall()
+            picks.extend((rank, order, row[0]) for rank, row in enumerate(ids))
+        if not picks:
+            return []
+        picks.sort()
+        chosen = ",".join(str(job_id) for _, _, job_id in picks[:limit])  # ids we just read
+        rows = c.execute(
+            self.sql["job_lease_ids"].replace("{ids}", chosen),
+            {"now": clock, "lease_seconds": lease_seconds, "worker": worker},
+        ).fetchall()
+        taken = Counter((r[1], r[13]) for r in rows)
+        for _, state, _ in plans:
+            n = taken[(state.queue, state.name)]
+            if n:
+                left = None
+                if state.limits.rate is not None:
+                    left = tokens_now(state.limits, state.tokens, state.refilled_at, now) - n
+                c.execute(
+                    self.sql["group_served"],
+                    {"queue": state.queue, "name": state.name, "tokens": left, "now": clock},
+                )
+        return rows

@@ -1,0 +1,421 @@
+"""The jobs role on SQLite: inserts, publishing, claims, lease renewals and outcomes.
+
+SQLite has one writer at a time. Every write here is one short ``BEGIN IMMEDIATE`` transaction;
+the claim is an ``UPDATE … WHERE id IN (SELECT … LIMIT n) RETURNING …`` inside it, so two
+processes can never lease the same job. The same single writer lock serialises publishes of
+one key from any number of processes: a second request never overlaps the first one's write —
+it waits for it and finds its job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..._faults import fault_point
+from ..._records import (
+    ClaimedJob,
+    FailResult,
+    Failure,
+    InsertResult,
+    JobState,
+    KeyClaim,
+    Lease,
+    NewJob,
+    OnConflict,
+    PublishItem,
+    PublishOutcome,
+    RescueResult,
+    payload_digest,
+)
+from ...errors import BackendUnavailable
+from ..common import (
+    JOB_COLUMNS,
+    claim_in_turns,
+    claimed_job,
+    insert_values,
+    job_row,
+    pause_reason,
+    publish_compare,
+    resolve_inserts,
+)
+from ..history import History
+from .database import SqliteDatabase, to_db, to_db_or_none, to_time
+from .grouped import GroupedClaim
+
+__all__ = ["SqliteJobs"]
+
+
+class SqliteJobs:
+    """``Jobs`` for SQLite."""
+
+    def __init__(self, db: SqliteDatabase, history: History):
+        self._db = db
+        self._sql = db.sql
+        self._history = history
+        self._grouped = GroupedClaim(db)
+        self._turns = itertools.count()
+
+    # -- inserting -------------------------------------------------------------------------------
+
+    def insert(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        conn: Any = None,
+        on_conflict: OnConflict = "raise",
+    ) -> list[InsertResult]:
+        if not jobs:
+            return []
+        clock = to_db(now)
+        created: dict[tuple[str, str], int] = {}
+        existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
+        pruned: dict[tuple[str, str], tuple[int, str, Any]] = {}
+        with self._db.transaction(conn) as c:
+            insert, lookup = self._sql["job_insert"], self._sql["job_existing"]
+            for job in jobs:
+                ident = (job.queue, job.key)
+                if ident in created or ident in existing or ident in pruned:
+                    continue
+                row = c.execute(
+                    insert,
+                    insert_values(job, clock if job.run_at is None else to_db(job.run_at), clock),
+                ).fetchone()
+                if row is not None:
+                    created[ident] = row[0]
+                    continue
+                found = c.execute(lookup, {"queue": job.queue, "key": job.key}).fetchone()
+                if found is not None:
+                    existing[ident] = (found[0], found[1], found[2])
+                    continue
+                # No job and nothing inserted: a tombstone holds the key. The check and the
+                # insert ran under the one write lock, so no prune can have come in between.
+                tomb = c.execute(
+                    self._sql["tombstone_live"], {"queue": job.queue, "key": job.key, "now": clock}
+                ).fetchone()
+                if tomb is None:  # pragma: no cover - impossible under the write lock
+                    raise BackendUnavailable(
+                        f"enqueue of {job.key!r} found neither job nor tombstone"
+                    )
+                pruned[ident] = (tomb[0], tomb[1], _same_digest(tomb[2]))
+            return resolve_inserts(jobs, created, existing, on_conflict, pruned)
+
+    def publish(
+        self, items: Sequence[PublishItem], now: datetime | None = None
+    ) -> list[PublishOutcome]:
+        if not items:
+            return []
+        clock = to_db(now)
+        outcomes: list[PublishOutcome] = []
+        with self._db.transaction() as c:
+            fault_point("publish.in_transaction")
+            for item in items:
+                job = item.job
+                row = c.execute(
+                    self._sql["job_insert"],
+                    insert_values(job, clock if job.run_at is None else to_db(job.run_at), clock),
+                ).fetchone()
+                if row is not None:
+                    job_id, status = row[0], "created"
+                    self._publish_record(c, item, job_id, clock)
+                else:
+                    found = c.execute(
+                        self._sql["publish_existing"], {"queue": job.queue, "key": job.key}
+                    ).fetchone()
+                    if found is None:
+                        # No job, nothing inserted: a tombstone of a pruned job holds the key.
+                        outcomes.append(self._publish_pruned(c, item, clock))
+                        continue
+                    job_id, payload, fingerprint = found
+                    status = publish_compare(item, payload, fingerprint)
+                state, run_at = c.execute(self._sql["publish_job_state"], {"id": job_id}).fetchone()
+                outcomes.append(PublishOutcome(status, job_id, JobState(state), to_time(run_at)))  # type: ignore[arg-type]
+        return outcomes
+
+    def _publish_pruned(
+        self, c: sqlite3.Connection, item: PublishItem, clock: float
+    ) -> PublishOutcome:
+        """A publish of a key whose job was pruned: a replay of the same payload names the
+        pruned job (in its final state); another payload is a conflict."""
+        job = item.job
+        job_id, task, digest = c.execute(
+            self._sql["tombstone_live"], {"queue": job.queue, "key": job.key, "now": clock}
+        ).fetchone()
+        [tomb] = [t for t in self._history.tombstones(job.key, job.queue) if t.job_id == job_id]
+        same = task == job.task and payload_digest(job.payload_json) == digest
+        # The pruned job's run time is gone; its finish time stands in for it.
+        run_at = tomb.finished_at or tomb.pruned_at
+        return PublishOutcome("replayed" if same else "conflict", job_id, tomb.state, run_at)
+
+    def _publish_record(
+        self, c: sqlite3.Connection, item: PublishItem, job_id: int, clock: float
+    ) -> None:
+        c.execute(
+            self._sql["publish_record"],
+            {
+                "queue": item.job.queue,
+                "key": item.job.key,
+                "job_id": job_id,
+                "fingerprint": item.fingerprint,
+                "api_key_id": item.api_key_id,
+                "now": clock,
+            },
+        )
+
+    # -- claiming --------------------------------------------------------------------------------
+
+    def claim(
+        self,
+        queues: Sequence[str],
+        worker: str,
+        limit: int,
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[ClaimedJob]:
+        limit = max(1, int(limit))
+        params: dict[str, Any] = {"worker": worker, "lease_seconds": lease_seconds}
+        names = []
+        for i, queue in enumerate(queues):
+            names.append(f":q{i}")
+            params[f"q{i}"] = queue
+        text = self._sql["job_claim"].replace("{queues}", ", ".join(names) or "NULL")
+
+        def plain(n: int) -> list[Any]:
+            return c.execute(text.replace("{limit}", str(n)), params).fetchall()
+
+        def grouped(n: int) -> list[Any]:
+            return self._grouped.claim(c, queues, worker, n, clock, lease_seconds)
+
+        with self._db.transaction() as c:
+            # The clock is read under the write lock: claims' times follow the order they ran
+            # in, so no claim refills a group's bucket from a time before the last claim's.
+            clock = params["now"] = to_db(now)
+            if self._grouped.waiting(c, queues):
+                rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
+            else:
+                rows = plain(limit)
+            if rows:
+                c.executemany(
+                    self._sql["attempt_open"], [(r[0], r[5], r[6], worker, clock) for r in rows]
+                )
+        # A batch shares its lease end, and often its run times: each is converted once.
+        times: dict[float, datetime | None] = {}
+
+        def at(value: float) -> datetime | None:
+            return times[value] if value in times else times.setdefault(value, to_time(value))
+
+        claimed = [claimed_job(r, at) for r in rows]
+        claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return claimed
+
+    def claim_keys(
+        self,
+        wanted: Sequence[tuple[str, str]],
+        worker: str,
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> list[KeyClaim]:
+        if not wanted:
+            return []
+        clock = to_db(now)
+        results = []
+        with self._db.transaction() as c:
+            for queue, key in wanted:
+                params = {
+                    "queue": queue,
+                    "key": key,
+                    "worker": worker,
+                    "now": clock,
+                    "lease_seconds": lease_seconds,
+                }
+                r = c.execute(self._sql["job_claim_keys"], params).fetchone()
+                if r is not None:
+                    c.execute(self._sql["attempt_open"], (r[0], r[5], r[6], worker, clock))
+                    results.append(KeyClaim(claimed_job(r, to_time)))
+                    continue
+                row = c.execute(
+                    f"SELECT {JOB_COLUMNS} FROM jobledger_jobs WHERE queue = ? AND key = ?",
+                    (queue, key),
+                ).fetchone()
+                current = None if row is None else job_row(row, to_time)
+                paused = None
+                if current is not None and current.group is not None:
+                    found = c.execute(
+                        self._sql["group_paused_until"],
+                        {"queue": queue, "name": current.group, "now": clock},
+                    ).fetchone()
+                    paused = None if found is None else to_time(found[0])
+                results.append(KeyClaim(None, current, paused))
+        return results
+
+    # -- leases and outcomes ---------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        leases: Sequence[Lease],
+        now: datetime | None = None,
+        lease_seconds: float | None = None,
+    ) -> dict[int, datetime]:
+        if not leases:
+            return {}
+        clock = to_db(now)
+        held: dict[int, datetime] = {}
+        with self._db.transaction() as c:
+            for lease in leases:
+                row = c.execute(
+                    self._sql["job_heartbeat"],
+                    {
+                        "id": lease.job_id,
+                        "token": lease.token,
+                        "now": clock,
+                        "lease_seconds": lease_seconds,
+                    },
+                ).fetchone()
+                if row is not None:
+                    held[lease.job_id] = to_time(row[0])  # type: ignore[assignment]
+        return held
+
+    def _close_attempt(
+        self,
+        c: sqlite3.Connection,
+        lease: Lease,
+        clock: float,
+        outcome: str,
+        error_class: str | None = None,
+        message: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
+        c.execute(
+            self._sql["attempt_close"],
+            {
+                "id": lease.job_id,
+                "attempt": lease.attempt,
+                "now": clock,
+                "outcome": outcome,
+                "error_class": error_class,
+                "message": message,
+                "traceback": traceback,
+            },
+        )
+
+    def complete(
+        self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
+    ) -> list[int]:
+        if not leases:
+            return []
+        clock = to_db(now)
+        with self._db.transaction(conn) as c:
+            # The tokens are checked here, under the write lock: nothing can change them before
+            # the updates below, which then go by id (and ``state = 'leased'``) in one statement
+            # per chunk, and close the attempts with positional parameters.
+            held = self._held(c, leases)
+            for start in range(0, len(held), 500):
+                ids = [lease.job_id for lease in held[start : start + 500]]
+                text = self._sql["job_complete"].replace("{ids}", ",".join("?" * len(ids)))
+                c.execute(text, [clock, clock, *ids])
+            c.executemany(
+                self._sql["attempt_done"], [(clock, lease.job_id, lease.attempt) for lease in held]
+            )
+        done = {lease.job_id for lease in held}
+        return [lease.job_id for lease in leases if lease.job_id not in done]
+
+    def _held(self, c: sqlite3.Connection, leases: Sequence[Lease]) -> list[Lease]:
+        """The leases that are current, read in the caller's write transaction (which holds
+        the database's write lock, so they stay current until it commits). Each job once."""
+        tokens: dict[int, str] = {}
+        ids = list(dict.fromkeys(lease.job_id for lease in leases))
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            text = self._sql["job_lease_tokens"].replace("{ids}", ",".join("?" * len(chunk)))
+            tokens.update(c.execute(text, chunk).fetchall())
+        held = []
+        for lease in leases:
+            if tokens.get(lease.job_id) == lease.token:
+                held.append(lease)
+                del tokens[lease.job_id]
+        return held
+
+    def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
+        if not failures:
+            return []
+        clock = to_db(now)
+        results = []
+        with self._db.transaction() as c:
+            for f in failures:
+                row = c.execute(
+                    self._sql["job_fail"],
+                    {
+                        "id": f.lease.job_id,
+                        "token": f.lease.token,
+                        "retry": f.retry,
+                        "run_at": to_db_or_none(f.run_at),
+                        "now": clock,
+                        "message": f.message,
+                        "error_class": f.error_class,
+                        "traceback": f.traceback,
+                    },
+                ).fetchone()
+                if row is None:
+                    results.append(FailResult(f.lease.job_id, None))
+                    continue
+                state = JobState(row[0])
+                if f.pause_group_until is not None and row[1] is not None:
+                    c.execute(
+                        self._sql["group_pause"],
+                        {
+                            "queue": row[2],
+                            "name": row[1],
+                            "until": to_db(f.pause_group_until),
+                            "reason": pause_reason(f),
+                        },
+                    )
+                outcome = "dead" if state is JobState.DEAD else "retry"
+                self._close_attempt(
+                    c, f.lease, clock, outcome, f.error_class, f.message, f.traceback
+                )
+                results.append(FailResult(f.lease.job_id, state))
+        return results
+
+    def release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+        if not leases:
+            return []
+        clock = to_db(now)
+        stale = []
+        with self._db.transaction() as c:
+            for lease in leases:
+                cur = c.execute(
+                    self._sql["job_release"],
+                    {"id": lease.job_id, "token": lease.token, "now": clock},
+                )
+                if cur.rowcount == 1:
+                    self._close_attempt(c, lease, clock, "released")
+                else:
+                    stale.append(lease.job_id)
+        return stale
+
+    def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
+        clock = to_db(now)
+        text = self._sql["job_rescue"].replace("{limit}", str(max(1, int(limit))))
+        with self._db.transaction() as c:
+            rows = c.execute(text, {"now": clock}).fetchall()
+            for r in rows:
+                c.execute(
+                    self._sql["attempt_close"],
+                    {
+                        "id": r[0],
+                        "attempt": r[4],
+                        "now": clock,
+                        "outcome": "lease_expired",
+                        "error_class": "LeaseExpired",
+                        "message": r[5],
+                        "traceback": None,
+                    },
+                )
+        return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
+
+
+def _same_digest(digest: str) -> Any:
+    return lambda job: payload_digest(job.payload_json) == digest
