@@ -53,13 +53,15 @@ EVERY_COMMAND = [
     ("outbox", "prune"),
     ("relay", "--to", "redis://127.0.0.1:1/0", "--once"),
     ("worker", APP, "--burst"),
+    ("worker", APP, "--burst", "--processes", "2"),
     ("scheduler", SCHEDULE_APP),
     ("consume", APP, "--from", "redis://127.0.0.1:1/0"),
 ]
 
 
 def _ids(command: tuple[str, ...]) -> str:
-    return "-".join(part for part in command[:2] if not part.startswith(("tests.", "-")))
+    words = [part for part in command[:2] if not part.startswith(("tests.", "-"))]
+    return "-".join(words + (["processes"] if "--processes" in command else []))
 
 
 def _sqlite_files(directory) -> list[str]:

@@ -272,7 +272,7 @@ def _lifted(value: int | float | str) -> float | None:
 @click.option(
     "--reason",
     default=None,
-    help="Why, shown beside the pause (default: 'paused by' JOBLEDGER_ACTOR or your login name).",
+    help="Why, shown beside the pause (default: 'paused by' JOBLEDGER_ACTOR, else login@host).",
 )
 @json_option
 def pause(

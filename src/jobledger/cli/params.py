@@ -202,15 +202,20 @@ def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
-url_option = click.option(
-    "--url",
-    envvar="JOBLEDGER_URL",
-    default=DEFAULT_URL,
-    show_default=True,
-    show_envvar=True,
-    help="Database URL: sqlite:///path or postgresql://user@host/db. Never created: "
-    "`jobledger migrate` creates it.",
-)
+def database_url(note: str) -> Callable[[F], F]:
+    """``--url``, from ``JOBLEDGER_URL``, else the default; ``note`` says what becomes of a
+    database that does not exist."""
+    return click.option(
+        "--url",
+        envvar="JOBLEDGER_URL",
+        default=DEFAULT_URL,
+        show_default=True,
+        show_envvar=True,
+        help=f"Database URL: sqlite:///path or postgresql://user@host/db. {note}",
+    )
+
+
+url_option = database_url("Never created: `jobledger migrate` creates it.")
 
 app_url_option = click.option(
     "--url",

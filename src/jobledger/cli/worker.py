@@ -8,6 +8,7 @@ from .base import load_app
 from .params import (
     app_url_option,
     concurrency_option,
+    database_url,
     grace_option,
     log_options,
     metrics_options,
@@ -16,7 +17,6 @@ from .params import (
     queues_option,
     rescue_interval_option,
     split_csv,
-    url_option,
 )
 
 # jobledger.testing.history.ENV (a test checks it): written here so that the worker's options
@@ -25,7 +25,10 @@ HISTORY_ENV = "JOBLEDGER_HISTORY"
 
 
 @click.command()
-@url_option
+@database_url(
+    "Created when missing: the SQLite file (its directory must exist), the PostgreSQL schema "
+    "(the database must exist)."
+)
 def migrate(url: str) -> None:
     """Create or upgrade the jobledger schema in the database.
 
@@ -152,6 +155,9 @@ def worker(
             )
         from .supervise import supervise
 
+        # Open the app's ledger here first: a missing database or schema, or an app that does
+        # not import, is one error before any child starts (and --migrate migrates once).
+        load_app(app, url, migrate=migrate).close()
         child = ["worker", app, "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
         child += ["--prefetch", str(prefetch), "--grace", str(grace), "--log-level", log_level]
         child += ["--log-format", log_format]
@@ -161,7 +167,6 @@ def worker(
         child += ["--rescue-interval", str(rescue_interval)] if rescue_interval else []
         child += ["--no-scheduler"] if no_scheduler else []
         child += ["--history", history_path] if history_path else []
-        child += ["--migrate"] if migrate else []
         # The URL goes to the children in their environment, not on their command line.
         status = supervise(child, processes, burst, env={"JOBLEDGER_URL": url} if url else None)
         click.echo(f"{processes} worker processes done", err=True)
