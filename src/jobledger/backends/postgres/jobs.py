@@ -42,15 +42,13 @@ from ..._records import (
 )
 from ...errors import BackendUnavailable
 from ..common import (
-    JOB_COLUMNS,
     claim_in_turns,
-    claimed_job,
-    job_row,
     pause_reason,
     publish_compare,
     resolve_inserts,
 )
 from ..history import History
+from ..rows import JOB_COLUMNS, claimed_job, job_row
 from .database import PostgresDatabase
 from .database import to_time as _utc
 from .grouped import GroupedClaim

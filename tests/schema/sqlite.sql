@@ -1,4 +1,5 @@
--- The canonical schema: what the migration chain must produce (tests/test_migrations.py).
+-- The canonical SQLite schema: what the migration chain in
+-- src/jobledger/backends/sql/sqlite/migrations/ must produce (tests/test_migrations.py).
 -- When you add a migration, change this file to match.
 
 CREATE TABLE jobledger_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);

@@ -1,4 +1,5 @@
--- The canonical schema: what the migration chain must produce (tests/test_migrations.py).
+-- The canonical PostgreSQL schema: what the migration chain in
+-- src/jobledger/backends/sql/postgres/migrations/ must produce (tests/test_migrations.py).
 -- When you add a migration, change this file to match.
 
 CREATE TABLE jobledger_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
