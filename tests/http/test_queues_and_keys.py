@@ -226,7 +226,7 @@ def test_cli_keys_and_queues(cli, db_url):
         (("keys", "revoke", "nope"), "no API key with id 'nope'"),
         (("queues", "create", "bad name"), "queue name 'bad name' is invalid"),
         (("queues", "create", "q", "--retention", "1h"), "retention_seconds must be >= 86400"),
-        (("queues", "create", "q", "--retention", "soon"), "expected a duration"),
+        (("queues", "create", "q", "--retention", "soon"), "not a duration"),
     ],
 )
 def test_cli_errors_are_one_line(cli, tmp_path, args, message):

@@ -50,7 +50,8 @@ class SchedulerHost(Protocol):
     @property
     def backend(self) -> Backend: ...
 
-    schedules: ScheduleBook
+    @property
+    def schedules(self) -> ScheduleBook: ...
 
     def enqueue_many(
         self,

@@ -19,7 +19,10 @@ __all__ = ["ObservedLedger"]
 class ObservedLedger(Protocol):
     observers: list[WorkerObserver]
     worker_services: list[Callable[[Any], WorkerService | None]]
-    schedules: ScheduleBook
+
+    @property
+    def schedules(self) -> ScheduleBook: ...
+
     minute_stats: MinuteStatsBook
 
     @property

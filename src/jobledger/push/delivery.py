@@ -152,6 +152,13 @@ class Decision:
     message: str | None
 
 
+def _without_class(message: str | None, error_class: str) -> str:
+    """A job's error message beside its class: ``HTTP 400: ok`` is recorded as class
+    ``HTTP 400``, message ``ok`` (as a worker records ``ValueError`` and its message)."""
+    rest = (message or "").removeprefix(error_class).removeprefix(": ").strip()
+    return rest or ("no response body" if message == error_class else "delivery failed")
+
+
 def decide(
     status: int,
     headers: dict[str, str],
@@ -673,11 +680,9 @@ class _Lane:
             backoff = DEFAULT_BACKOFF
             if retry and decision.delay is None:
                 backoff = await self._queue_backoff(job.queue)
+            error_class = decision.error_class or "PushFailed"
             verdict = Verdict(
-                retry,
-                decision.delay,
-                decision.error_class or "PushFailed",
-                decision.message or "delivery failed",
+                retry, decision.delay, error_class, _without_class(decision.message, error_class)
             )
             item = Finished(hold, failure(job, hold.lease, verdict, backoff, now), duration)
         outcome = await self._record(item)

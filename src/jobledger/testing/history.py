@@ -175,9 +175,13 @@ class HistoryRecorder:
 
 
 def ledger_records(
-    backend: Backend, queues: Sequence[str] | None = None
+    source: Backend | Ledger, queues: Sequence[str] | None = None
 ) -> Iterator[dict[str, Any]]:
-    """The ledger's own view, as history records: jobs, attempts, events, effects."""
+    """The ledger's own view, as history records: jobs, attempts, events, effects (of a ledger,
+    or of its backend)."""
+    from .._ledger import Ledger
+
+    backend = source.backend if isinstance(source, Ledger) else source
     filters = [JobFilter(queue=q) for q in queues] if queues else [JobFilter()]
     for where in filters:
         for job in backend.history.find(where):

@@ -7,6 +7,7 @@ dialect's own (``jobs.py``, ``history.py``), the others are shared (``backends/s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
@@ -41,7 +42,14 @@ class PostgresBackend(SqlBackend):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def migrate(self) -> list[str]:
+    def migrate(self, conn: Any = None) -> list[str]:
+        """Apply the missing migrations, on a connection of our own under an advisory lock.
+        What is applied is read first, so that a migrated schema takes no lock and no DDL (and
+        no CREATE privilege). ``conn`` (an application's open transaction) needs nothing here:
+        it sees the tables once they are committed, even in REPEATABLE READ."""
+        known = {m.version for m in migrations("postgres")}
+        if known <= self.applied_migrations():
+            return []
         applied_now: list[str] = []
         schema = pgsql.Identifier(self.schema)
         try:

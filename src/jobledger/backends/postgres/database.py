@@ -9,6 +9,7 @@ methods ``statement``, ``quick``, ``quickly`` and ``hot``, and ``tables`` and ``
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,9 @@ def to_time(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+_MISSING_DATABASE = re.compile(r'FATAL:\s+database "([^"]+)" does not exist')
 
 
 def first_line(exc: BaseException) -> str:
@@ -143,6 +147,12 @@ class PostgresDatabase:
     # -- connections -----------------------------------------------------------------------------
 
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        missing = _MISSING_DATABASE.search(str(exc))
+        if missing:
+            return BackendUnavailable(
+                f"PostgreSQL at {self.url.redacted}: database {missing[1]!r} does not exist; "
+                f"create it (createdb {missing[1]}), then run `jobledger migrate`"
+            )
         return BackendUnavailable(
             f"PostgreSQL at {self.url.redacted} is unavailable: {first_line(exc)}"
         )

@@ -6,8 +6,11 @@ dialect's own (``jobs.py``, ``history.py``), the others are shared (``backends/s
 
 from __future__ import annotations
 
+import sqlite3
 import time
+from typing import Any
 
+from ...errors import SchemaMismatch
 from ..shared.backend import SqlBackend
 from ..shared.history import SqlHistory
 from ..sqlfiles import migrations
@@ -34,7 +37,27 @@ class SqliteBackend(SqlBackend):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def migrate(self) -> list[str]:
+    def migrate(self, conn: Any = None) -> list[str]:
+        """Apply the missing migrations. What is applied is read first without the write lock,
+        so that a migrated database is never locked for it: an application's first enqueue in
+        its own write transaction (``conn``) works. A missing migration needs the write lock;
+        when ``conn`` has a transaction open, that transaction holds the lock (or a snapshot
+        that could not see the new tables), so waiting would deadlock: refuse at once."""
+        applied = self.applied_migrations()
+        missing = [m for m in migrations("sqlite") if m.version not in applied]
+        if not missing:
+            return []
+        if isinstance(conn, sqlite3.Connection) and conn.in_transaction:
+            lacks = (
+                f"lacks the jobledger migrations {', '.join(m.label for m in missing)}"
+                if applied
+                else "has no jobledger schema"
+            )
+            raise SchemaMismatch(
+                f"SQLite database {self.url.redacted} {lacks}, which cannot be created while "
+                "the transaction open on the connection given (conn=) holds the database's "
+                "lock: call ledger.migrate() before it (at start-up), or run `jobledger migrate`"
+            )
         applied_now = []
         with self.db.transaction() as conn:
             conn.execute(

@@ -48,6 +48,11 @@ def to_time(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+def _has_schema(conn: sqlite3.Connection) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE name = 'jobledger_migrations'"
+    return conn.execute(query).fetchone() is not None
+
+
 class SqliteDatabase:
     """Connections to one SQLite file, safe to share between threads (a connection per thread)."""
 
@@ -67,9 +72,16 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._writer = threading.Lock()
         self._closed = False
+        self._create = create
         if not create and not self.path.exists():
             raise BackendUnavailable(
-                f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r})"
+                f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r}); "
+                "`jobledger migrate` creates it"
+            )
+        if not create and self.path.is_file() and self.path.stat().st_size == 0:
+            raise SchemaMismatch(
+                f"SQLite database {url.redacted} is an empty file: it has no jobledger schema; "
+                "run `jobledger migrate`"
             )
         if not self.path.parent.exists():
             raise BackendUnavailable(
@@ -107,8 +119,15 @@ class SqliteDatabase:
             )
             conn.execute(f"PRAGMA busy_timeout = {self.url.busy_timeout_ms}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+            if mode != "wal" and (self._create or _has_schema(conn)):
+                # (Without ``create``, a database that is not a ledger is left as it was.)
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                except sqlite3.OperationalError as exc:
+                    # Another connection's open transaction (an application's, say) keeps
+                    # the journal mode from changing now; a later connection switches it.
+                    if "locked" not in str(exc) and "busy" not in str(exc):
+                        raise
             conn.execute(f"PRAGMA synchronous = {self.url.synchronous}")
         except sqlite3.Error as exc:
             raise self.unavailable(exc) from None
