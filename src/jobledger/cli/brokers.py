@@ -275,13 +275,13 @@ def unroute(queue: str, url: str) -> None:
 def status(url: str, as_json: bool) -> None:
     """Show the routed queues and, per queue, the records not yet published, how many are due,
     and how long the oldest due one has waited (the relay's lag)."""
-    from ..brokers.outbox import route_dict, stats_dict
+    from ..brokers.outbox import outbox_json
 
     box = _outbox(url)
     routes, stats = box.routes(), box.status()
     if as_json:
         echo_json(
-            {"routes": [route_dict(r) for r in routes], "outbox": [stats_dict(s) for s in stats]}
+            {"routes": [outbox_json(r) for r in routes], "outbox": [outbox_json(s) for s in stats]}
         )
         return
     if not routes:
@@ -343,7 +343,7 @@ def list_(
 ) -> None:
     """List outbox records, newest first: why each was written (enqueue, retry, redrive, …),
     when it is due, and when it was published."""
-    from ..brokers.outbox import Outbox, record_dict
+    from ..brokers.outbox import Outbox, outbox_json
 
     ledger = open_ledger(url)
     ref = JobRef(job_ref, job_id, job_key, queue)
@@ -353,7 +353,7 @@ def list_(
         job_id=job_id, queue=queue, unpublished=unpublished, limit=limit
     )
     if as_json:
-        echo_json([record_dict(r) for r in records])
+        echo_json([outbox_json(r) for r in records])
         return
     table(
         ["id", "queue", "key", "job", "reason", "due", "published"],
