@@ -15,6 +15,7 @@ from .._records import (
     JobState,
     QueueInfo,
 )
+from .._services.queues import settings_json
 from .problems import invalid
 from .schema import AnyObject, Array, Boolean, Integer, Number, Object, String
 
@@ -374,16 +375,7 @@ def receipt_of(job: ClaimedJob) -> str:
 
 
 def queue_json(info: QueueInfo, counts: dict[str, int], oldest: float | None) -> dict[str, Any]:
-    s = info.settings
-    return {
-        "name": s.name,
-        "task": s.task,
-        "max_attempts": s.max_attempts,
-        "lease_seconds": s.lease_seconds,
-        "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
-        "retention_seconds": s.retention_seconds,
-        "require_idempotency_key": s.require_key,
-        "timeout_seconds": s.timeout_seconds,
+    return settings_json(info.settings) | {
         "created_at": iso(info.created_at),
         "updated_at": iso(info.updated_at),
         "counts": {state: counts.get(state, 0) for state in STATES},
