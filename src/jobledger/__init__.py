@@ -25,6 +25,7 @@ checker). Names are imported when first used, so that ``import jobledger`` stays
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from ._lazy import load as _load
 from .errors import (
     BackendUnavailable,
     BrokerUnavailable,
@@ -192,14 +193,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> _Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return _load(__name__, _LAZY, globals(), name)
 
 
 def __dir__() -> list[str]:

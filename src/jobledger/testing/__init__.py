@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._faults import FaultInjected, fault_point
 from .._faults import configure as configure_faults
+from .._lazy import load as _load
 
 if TYPE_CHECKING:
     from .fakeprovider import FakeProvider, ProviderScript
@@ -47,11 +48,4 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     # The provider brings a web server with it: imported when first asked for, not before.
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return _load(__name__, _LAZY, globals(), name)
