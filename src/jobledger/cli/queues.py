@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .base import open_ledger
-from .params import DURATION, echo_json, json_flag, json_option, listing, url_option
+from .params import DURATION, echo_json, json_flag, json_option, listing, setting, url_option
 
 if TYPE_CHECKING:
     from .._records import QueueInfo
@@ -39,39 +39,26 @@ def queues() -> None:
 @url_option
 @click.argument("name")
 @click.option("--task", default="", help="Task name stored in published jobs (default: NAME).")
-@click.option(
+@setting(
     "--max-attempts",
-    type=int,
-    default=10,
-    show_default=True,
+    int,
+    10,
     help="Deliveries per message (lease expiries included) before it is dead.",
 )
-@click.option(
-    "--lease-seconds",
-    type=float,
-    default=60.0,
-    show_default=True,
-    help="How long a received message stays leased unless extended.",
+@setting(
+    "--lease-seconds", float, 60.0, help="How long a received message stays leased unless extended."
 )
-@click.option(
+@setting(
     "--backoff-base",
-    type=float,
-    default=2.0,
-    show_default=True,
+    float,
+    2.0,
     help="Seconds; a nack without a delay waits up to base * 2^(attempt-1), full jitter.",
 )
-@click.option(
-    "--backoff-cap",
-    type=float,
-    default=3600.0,
-    show_default=True,
-    help="Seconds; the longest such wait.",
-)
-@click.option(
+@setting("--backoff-cap", float, 3600.0, help="Seconds; the longest such wait.")
+@setting(
     "--retention",
-    type=DURATION,
-    default=f"{_RETENTION_DAYS}d",
-    show_default=True,
+    DURATION,
+    f"{_RETENTION_DAYS}d",
     help="How long finished jobs are kept and Idempotency-Keys replayed (at least 24h).",
 )
 @click.option(
