@@ -5,6 +5,12 @@
 The role classes of this package reach the database only through this object's public
 interface: ``sql``, ``read``, ``transaction``, ``connection``, and the converters ``to_db``,
 ``to_db_or_none`` and ``to_time``.
+
+A file that cannot be read (not a database any more, an I/O error, gone) is an outage (see
+``jobledger.backends.outage``): every use fails at once until a fresh connection reads it
+again, and then every thread's connection is opened afresh — a connection that met a broken
+file does not recover by itself. A lock held by another connection is not an outage: it waits
+for the busy timeout, as before.
 """
 
 from __future__ import annotations
@@ -16,8 +22,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from ...errors import BackendUnavailable, SchemaMismatch
+from ..outage import Outage
 from ..sqlfiles import queries
 from ..url import DatabaseURL
 
@@ -57,6 +65,11 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._writer = threading.Lock()
         self._closed = False
+        self.outage = Outage(
+            self._answers,
+            f"SQLite database {url.redacted}",
+            on_recovery=self._reset_connections,
+        )
         if not create and not self.path.exists():
             raise BackendUnavailable(
                 f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r})"
@@ -68,9 +81,14 @@ class SqliteDatabase:
             )
         self.connection()  # fail now, with a clear message, if the file cannot be opened
 
+    @staticmethod
+    def _locked(exc: BaseException) -> bool:
+        text = str(exc)
+        return "locked" in text or "busy" in text
+
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         text = str(exc)
-        if "locked" in text or "busy" in text:
+        if self._locked(exc):
             return BackendUnavailable(
                 f"SQLite database {self.url.redacted} is locked by another connection "
                 f"(waited {self.url.busy_timeout_ms} ms): {text}"
@@ -97,6 +115,8 @@ class SqliteDatabase:
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self.url.synchronous}")
         except sqlite3.Error as exc:
+            if not self._locked(exc):
+                self.outage.suspect()
             raise self.unavailable(exc) from None
         self._local.conn = conn
         with self._lock:
@@ -105,8 +125,10 @@ class SqliteDatabase:
 
     @contextmanager
     def translate(self) -> Iterator[None]:
-        """Driver errors inside the block as jobledger's own."""
+        """Driver errors inside the block as jobledger's own; while the file is known to be
+        unreadable, ``BackendUnavailable`` at once."""
         try:
+            self.outage.check()
             yield
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
@@ -114,8 +136,11 @@ class SqliteDatabase:
                     f"SQLite database {self.url.redacted} has no jobledger tables "
                     f"({exc}); run `jobledger migrate`"
                 ) from None
+            if not self._locked(exc):
+                self.outage.suspect()
             raise self.unavailable(exc) from None
         except sqlite3.DatabaseError as exc:
+            self.outage.suspect()
             raise self.unavailable(exc) from None
 
     @contextmanager
@@ -169,7 +194,30 @@ class SqliteDatabase:
         with self.translate():
             return self.connection().execute(text, params).fetchall()
 
+    def _answers(self) -> None:
+        """The outage's probe: a fresh connection (never creating the file) reads the schema.
+        A lock held elsewhere means the file is there and readable."""
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True, timeout=0)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            if not self._locked(exc):
+                raise
+
+    def _reset_connections(self) -> None:
+        """Close every thread's connection: each opens a fresh one at its next use."""
+        with self._lock:
+            for conn in self._all:
+                with suppress(sqlite3.Error):
+                    conn.close()
+            self._all.clear()
+            self._local = threading.local()
+
     def close(self) -> None:
+        self.outage.close()
         with self._lock:
             self._closed = True
             for conn in self._all:

@@ -26,6 +26,7 @@ from ...errors import (
 )
 from ..models import parse_id
 from ..observe import observe
+from ..problems import RETRY_AFTER_UNAVAILABLE
 from ..state import ServerState
 from .charts import throughput_chart, wait_chart
 from .diagnosis import diagnose
@@ -68,13 +69,15 @@ def handles(fn: Handler) -> Handler:
             return page("error.html", 422, title="Invalid", detail=str(exc), viewer=None)
         except BackendUnavailable as exc:
             log.warning("dashboard: database unavailable: %s", exc)
-            return page(
+            response = page(
                 "error.html",
                 503,
                 title="Database unavailable",
                 detail="the ledger's database does not answer; try again shortly",
                 viewer=None,
             )
+            response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
+            return response
         except JobledgerError as exc:
             log.error("dashboard: %s: %s", type(exc).__name__, exc)
             return page("error.html", 500, title="Error", detail=str(exc), viewer=None)
