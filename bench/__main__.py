@@ -3,6 +3,9 @@
     python -m bench                 # jobledger on SQLite and PostgreSQL, the floor, scale
     python -m bench --compare       # ... and the other Python PostgreSQL queues, same run
     python -m bench --quick         # a small version of everything (seconds, for CI)
+    python -m bench --baseline b0a3e66 --only drain,enqueue
+                                    # the working tree against jobledger at a git revision,
+                                    # measured in turn in every round
 
 PostgreSQL: ``$BENCH_POSTGRES_URL`` or postgresql://postgres@127.0.0.1:5432/postgres; every
 workload runs in a database of its own, created and dropped by the bench.
@@ -14,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -22,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import floor, peers, scale
+from . import baseline, floor, peers, scale
 from .harness import (
     ROOT,
     BenchError,
@@ -74,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--rounds", type=int, default=None, help="times each workload runs (default 3; quick 1)"
     )
+    p.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also measure jobledger at this git revision (a commit, tag or branch), in turn "
+        "with the working tree in every round, and print new/old per round and its median",
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results.json")
     args = p.parse_args(argv)
     size = dict(QUICK if args.quick else FULL)
@@ -91,11 +101,28 @@ def main(argv: list[str] | None = None) -> int:
     processes = [int(n) for n in args.processes.split(",")]
     notes: list[str] = []
 
+    try:
+        old = baseline.prepare(args.baseline) if args.baseline else None
+    except BenchError as exc:
+        print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
+        return 2
     systems = []
     for dialect in backends:
         systems.append(
             System(f"jobledger/{dialect}", sys.executable, "bench.adapters.ours", dialect)
         )
+        if old is not None:
+            # Right after the working tree's: every round measures new, then old, per backend.
+            systems.append(
+                System(
+                    f"jobledger@{old.rev}/{dialect}",
+                    sys.executable,
+                    "bench.adapters.ours",
+                    dialect,
+                    {"commit": old.commit},
+                    pythonpath=str(old.path),
+                )
+            )
     if args.compare and "postgres" in backends:
         usable = peers.ensure(args.peers_venv, args.peers.split(","), notes)
         python = str(args.peers_venv / "bin" / "python")
@@ -113,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with fresh_database(system.dialect) as dsn:
                 system.info.update(adapter(system, "info", dsn))
+            if "source" in system.info:
+                out["source"] = system.info["source"]  # which jobledger the adapter imported
             live.append(system)
         except (BenchError, OSError, TimeoutError) as exc:
             _failed(system, out, exc, notes)
@@ -171,6 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": _ratios(results, extra),
         "notes": notes,
     }
+    if old is not None:
+        report["baseline"] = {
+            "rev": old.rev,
+            "commit": old.commit,
+            "versus": _versus(results, backends, f"jobledger@{old.rev}"),
+        }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str))
     print(render(report))
@@ -278,7 +313,7 @@ def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
             )
     ours = results.get("jobledger/postgres")
     others = {
-        k: v for k, v in results.items() if not k.startswith("jobledger/") and "error" not in v
+        k: v for k, v in results.items() if not k.startswith("jobledger") and "error" not in v
     }
     if ours and others:
         for metric, higher_is_better in (
@@ -306,6 +341,59 @@ def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
             last["claim_p50_ms"] / first["claim_p50_ms"]
         )
     return ratios
+
+
+#: What --baseline compares, round by round: (key in a system's rounds, label).
+VERSUS = [
+    ("enqueue_single_per_s", "enqueue one by one, jobs/s"),
+    ("enqueue_bulk_per_s", "enqueue in batches of 1,000, jobs/s"),
+    ("drain_1p_per_s", "drain, 1 process, jobs/s"),
+    ("drain_2p_per_s", "drain, 2 processes, jobs/s"),
+]
+
+
+def _versus(
+    results: dict[str, dict[str, Any]], backends: list[str], old_prefix: str
+) -> dict[str, dict[str, Any]]:
+    """Per backend and metric: the working tree's and the baseline's figure in each round (the
+    two were measured one right after the other), their ratio new/old, and its median."""
+    versus: dict[str, dict[str, Any]] = {}
+    for dialect in backends:
+        new = results.get(f"jobledger/{dialect}", {}).get("rounds", {})
+        old = results.get(f"{old_prefix}/{dialect}", {}).get("rounds", {})
+        for key, _ in VERSUS:
+            pairs = [(n, o) for n, o in zip(new.get(key, []), old.get(key, []), strict=False)]
+            ratios = [n / o for n, o in pairs if n and o]
+            if ratios:
+                versus.setdefault(dialect, {})[key] = {
+                    "new": [n for n, _ in pairs],
+                    "old": [o for _, o in pairs],
+                    "ratios": ratios,
+                    "median_ratio": statistics.median(ratios),
+                }
+    return versus
+
+
+def _render_versus(report: dict[str, Any]) -> list[str]:
+    base = report["baseline"]
+    lines = [
+        "",
+        f"new against old: the working tree / jobledger at {base['rev']} "
+        f"({base['commit'][:12]}), measured in turn in each round:",
+    ]
+    labels = dict(VERSUS)
+    width = max(len(label) for label in labels.values()) + 2
+    for dialect, metrics in base["versus"].items():
+        for key, v in metrics.items():
+            rounds = "  ".join(
+                f"{_fmt(n)}/{_fmt(o)} {r:.3f}"
+                for n, o, r in zip(v["new"], v["old"], v["ratios"], strict=False)
+            )
+            lines.append(
+                f"  {dialect:8} {labels[key].ljust(width)} {rounds}  "
+                f"median new/old {v['median_ratio']:.3f}"
+            )
+    return lines
 
 
 def _metric(r: dict[str, Any], metric: str) -> float | None:
@@ -399,6 +487,8 @@ def render(report: dict[str, Any]) -> str:
                 lines.append(f"  {key}: {value['ratio']:.2f}x ({value['peer']})")
             else:
                 lines.append(f"  {key}: {value:.2f}")
+    if report.get("baseline"):
+        lines.extend(_render_versus(report))
     if any(r.get(k) for r in results.values() for k in r if k.endswith("_unfinished")):
         lines.append("* did not finish within the drain's time limit: rated by the jobs done")
     for note in report["notes"]:

@@ -44,6 +44,9 @@ class System:
     module: str
     dialect: str  # "postgres" or "sqlite"
     info: dict[str, Any] = field(default_factory=dict)
+    pythonpath: str | None = None
+    """Put first on the adapter's and workers' ``PYTHONPATH``: jobledger at another revision
+    (``--baseline``)."""
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -143,7 +146,7 @@ def adapter(system: System, command: str, dsn: str, *args: str, timeout: float =
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=_env(system),
     )
     if proc.returncode != 0:
         raise BenchError(f"{system.name} {command} failed:\n{proc.stderr[-3000:]}")
@@ -153,9 +156,11 @@ def adapter(system: System, command: str, dsn: str, *args: str, timeout: float =
     return json.loads(lines[-1])
 
 
-def _env() -> dict[str, str]:
+def _env(system: System) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [system.pythonpath, str(ROOT), env.get("PYTHONPATH")])
+    )
     env.pop("JOBLEDGER_URL", None)
     return env
 
@@ -228,7 +233,7 @@ class Workers:
                 str(self.rundir),
             ],
             cwd=ROOT,
-            env=_env(),
+            env=_env(system),
             stdout=subprocess.DEVNULL,
             stderr=open(self.rundir / "stderr.log", "w"),  # noqa: SIM115
         )

@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+
+from .support.waiting import run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
     out = tmp_path / "results.json"
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
         cwd=ROOT,
         env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
-        capture_output=True,
         text=True,
         timeout=120,
     )
@@ -41,12 +41,11 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
 
 
 def test_the_groups_bench_runs_every_case_on_both_backends(pg):
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, "-m", "bench.groups", "--jobs", "300", "--pending", "300"]
         + ["--claims", "5", "--rounds", "1"],
         cwd=ROOT,
         env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
-        capture_output=True,
         text=True,
         timeout=120,
     )
@@ -58,3 +57,30 @@ def test_the_groups_bench_runs_every_case_on_both_backends(pg):
     ]
     assert len(rows) == 6, proc.stdout
     assert all(int(row.split("|")[3].replace(",", "")) > 0 for row in rows), rows
+
+
+def test_the_working_tree_against_a_baseline_revision_in_turn(tmp_path):
+    """``--baseline REV``: jobledger at REV (here HEAD, so the two sides are the same code)
+    unpacked once into a cache, measured in turn with the working tree by the same adapter."""
+    commit = run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], text=True).stdout.strip()
+    out = tmp_path / "results.json"
+    argv = [sys.executable, "-m", "bench", "--quick", "--baseline", "HEAD"]
+    argv += ["--only", "drain,enqueue", "--backends", "sqlite", "--processes", "1"]
+    env = {**os.environ, "BENCH_BASELINE_DIR": str(tmp_path / "cache")}
+    proc = run([*argv, "--out", str(out)], cwd=ROOT, env=env, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["baseline"]["commit"] == commit
+    results = report["results"]
+    assert results["jobledger/sqlite"]["source"] == str(ROOT / "src" / "jobledger")
+    assert results["jobledger@HEAD/sqlite"]["source"] == str(
+        tmp_path / "cache" / commit / "src" / "jobledger"
+    )
+    versus = report["baseline"]["versus"]["sqlite"]
+    for key in ("enqueue_single_per_s", "enqueue_bulk_per_s", "drain_1p_per_s"):
+        assert len(versus[key]["ratios"]) == 1 and versus[key]["median_ratio"] > 0, versus
+    assert "new against old" in proc.stdout and "median new/old" in proc.stdout
+
+    unknown = run([*argv, "--baseline", "no-such-rev"], cwd=ROOT, env=env, text=True)
+    assert unknown.returncode == 2
+    assert unknown.stderr.startswith("error: --baseline no-such-rev:"), unknown.stderr

@@ -15,14 +15,13 @@ from jobledger.testing.demo.story import _report
 from jobledger.testing.fakeprovider import FakeProvider
 
 from .support.processes import ROOT
+from .support.waiting import run as run_patiently
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("JOBLEDGER_URL", None)
-    return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT
-    )
+    return run_patiently([sys.executable, *args], text=True, env=env, timeout=timeout, cwd=ROOT)
 
 
 def check_report(report: dict) -> None:

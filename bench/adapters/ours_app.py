@@ -3,10 +3,15 @@
 Each worker process says it is ready, waits for the start barrier (a worker service, so the
 fetch loop starts with the barrier), and writes the enqueue→start latency of the jobs that
 carry their enqueue time when it stops. ``BENCH_RUNDIR`` names the run's directory.
+
+Only the public API, so that the same app runs on jobledger at another revision
+(``--baseline``): a revision whose Ledger has no ``worker_services`` waits at the barrier when
+this module is imported (before its worker starts) and saves its latencies at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 
 from jobledger import Ledger
@@ -35,4 +40,9 @@ class _Barrier:
 
 
 if os.environ.get("BENCH_RUNDIR"):
-    ledger.worker_services.append(_Barrier)
+    services = getattr(ledger, "worker_services", None)
+    if services is not None:
+        services.append(_Barrier)
+    else:
+        run.ready_and_wait()
+        atexit.register(run.save)

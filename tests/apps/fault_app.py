@@ -16,6 +16,8 @@ import httpx
 
 from jobledger import Ledger, check_response
 
+from ..support.waiting import Patience
+
 QUEUE = "faults"
 
 
@@ -38,10 +40,10 @@ def _wait_for_gate(name: str, timeout: float = 120.0) -> None:
     """Say we are at the gate (``NAME.waiting``), then wait for the test to create ``NAME``."""
     gate = Path(os.environ["FAULT_GATE_DIR"]) / name
     gate.with_name(f"{name}.waiting").touch()
-    deadline = time.monotonic() + timeout
+    patience = Patience(timeout)
     while not gate.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gate {name} was never opened")
+        if patience.expired():
+            raise TimeoutError(f"gate {name} was never opened: {patience.describe()}")
         time.sleep(0.01)
 
 

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import httpx
+
+from ..support.waiting import Patience
 
 
 def main(url: str, key: str, queue: str, count: int) -> None:
     client = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
     finished: dict[str, str] = {}
     deliveries = 0
-    deadline = time.monotonic() + 60
-    while len(finished) < count and time.monotonic() < deadline:
+    patience = Patience(60, progress=lambda: len(finished))
+    while len(finished) < count and not patience.expired():
         response = client.post(
             "/v1/queue/receive",
             json={"queue": queue, "max_messages": 5, "wait_seconds": 2, "consumer": "py-proc"},

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from jobledger import Ledger
 
+from ..support.waiting import Patience
+
 ledger = Ledger()
 
 
@@ -15,8 +17,8 @@ ledger = Ledger()
 def send(ctx, n: int) -> None:
     Path(os.environ["LIFECYCLE_STARTED"]).touch()
     go = Path(os.environ["LIFECYCLE_GO"])
-    deadline = time.monotonic() + 60
-    while not go.exists() and time.monotonic() < deadline:
+    patience = Patience(60)
+    while not go.exists() and not patience.expired():
         time.sleep(0.01)
 
 

@@ -32,6 +32,7 @@ from ..support.brokers import (
     cleanup,
     unique_prefix,
 )
+from ..support.processes import wait_until
 
 QUEUE = "digests"
 
@@ -124,8 +125,7 @@ class Running:
         for item in list(self._threads):
             if item[0] is runner:
                 runner.stop()
-                item[1].join(20)
-                assert not item[1].is_alive(), f"{runner!r} did not stop"
+                wait_until(lambda t=item[1]: not t.is_alive(), 20, what=f"{runner!r} to stop")
                 self._threads.remove(item)
 
     def stop_all(self) -> None:

@@ -18,7 +18,7 @@ from jobledger import JobState, Ledger
 from jobledger.brokers.outbox import Outbox
 
 from ..support.brokers import jobledger_process, unique_prefix
-from ..support.processes import killed_by_sigkill, wait_exit, wait_until
+from ..support.processes import killed_by_sigkill, terminate, wait_exit, wait_until
 from .conftest import QUEUE
 
 pytestmark = pytest.mark.slow
@@ -99,21 +99,28 @@ def test_digests_survive_the_relay_a_consumer_and_the_broker_each_killed_once(
         processes.append(survivor)
 
         # The broker dies mid-run; the next week is enqueued while it is down.
-        wait_until(lambda: done() >= CUSTOMERS // 2, 60, what="half of the first week")
+        wait_until(
+            lambda: done() >= CUSTOMERS // 2, 60, what="half of the first week", progress=done
+        )
         private_broker.kill()
         enqueue_week(ledger, WEEKS[1])
         wait_until(
-            lambda: any(s.due for s in box.status()), 10, what="the outbox to wait for the broker"
+            lambda: any(s.due for s in box.status()), 30, what="the outbox to wait for the broker"
         )
         private_broker.start()
 
         total = CUSTOMERS * len(WEEKS)
-        wait_until(lambda: done() == total, 120, interval=0.1, what="every digest done")
-        wait_until(lambda: not any(s.unpublished for s in box.status()), 30, what="the outbox")
+        wait_until(
+            lambda: done() == total, 60, interval=0.1, what="every digest done", progress=done
+        )
+
+        def unpublished() -> int:
+            return sum(s.unpublished for s in box.status())
+
+        wait_until(lambda: not unpublished(), 30, what="the outbox", progress=unpublished)
     finally:
         for proc in processes:
-            if proc.poll() is None:
-                proc.terminate()
+            terminate(proc)
     for proc in (relay, survivor):
         code, _, err = wait_exit(proc, 60)
         assert code == 0, err

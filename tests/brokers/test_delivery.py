@@ -81,7 +81,12 @@ def test_jobs_run_once_with_retries_and_a_dead_job_is_run_again_only_by_a_redriv
             s is JobState.DONE for c, s in states.items() if c != 3
         )
 
-    wait_until(settled, 30, what="19 jobs done and one dead")
+    wait_until(
+        settled,
+        30,
+        what="19 jobs done and one dead",
+        progress=lambda: sum(ledger.job(i).state.is_final for i in ids.values()),
+    )
     assert sorted(calls) == sorted(
         [(key_of(c), 1) for c in customers] + [(key_of(c), 2) for c in (0, 5, 10, 15)]
     )
@@ -137,7 +142,7 @@ def test_relay_killed_between_publish_and_mark_publishes_twice_and_the_job_runs_
 
     # The next relay takes over once the dead one's lease has expired, and publishes it again.
     relay = Relay(ledger, url, lease_seconds=1, poll_interval=0.02)
-    relay.drain(timeout=20)
+    relay.drain(timeout=60)
     assert relay.stats.published == 1
     [record] = box.records()
     assert record.published_at is not None
@@ -178,7 +183,7 @@ def test_consumer_killed_after_the_outcome_before_the_ack_is_redelivered_and_ski
     routed(ledger)
     job_id = send_digest.enqueue({"customer_id": 4187, "week": WEEK}).id
     url = broker.url()
-    Relay(ledger, url).drain(timeout=20)
+    Relay(ledger, url).drain(timeout=60)
     victim = jobledger_process(
         db_url,
         "consume",
@@ -230,7 +235,12 @@ def test_the_messages_of_one_key_are_handled_in_the_order_the_ledger_wrote_them(
     # One consumer taking one message at a time sees the broker's order as it is.
     consumer = running.consumer(ledger, url, concurrency=1, on_delivery=seen)
     running.relay(ledger, url, batch_size=5)
-    wait_until(lambda: all(j.state is JobState.DONE for j in ledger.jobs()), 30, what="every job")
+    wait_until(
+        lambda: all(j.state is JobState.DONE for j in ledger.jobs()),
+        30,
+        what="every job",
+        progress=lambda: len(runs),
+    )
     running.stop_all()
 
     # The relay published in the ledger's order: the first runs follow the enqueue order.
@@ -259,7 +269,7 @@ def test_a_job_running_longer_than_the_redelivery_time_keeps_its_message(ledger,
     url = broker.url()
     running.relay(ledger, url)
     first = running.consumer(ledger, url, concurrency=1)
-    assert started.wait(10)
+    wait_until(started.is_set, 10, what="the slow job to start")
     second = running.consumer(ledger, url, concurrency=1)
     wait_until(lambda: ledger.job(job_id).state is JobState.DONE, 10, what="the slow job")
     running.stop_all()

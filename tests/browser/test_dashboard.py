@@ -10,7 +10,8 @@ from jobledger import Ledger, Permanent
 from jobledger.http import ServerSettings
 
 from ..support.http import api_server
-from ..support.processes import wait_exit, worker_process
+from ..support.processes import terminate, wait_exit, worker_process
+from ..support.waiting import Patience
 
 JOBS = 60
 POISON = {7, 19, 31, 43, 55}  # refused by the provider on their first attempt
@@ -18,7 +19,8 @@ SETTINGS = ServerSettings(snapshot_seconds=0.2, dashboard_refresh_seconds=0.5)
 
 
 def cell(page, queue: str, state: str) -> int:
-    return int(page.text_content(f'tr[data-queue="{queue}"] [data-state="{state}"]').strip())
+    text = page.text_content(f'tr[data-queue="{queue}"] [data-state="{state}"]')
+    return int(text.strip().replace(",", ""))  # counts are shown as 1,234
 
 
 def log_in(page, url: str, key: str, artifacts=None) -> None:
@@ -67,10 +69,14 @@ def test_postgres_operator_watches_a_queue_finds_a_stuck_job_and_redrives_dead_l
                 env={"OBSERVED_DELAY": "0.05"},
             )
             seen = set()
-            deadline = page.evaluate("Date.now()") + 60_000
-            while cell(page, "slow", "done") + cell(page, "slow", "dead") < JOBS:
+
+            def finished() -> int:
+                return cell(page, "slow", "done") + cell(page, "slow", "dead")
+
+            patience = Patience(60, progress=finished)
+            while finished() < JOBS:
                 seen.add(cell(page, "slow", "pending"))
-                assert page.evaluate("Date.now()") < deadline, "the queue did not drain"
+                assert not patience.expired(), f"the queue did not drain: {patience.describe()}"
                 page.wait_for_timeout(100)
             seen.add(cell(page, "slow", "pending"))
             assert len({n for n in seen if 0 < n < JOBS}) >= 2, seen  # watched it go down
@@ -144,7 +150,7 @@ def test_postgres_operator_watches_a_queue_finds_a_stuck_job_and_redrives_dead_l
         assert ledger.job_by_key("message-7", "slow").state.value == "done"
     finally:
         if worker is not None:
-            worker.terminate()
+            terminate(worker)
             wait_exit(worker, timeout=30)
         ledger.close()
         pg.drop_schema(schema)

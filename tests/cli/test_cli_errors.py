@@ -4,12 +4,12 @@ one line on stderr, exit code 2, no traceback."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pytest
 
 from ..support.processes import ROOT
+from ..support.waiting import run
 from .conftest import assert_one_line_error
 
 REFUSED_PG = "postgresql://postgres@127.0.0.1:1/nowhere?connect_timeout=3"
@@ -132,13 +132,7 @@ def test_no_traceback_from_a_real_process(tmp_path):
         ["enqueue", "t", "--key", "k", "--payload", "{oops", "--url", f"sqlite:///{tmp_path}/x.db"],
         ["show", "k", "--url", f"sqlite:///{tmp_path}/missing.db"],
     ):
-        proc = subprocess.run(
-            [sys.executable, "-m", "jobledger", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+        proc = run([sys.executable, "-m", "jobledger", *args], text=True, env=env, timeout=60)
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr

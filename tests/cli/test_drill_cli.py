@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -13,15 +12,15 @@ import pytest
 from jobledger.testing.fakeprovider import FakeProvider
 
 from ..support.processes import ROOT
+from ..support.waiting import run
 
 
 @pytest.mark.slow
 def test_drill_passes_and_cleans_up(ledger, db_url):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("JOBLEDGER_URL", None)
-    proc = subprocess.run(
+    proc = run(
         [sys.executable, "-m", "jobledger", "drill", "--url", db_url, "--json"],
-        capture_output=True,
         text=True,
         env=env,
         timeout=240,

@@ -13,7 +13,13 @@ from jobledger import JobState
 from jobledger._records import AttemptOutcome
 from jobledger.testing.fakeprovider import FakeProvider
 
-from ..support.processes import killed_by_sigkill, wait_exit, wait_until, worker_process
+from ..support.processes import (
+    killed_by_sigkill,
+    terminate,
+    wait_exit,
+    wait_until,
+    worker_process,
+)
 
 
 @pytest.fixture
@@ -48,9 +54,10 @@ def run_until(ledger, db_url, provider, ids, lease=2.0):
             lambda: all(ledger.job(i).state.is_final for i in ids),
             timeout=60,
             what="the jobs to finish",
+            progress=lambda: sum(ledger.job(i).state.is_final for i in ids),
         )
     finally:
-        proc.terminate()
+        terminate(proc)
     code, _, err = wait_exit(proc)
     assert code == 0, err
 

@@ -86,7 +86,7 @@ def test_prefetched_jobs_keep_their_leases_while_they_wait(ledger):
     @ledger.task(queue="w", lease_seconds=0.6, max_attempts=3)
     def slow(ctx, n: int) -> None:
         if n == 0:
-            release.wait(10)
+            release.wait(60)
 
     first, _ = ledger.enqueue(slow, {"n": 0}, key="first", priority=1)
     waiting = [ledger.enqueue(slow, {"n": n}, key=f"w{n}").id for n in range(1, 4)]
@@ -120,7 +120,7 @@ def test_shutdown_gives_back_prefetched_jobs_uncharged(ledger):
     def blocking(ctx, n: int) -> None:
         if n == 0:
             started.set()
-            release.wait(10)
+            release.wait(60)
 
     ledger.enqueue(blocking, {"n": 0}, key="first", priority=1)
     waiting = [ledger.enqueue(blocking, {"n": n}, key=f"w{n}").id for n in range(1, 4)]
@@ -128,7 +128,7 @@ def test_shutdown_gives_back_prefetched_jobs_uncharged(ledger):
     t = threading.Thread(target=worker.run)
     t.start()
     try:
-        assert started.wait(10)
+        wait_until(started.is_set, what="the first job to start")
         wait_until(lambda: all(ledger.job(i).state is JobState.LEASED for i in waiting))
         worker.stop()
         wait_until(
@@ -156,12 +156,12 @@ def test_sqlite_writers_of_one_process_still_time_out(tmp_path):
     def hold() -> None:
         with ledger.backend.transaction():
             holding.set()
-            done.wait(10)
+            done.wait(60)
 
     t = threading.Thread(target=hold)
     t.start()
     try:
-        assert holding.wait(10)
+        wait_until(holding.is_set, what="the write transaction")
         with pytest.raises(BackendUnavailable, match="locked"):
             ledger.enqueue("t", {"n": 1}, key="k")
     finally:

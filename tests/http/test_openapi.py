@@ -4,7 +4,6 @@ schemathesis generating requests from it against a real server on each backend."
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from jobledger.http.routes import DEFAULT_GROUPS
 
 from ..support.http import ServeProcess
 from ..support.processes import ROOT
+from ..support.waiting import run as run_patiently
 
 #: Examples per operation and phase. Bounded so that the run takes seconds, not minutes; raise
 #: it (JOBLEDGER_SCHEMATHESIS_EXAMPLES) for a deeper run.
@@ -125,7 +125,7 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
             JOBLEDGER_SCHEMATHESIS_SEEN=str(seen),
         )
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-        run = subprocess.run(
+        run = run_patiently(
             [
                 str(st),
                 "run",
@@ -147,7 +147,6 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
             ],
             cwd=tmp_path,
             env=env,
-            capture_output=True,
             text=True,
             timeout=240,
         )

@@ -9,7 +9,6 @@ import select
 import shutil
 import socket
 import sqlite3
-import subprocess
 import sys
 import threading
 import time
@@ -24,6 +23,7 @@ from jobledger._services.keys import create_api_key
 
 from ..support.http import ServeProcess
 from ..support.processes import ROOT, wait_until
+from ..support.waiting import run
 
 pytestmark = pytest.mark.slow
 
@@ -101,8 +101,13 @@ def test_two_servers_publishing_one_key_at_once_make_one_job(db_url, prepared, s
     threads = [threading.Thread(target=go, args=(n,)) for n in range(4)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join(60)
+    wait_until(
+        lambda: not any(t.is_alive() for t in threads),
+        30,
+        interval=0.05,
+        what="the publishers",
+        progress=lambda: len(answers),
+    )
     assert len(answers) == 40
     for k in keys:
         codes = sorted(r.status_code for kk, r in answers if kk == k)
@@ -154,7 +159,7 @@ def test_a_key_in_flight_in_another_server_process(db_url, prepared, servers, ba
         wait_until(lambda: _sqlite_write_locked(ledger.url.path), what="the write lock")
         second = publish(fast.url, key, body, "k")
         assert second.status_code == 200, second.text
-    thread.join(30)
+    wait_until(lambda: not thread.is_alive(), 30, interval=0.05, what="the first publish")
     assert first["r"].status_code == 201
     retry = publish(fast.url, key, body, "k")
     assert retry.status_code == 200 and retry.json() == first["r"].json()
@@ -169,16 +174,15 @@ def test_a_consumer_in_another_process_pulls_acks_and_nacks(db_url, prepared, se
         assert publish(server.url, key, {"queue": "q", "payload": {"do": do}}, k).status_code == 201
     consumer_key, _ = create_api_key(ledger.backend, "consumer", ["consume:q"])
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    run = subprocess.run(
+    consumer = run(
         [sys.executable, "-m", "tests.apps.http_consumer", server.url, consumer_key, "q", "5"],
         cwd=ROOT,
         env=env,
-        capture_output=True,
         text=True,
         timeout=90,
     )
-    assert run.returncode == 0, run.stderr
-    summary = json.loads(run.stdout)
+    assert consumer.returncode == 0, consumer.stderr
+    summary = json.loads(consumer.stdout)
     assert summary["finished"] == {"a": "done", "b": "done", "c": "dead", "d": "done", "e": "done"}
     assert summary["deliveries"] == 7
     states = {j.key: (j.state, j.attempts) for j in ledger.jobs()}
@@ -205,7 +209,7 @@ def test_a_client_in_another_language(db_url, prepared, servers):
         ledger.backend, "js-publisher", ["publish:js-orders"], rate_per_second=2, burst=2
     )
     consumer, _ = create_api_key(ledger.backend, "js-consumer", ["consume:js-orders"])
-    run = subprocess.run(
+    client = run(
         [
             "node",
             str(ROOT / "tests" / "clients" / "flow.mjs"),
@@ -214,12 +218,11 @@ def test_a_client_in_another_language(db_url, prepared, servers):
             publisher,
             consumer,
         ],
-        capture_output=True,
         text=True,
         timeout=120,
     )
-    assert run.returncode == 0, run.stderr + run.stdout
-    stats = json.loads(run.stdout.strip().splitlines()[-1])
+    assert client.returncode == 0, client.stderr + client.stdout
+    stats = json.loads(client.stdout.strip().splitlines()[-1])
     assert stats["rateLimited"] >= 1 and stats["replayed"]
     jobs = {j.key: j for j in ledger.jobs() if j.queue == "js-orders"}
     assert sorted(jobs) == [f"order-{n}" for n in range(1, 6)]

@@ -16,7 +16,7 @@ from jobledger.http import ServerSettings
 
 from ..cli.conftest import assert_one_line_error, cli  # noqa: F401 - the cli fixture
 from ..support.http import api_server
-from ..support.processes import ROOT, wait_until
+from ..support.processes import ROOT, wait_exit, wait_until
 from .conftest import fast_settings, publish
 
 
@@ -173,9 +173,9 @@ def test_jobledger_push_delivers_and_stops_on_sigterm(ledger, endpoint):
     try:
         wait_until(lambda: ledger.job(job_id).state is JobState.DONE, what="the delivery")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0, out
+        proc.send_signal(signal.SIGTERM)  # it is delivering: its handler is in place
+        code, out, _ = wait_exit(proc, 30)
+    assert code == 0, out
     assert "jobledger push delivering" in out and f"push {sub.id} job {job_id}" in out
     assert "stopped" in out
     standardwebhooks.Webhook(sub.secret).verify(ep.requests[0].body, ep.requests[0].headers)
@@ -196,3 +196,22 @@ def test_jobledger_serve_runs_the_delivery_loop(ledger, endpoint):
         server.stop()
     standardwebhooks.Webhook(sub.secret).verify(ep.requests[0].body, ep.requests[0].headers)
     assert f"push {sub.id} job {job_id}" in server.output
+
+
+def test_show_prints_a_push_jobs_error_once(cli, ledger, endpoint, push):  # noqa: F811
+    """A 400 with the body ``ok``: the job's error is ``HTTP 400: ok``, not ``HTTP 400: HTTP 400:
+    ok`` — the class (the status) is recorded once, beside the message (the body)."""
+    from ..support.endpoints import scripted
+    from .conftest import subscribe
+
+    ep = endpoint(scripted((400, {}, b"ok")))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_until(lambda: ledger.job(job_id).state is JobState.DEAD, what="the job to be dead")
+    [attempt] = ledger.history(job_id).attempts
+    assert (attempt.error_class, attempt.error_message) == ("HTTP 400", "ok")
+    shown = cli("show", "k1", "--url", ledger.url.raw)
+    assert shown.code == 0, shown.err
+    assert shown.out.count("HTTP 400: ok") == 2  # the job's last error, and the attempt's
+    assert "HTTP 400: HTTP 400" not in shown.out

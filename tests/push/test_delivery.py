@@ -98,7 +98,8 @@ def test_retries_honour_retry_after_then_backoff_until_2xx(ledger, endpoint, pus
     attempts = ledger.history(job_id).attempts
     assert [a.outcome.value for a in attempts] == ["retry", "retry", "retry", "retry", "done"]
     assert [a.error_class for a in attempts[:4]] == ["HTTP 429", "HTTP 503", "HTTP 502", "HTTP 504"]
-    assert attempts[0].error_message == "HTTP 429: slow down"
+    # The class is the status; the message is the body, not the status again.
+    assert attempts[0].error_message == "slow down"
     # Retry-After: 1 -> the second attempt could not start sooner than a second later.
     assert (attempts[1].started_at - attempts[0].finished_at).total_seconds() >= 0.99
     ids = {r.headers["webhook-id"] for r in ep.requests}
@@ -139,8 +140,8 @@ def test_other_4xx_is_dead_with_the_body_kept_truncated(ledger, endpoint, push):
     wait_state(ledger, job_id, JobState.DEAD)
     job = ledger.job(job_id)
     assert job.last_error_class == "HTTP 400"
-    assert job.last_error.startswith("HTTP 400: xxxx")
-    assert len(job.last_error) <= 2000 + len("HTTP 400: …")
+    assert job.last_error.startswith("xxxx")
+    assert len(job.last_error) <= 2000 + len("…")
     assert ep.count() == 1
 
 
@@ -164,7 +165,7 @@ def test_timeouts_and_refused_connections_are_retried(ledger, endpoint, push):
 
     def slow_once(request, n):
         if n == 1:
-            release.wait(10)
+            release.wait(60)
         return 200, {}, b"ok"
 
     slow = endpoint(slow_once)
@@ -382,7 +383,7 @@ def test_a_sender_killed_mid_delivery_delivers_again_with_the_same_id(ledger, en
     import subprocess
     import sys
 
-    from ..support.processes import ROOT
+    from ..support.processes import ROOT, wait_exit
 
     ep = endpoint()
     sub = subscribe(ledger, ep.url, timeout_seconds=1)
@@ -397,7 +398,8 @@ def test_a_sender_killed_mid_delivery_delivers_again_with_the_same_id(ledger, en
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert proc.wait(30) == -9, proc.stdout.read()  # killed after the answer, before the outcome
+    code, out, _ = wait_exit(proc, 30)
+    assert code == -9, out  # killed after the answer, before the outcome
     assert ep.count() == 1 and job_state(ledger, job_id) is JobState.LEASED
     push(lease_margin=0.5)  # its rescuer returns the job once the lease expired
     wait_state(ledger, job_id, JobState.DONE)

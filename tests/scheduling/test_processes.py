@@ -17,7 +17,14 @@ from jobledger._records import TickState
 from jobledger.scheduling.cron import CronSpec
 
 from ..apps.schedule_app import CRON, ZONE, declare, sim_clock
-from ..support.processes import ROOT, killed_by_sigkill, wait_exit, wait_until, worker_process
+from ..support.processes import (
+    ROOT,
+    killed_by_sigkill,
+    terminate,
+    wait_exit,
+    wait_until,
+    worker_process,
+)
 
 APP = "tests.apps.schedule_app:ledger"
 
@@ -117,11 +124,16 @@ def test_two_schedulers_one_killed_mid_tick_make_one_job_per_customer_per_week(d
                 if t.state is TickState.DONE and f":{survivor.pid}:" in t.leader
             )
 
-        wait_until(lambda: done_by_survivor() >= 4, 60, what="four weeks under the new leader")
+        wait_until(
+            lambda: done_by_survivor() >= 4,
+            60,
+            what="four weeks under the new leader",
+            progress=done_by_survivor,
+        )
     finally:
         for proc in (victim, survivor):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
+            if proc is not None:
+                terminate(proc)
     code, _, err = wait_exit(survivor)
     assert code == 0, err
 
@@ -176,19 +188,25 @@ def test_workers_run_the_scheduler_unless_told_not_to(db_url):
         assert len(expected) in (1, 2)
         keys = sorted(f"{c}:{week(t)}" for c in range(20) for t in expected)
 
+        def done_keys() -> list[str]:
+            jobs = led.jobs(JobFilter(queue="digests"))
+            return sorted(j.key for j in jobs if j.key != "probe" and j.state is JobState.DONE)
+
         def all_done() -> bool:
             jobs = [j for j in led.jobs(JobFilter(queue="digests")) if j.key != "probe"]
             return sorted(j.key for j in jobs) == keys and all(
                 j.state is JobState.DONE for j in jobs
             )
 
-        wait_until(all_done, 30, what="the missed tick's jobs to run")
+        wait_until(
+            all_done, 30, what="the missed tick's jobs to run", progress=lambda: len(done_keys())
+        )
         assert held_by(led, worker) is not None
         assert [t.state for t in led.schedules.ticks()] == [TickState.DONE] * len(expected)
     finally:
         for proc in (bystander, worker):
             if proc is not None:
-                proc.terminate()
+                terminate(proc)
     for proc in (bystander, worker):
         code, _, err = wait_exit(proc)
         assert code == 0, err
@@ -205,7 +223,7 @@ def test_the_scheduler_command_releases_its_lease_on_sigterm(db_url):
         lease = wait_until(lambda: held_by(led, proc), 30, what="the scheduler to lead")
         assert lease.valid and lease.until - lease.acquired_at == timedelta(seconds=30)
     finally:
-        proc.terminate()
+        terminate(proc)
     code, _, err = wait_exit(proc)
     assert code == 0, err
     assert "now leads cohort 'default'" in err

@@ -21,6 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
+from .waiting import Patience
+
 BROKERS = ["rabbitmq", "nats", "redis"]
 
 SHARED = {
@@ -161,13 +163,15 @@ class PrivateBroker:
             start_new_session=True,
         )
         self.starts += 1
-        deadline = time.monotonic() + timeout
+        patience = Patience(timeout)
         while not self.ready():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.kind} exited while starting; see {self.dir}")
-            if time.monotonic() > deadline:
+            if patience.expired():
                 self.kill()
-                raise RuntimeError(f"{self.kind} did not start in {timeout} s; see {self.dir}")
+                raise RuntimeError(
+                    f"{self.kind} did not start: {patience.describe()}; see {self.dir}"
+                )
             time.sleep(0.05)
         return self
 
@@ -179,8 +183,8 @@ class PrivateBroker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self.proc = None
-        deadline = time.monotonic() + 10
-        while answers(self.host, self.port) and time.monotonic() < deadline:
+        patience = Patience(10)
+        while answers(self.host, self.port) and not patience.expired():
             time.sleep(0.05)
 
     def close(self) -> None:

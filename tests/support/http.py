@@ -20,6 +20,7 @@ from jobledger._services.keys import create_api_key
 from jobledger.http import ServerSettings, create_app
 
 from .processes import ROOT, wait_until
+from .waiting import Patience
 
 _RUNNING = re.compile(r"jobledger serving .* on http://[^:]+:(\d+)")
 
@@ -139,11 +140,12 @@ class ServeProcess:
                 self.proc.kill()
             else:
                 self.proc.terminate()
-        try:
-            code = self.proc.wait(15)
-        except subprocess.TimeoutExpired:
+        patience = Patience(15)
+        while self.proc.poll() is None and not patience.expired():
+            time.sleep(0.05)
+        if self.proc.poll() is None:
             self.proc.kill()
-            code = self.proc.wait(5)
+        code = self.proc.wait()
         self._reader.join(5)
         return code
 

@@ -105,6 +105,7 @@ def run(
     ``subprocess.TimeoutExpired`` raised only once it has had that much of a quiet machine's
     time without finishing."""
     patience = Patience(timeout)
+    kwargs.pop("capture_output", None)  # output is always captured unless redirected
     data = kwargs.pop("input", None)
     if data is not None:
         kwargs["stdin"] = subprocess.PIPE

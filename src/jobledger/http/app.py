@@ -21,12 +21,13 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._ledger import Ledger
+from .._runtime.worker import default_worker_name
 from .api import RouteGroup, build_routes
 from .observe import observe
 from .openapi import openapi_document
 from .problems import NOSNIFF, Problem, problem_response
 from .routes import DEFAULT_GROUPS
-from .state import Rescuer, ServerSettings, ServerState, Service
+from .state import ServerSettings, ServerState, Service
 from .wakeups import Wakeups
 
 __all__ = ["create_app"]
@@ -105,7 +106,8 @@ def create_app(
         await run_in_threadpool(ledger.health.check)  # open (and check) the database now
         state.wakeups = Wakeups(ledger.listening, asyncio.get_running_loop())
         services: list[Service] = [
-            Rescuer(ledger.rescue, state.settings.rescue_interval, observe(state).rescued)
+            ledger.rescuer(state.settings.rescue_interval, observe(state).rescued),
+            ledger.pruner(f"serve:{default_worker_name()}"),
         ]
         for group in groups:
             for factory in group.services:

@@ -61,6 +61,15 @@ QUEUE_SETTINGS = Object(
         "require_idempotency_key": Boolean(
             default=False, description="Refuse publishes without an Idempotency-Key (400)."
         ),
+        "timeout_seconds": Number(
+            exclusive_minimum=0,
+            maximum=MAX_LEASE_SECONDS,
+            nullable=True,
+            description="The longest an attempt may run in a Python worker (a task that sets no "
+            "timeout of its own, and the jobs published here): past it the attempt is recorded "
+            "as timed_out and retried by the backoff, or dead when its attempts are spent. "
+            "Default null: no bound. Pull consumers are bounded by their leases instead.",
+        ),
     },
     name="QueueSettings",
     description="Every field is optional; an omitted field takes its default (PUT replaces).",
@@ -92,6 +101,7 @@ def settings_from(name: str, body: dict[str, Any]) -> QueueSettings:
         backoff_cap=cap,
         retention_seconds=body.get("retention_seconds", DEFAULT_RETENTION_SECONDS),
         require_key=body.get("require_idempotency_key", False),
+        timeout_seconds=body.get("timeout_seconds"),
     )
 
 
