@@ -13,7 +13,8 @@ up once for the call) and retry with that same key, so a retry can never publish
 
 - 429: after ``Retry-After`` seconds (else exponential backoff with full jitter);
 - 409 ``key-in-flight`` (an earlier attempt of this very call is still being processed), 5xx
-  and network errors: exponential backoff with full jitter;
+  and network errors: exponential backoff with full jitter — for a 503, never sooner than its
+  ``Retry-After`` (the server's earliest worthwhile retry while its database is down);
 - any other 4xx: raised at once as ``ApiError`` (or a subclass) carrying the problem body.
 
 The other calls retry 429, 503 and connection failures (the request never left); a receipt
@@ -208,7 +209,13 @@ class Client:
             )
             if retry and attempt < self.max_retries:
                 wait = parse_retry_after(response.headers.get("Retry-After"))
-                self._sleep(wait if wait is not None else self._backoff(attempt))
+                if wait is None:
+                    wait = self._backoff(attempt)
+                elif status != 429:
+                    # A 503's Retry-After is the earliest worth trying, not a promise: keep
+                    # backing off, so that a long outage is waited out, not hammered.
+                    wait = max(wait, self._backoff(attempt))
+                self._sleep(wait)
                 attempt += 1
                 continue
             if status >= 500 and status != 503:

@@ -14,3 +14,12 @@ def api(ledger):
     """A server on a fresh database of each backend, with an admin key and client."""
     with api_server(ledger, ServerSettings(rescue_interval=0.2, poll_interval=0.1)) as server:
         yield server
+
+
+#: Figures a test measured (the outage test's latencies), printed at the end of the run.
+FIGURES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    for line in FIGURES:
+        terminalreporter.write_line(line)

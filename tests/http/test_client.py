@@ -123,6 +123,16 @@ def test_in_flight_and_5xx_are_retried_for_publish():
     assert len(script.requests) == 4
 
 
+def test_a_503_is_retried_no_sooner_than_its_retry_after_and_backs_off_beyond_it(monkeypatch):
+    """While the database is down the server answers 503 with Retry-After: 1 at once: the
+    client takes that as the earliest retry, and keeps backing off past it."""
+    monkeypatch.setattr("jobledger.client.random.uniform", lambda low, high: high)
+    unavailable = answer(503, problem(503, "unavailable"), **{"Retry-After": "1"})
+    client, script, slept = scripted(*[unavailable] * 5, answer(201, PUBLISHED))
+    assert client.publish("q", {}, key="k").message_id == "7"
+    assert slept == [1.0, 1.0, 1.0, 1.6, 3.2]
+
+
 def test_other_4xx_are_raised_with_the_problem():
     client, script, _ = scripted(answer(422, problem(422, "key-reused", message_id="3")))
     with pytest.raises(KeyReused) as caught:

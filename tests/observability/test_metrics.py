@@ -4,12 +4,13 @@ database."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
-from jobledger import Permanent, Retry
+from jobledger import Ledger, Permanent, Retry
 from jobledger.http import ServerSettings
 from jobledger.http.observe import observe
 from jobledger.observability.metrics import metrics_for, status_class
@@ -17,6 +18,7 @@ from jobledger.observability.snapshot import SnapshotCache
 
 from ..support.http import api_server
 from ..support.metrics import convention_problems, parse, parse_openmetrics, value
+from ..support.outage import database_cut
 from ..support.processes import wait_until
 
 
@@ -218,3 +220,50 @@ def test_a_worker_serves_its_metrics_on_a_port(ledger):
     assert value(f, "jobledger_jobs", queue="q", state="leased") >= 1  # the scrape itself
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=2)  # stopped with the worker
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def cut(request: pytest.FixtureRequest, tmp_path):
+    with database_cut(request.param, tmp_path) as database:
+        yield database
+
+
+@pytest.mark.slow
+def test_a_scrape_while_the_database_is_down(cut):
+    """With a key, a scrape cannot check the key while the database is down: 503 with
+    Retry-After, never a 500, and never the metrics on trust. With --public-metrics it gets
+    what the server knows, jobledger_database_up 0 among it."""
+    ledgers = [Ledger(cut.url), Ledger(cut.url)]
+    ledgers[0].migrate()
+    settings = ServerSettings(snapshot_seconds=0, finished_seconds=0)
+    with (
+        api_server(ledgers[0], settings) as keyed,
+        api_server(ledgers[1], replace(settings, public_metrics=True)) as public,
+    ):
+        reader = keyed.client(keyed.key("read"))
+        anonymous = public.client(None)
+        assert reader.get("/metrics").status_code == 200
+        assert "jobledger_database_up 1.0" in anonymous.get("/metrics").text
+        cut.cut()
+        try:
+            scrape = wait_until(
+                lambda: (r := reader.get("/metrics")).status_code != 200 and r,
+                what="a scrape to notice the outage",
+            )
+            assert scrape.status_code == 503, scrape.text
+            assert scrape.headers["retry-after"] == "1"
+            assert scrape.json()["type"] == "urn:jobledger:problem:unavailable"
+            down = wait_until(
+                lambda: "jobledger_database_up 0.0" in (r := anonymous.get("/metrics")).text and r,
+                what="the public scrape to say the database is down",
+            )
+            assert down.status_code == 200
+        finally:
+            cut.restore()
+        wait_until(lambda: reader.get("/metrics").status_code == 200, what="scrapes again")
+        wait_until(
+            lambda: "jobledger_database_up 1.0" in anonymous.get("/metrics").text,
+            what="the public scrape to say the database is up",
+        )
+    for led in ledgers:
+        led.close()

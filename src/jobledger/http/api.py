@@ -42,7 +42,7 @@ from ..errors import (
     NotFound,
     PayloadError,
 )
-from .problems import Problem, problem_response
+from .problems import Problem, problem_response, unavailable
 from .schema import Invalid, Schema
 from .state import ServerState, ServiceFactory
 
@@ -267,7 +267,7 @@ def _endpoint(
         except Invalid as exc:
             return problem_response(_invalid(exc))
         except JobledgerError as exc:
-            return problem_response(_translate(exc))
+            return problem_response(translate(exc))
         except ClientDisconnect:
             return Response(status_code=400)
         except Exception:  # a bug: log it (never the request's headers), answer 500
@@ -289,14 +289,16 @@ def _invalid(exc: Invalid) -> Problem:
     )
 
 
-def _translate(exc: JobledgerError) -> Problem:
+def translate(exc: JobledgerError) -> Problem:
+    """A ledger error as the problem the API answers (503 with ``Retry-After`` while the
+    database is unavailable)."""
     if isinstance(exc, NotFound):
         return Problem("not-found", str(exc))
     if isinstance(exc, InvalidTransition):
         return Problem("invalid-transition", str(exc))
     if isinstance(exc, BackendUnavailable):
         log.warning("database unavailable: %s", exc)
-        return Problem("unavailable", "the ledger's database is unavailable; try again later")
+        return unavailable()
     if isinstance(exc, PayloadError | ConfigError):
         return Problem("validation-failed", str(exc))
     if isinstance(exc, KeyConflict):

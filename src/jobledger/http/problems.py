@@ -17,12 +17,18 @@ __all__ = [
     "NOSNIFF",
     "PROBLEM_MEDIA_TYPE",
     "PROBLEM_TYPES",
+    "RETRY_AFTER_UNAVAILABLE",
     "Problem",
+    "unavailable",
     "invalid",
     "problem_response",
 ]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+#: Seconds a client should wait before trying again after a 503: the server probes its
+#: database every quarter of a second while it is down, so the next second may well work.
+RETRY_AFTER_UNAVAILABLE = 1
 
 #: On every response: a browser must never guess another type than the one sent (a 404's
 #: detail repeats the path it was asked for; read as HTML, that would be a reflected script).
@@ -81,6 +87,16 @@ class Problem(Exception):
             "detail": self.detail,
             **self.extensions,
         }
+
+
+def unavailable(detail: str = "the ledger's database is unavailable; try again later") -> Problem:
+    """503 with ``Retry-After``: the database does not answer (or answers again very soon)."""
+    return Problem(
+        "unavailable",
+        detail,
+        headers={"Retry-After": str(RETRY_AFTER_UNAVAILABLE)},
+        retry_after=RETRY_AFTER_UNAVAILABLE,
+    )
 
 
 def invalid(detail: str, pointer: str, why: str) -> Problem:

@@ -164,6 +164,33 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _with(out: dict[str, Any], **keywords: Any) -> dict[str, Any]:
+    """``out`` with each JSON Schema keyword whose value is given (not None)."""
+    out.update((name, value) for name, value in keywords.items() if value is not None)
+    return out
+
+
+def _out_of_bounds(
+    value: float,
+    minimum: float | None,
+    maximum: float | None,
+    exclusive_minimum: float | None = None,
+    show: Any = str,
+) -> str | None:
+    """Why ``value`` is outside the bounds, or None."""
+    if minimum is not None and value < minimum:
+        return f"must be >= {show(minimum)}"
+    if exclusive_minimum is not None and value <= exclusive_minimum:
+        return f"must be > {show(exclusive_minimum)}"
+    if maximum is not None and value > maximum:
+        return f"must be <= {show(maximum)}"
+    return None
+
+
+def _short(number: float) -> str:
+    return f"{number:g}"
+
+
 @dataclass
 class Integer(Schema):
     minimum: int | None = None
@@ -175,16 +202,13 @@ class Integer(Schema):
     name: str | None = None
 
     def json_schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "integer"}
-        if self.minimum is not None:
-            out["minimum"] = self.minimum
-        if self.maximum is not None:
-            out["maximum"] = self.maximum
-        if self.default is not None:
-            out["default"] = self.default
-        if self.example is not None:
-            out["example"] = self.example
-        return out
+        return _with(
+            {"type": "integer"},
+            minimum=self.minimum,
+            maximum=self.maximum,
+            default=self.default,
+            example=self.example,
+        )
 
     def _check(self, value: Any, path: str, errors: list[tuple[str, str]]) -> Any:
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -192,10 +216,9 @@ class Integer(Schema):
         if isinstance(value, bool) or not isinstance(value, int):
             errors.append((path, f"expected an integer, got {_type_name(value)}"))
             return value
-        if self.minimum is not None and value < self.minimum:
-            errors.append((path, f"must be >= {self.minimum}"))
-        elif self.maximum is not None and value > self.maximum:
-            errors.append((path, f"must be <= {self.maximum}"))
+        problem = _out_of_bounds(value, self.minimum, self.maximum)
+        if problem is not None:
+            errors.append((path, problem))
         return value
 
     def parse_text(self, text: str, path: str, errors: list[tuple[str, str]]) -> Any:
@@ -218,31 +241,28 @@ class Number(Schema):
     name: str | None = None
 
     def json_schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": "number"}
-        if self.minimum is not None:
-            out["minimum"] = self.minimum
-        if self.exclusive_minimum is not None:
-            out["exclusiveMinimum"] = self.exclusive_minimum
-        if self.maximum is not None:
-            out["maximum"] = self.maximum
-        if self.default is not None:
-            out["default"] = self.default
-        if self.example is not None:
-            out["example"] = self.example
-        return out
+        return _with(
+            {"type": "number"},
+            minimum=self.minimum,
+            exclusiveMinimum=self.exclusive_minimum,
+            maximum=self.maximum,
+            default=self.default,
+            example=self.example,
+        )
 
     def _check(self, value: Any, path: str, errors: list[tuple[str, str]]) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float):
             errors.append((path, f"expected a number, got {_type_name(value)}"))
             return value
-        if not math.isfinite(value):
-            errors.append((path, "must be a finite number"))
-        elif self.minimum is not None and value < self.minimum:
-            errors.append((path, f"must be >= {self.minimum:g}"))
-        elif self.exclusive_minimum is not None and value <= self.exclusive_minimum:
-            errors.append((path, f"must be > {self.exclusive_minimum:g}"))
-        elif self.maximum is not None and value > self.maximum:
-            errors.append((path, f"must be <= {self.maximum:g}"))
+        problem = (
+            "must be a finite number"
+            if not math.isfinite(value)
+            else _out_of_bounds(
+                value, self.minimum, self.maximum, self.exclusive_minimum, show=_short
+            )
+        )
+        if problem is not None:
+            errors.append((path, problem))
         return value
 
     def parse_text(self, text: str, path: str, errors: list[tuple[str, str]]) -> Any:

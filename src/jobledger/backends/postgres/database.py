@@ -5,6 +5,10 @@ statements (schema-qualified), and the dialect's time converter (PostgreSQL stor
 It implements ``shared.database.Database`` for the shared role implementations; this package's
 own role classes (the jobs, the grouped claim, what a prune deletes) also use the hot-path
 methods ``statement``, ``quick``, ``quickly`` and ``hot``, and ``tables`` and ``channel``.
+
+While the database is down (``outage``: see ``jobledger.backends.outage``) every use fails at
+once; the pools are closed when the outage is found, so that nothing waits on them, and made
+afresh when a probe finds the database answering again.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import psycopg_pool
 from psycopg import sql as pgsql
 
 from ...errors import BackendUnavailable, SchemaMismatch
+from ..outage import Outage
 from ..shared.database import Fill
 from ..sqlfiles import fill as fill_text
 from ..sqlfiles import queries
@@ -33,6 +38,11 @@ __all__ = ["CONNECT_TIMEOUT", "PostgresDatabase", "first_line", "to_time"]
 _T = TypeVar("_T")
 
 CONNECT_TIMEOUT = 10
+#: A probe's connect timeout: long enough for a loaded but healthy server to answer, short
+#: enough that a server which does not answer at all is soon known to be down.
+PROBE_TIMEOUT = 3
+#: SQLSTATE of "too many clients": a server that says so is up (its pools may be full).
+_TOO_MANY_CONNECTIONS = "53300"
 
 #: The jobledger tables, as ``{name}`` in the named statements.
 _TABLES = (
@@ -105,14 +115,16 @@ class PostgresDatabase:
         }
         self.sql = {name: _fill(text, self.tables) for name, text in queries("postgres").items()}
         self._probe()
-        # Connections are checked before use, so a restarted server is reconnected to.
-        self._pool = self._open_pool("jobledger", 1, psycopg_pool.ConnectionPool.check_connection)
-        # Idempotent statements skip the liveness round trip (see ``quick``). No connection
-        # is opened until one is needed.
-        self._quick_pool = self._open_pool("jobledger-quick", 0, None)
         self._closed = False
         self._lock = threading.Lock()
         self._statements: dict[tuple[str, int], str] = {}
+        self.outage = Outage(
+            self._answers,
+            f"PostgreSQL at {url.redacted}",
+            on_down=self._release_pools,
+            on_recovery=self._renew_pools,
+        )
+        self._pool, self._quick_pool = self._new_pools()
 
     @property
     def label(self) -> str:
@@ -158,10 +170,7 @@ class PostgresDatabase:
         )
 
     def _open_pool(
-        self,
-        name: str,
-        min_size: int,
-        check: Callable[[psycopg.Connection[Any]], None] | None,
+        self, name: str, min_size: int
     ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
         return psycopg_pool.ConnectionPool(
             self.url.conninfo,
@@ -169,11 +178,80 @@ class PostgresDatabase:
             max_size=self.url.pool_size,
             kwargs={"connect_timeout": CONNECT_TIMEOUT},
             configure=_configure,
-            check=check,
             timeout=CONNECT_TIMEOUT,
             open=True,
             name=name,
         )
+
+    def _new_pools(
+        self,
+    ) -> tuple[
+        psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
+        psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
+    ]:
+        # The main pool's connections are checked before use (``_connection``); idempotent
+        # statements skip that round trip (see ``quick``), and no connection of theirs is
+        # opened until one is needed.
+        return self._open_pool("jobledger", 1), self._open_pool("jobledger-quick", 0)
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A live connection of the main pool, checked with one round trip. One found broken
+        (the server closed it: a restart, a crash) is given back, and instead of waiting for
+        the pool to make another — which never comes while the server is down — the outage's
+        probe is asked whether the server is there, which it answers within milliseconds when
+        nothing listens: ``BackendUnavailable`` then, else the pool drops its other broken
+        connections and the next one is tried."""
+        pool = self._pool
+        for _ in range(3):
+            conn = pool.getconn()
+            try:
+                psycopg_pool.ConnectionPool.check_connection(conn)
+            except psycopg.Error:
+                pool.putconn(conn)  # broken: the pool discards it
+                self._broken(pool)
+                continue
+            try:
+                yield conn
+            finally:
+                pool.putconn(conn)
+            return
+        raise BackendUnavailable(f"PostgreSQL at {self.url.redacted} gives broken connections")
+
+    def _broken(self, pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]]) -> None:
+        """A pooled connection was found broken: fail now if the server is down, else have
+        the pool check its other connections."""
+        self.outage.suspect(now=True)
+        self.outage.settle(PROBE_TIMEOUT + 1)
+        self.outage.check()
+        pool.check()
+
+    def _answers(self) -> None:
+        """The outage's probe: a fresh connection and one query (raises when the server does
+        not answer)."""
+        try:
+            with psycopg.connect(self.url.conninfo, connect_timeout=PROBE_TIMEOUT) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.OperationalError as exc:
+            if exc.sqlstate != _TOO_MANY_CONNECTIONS:
+                raise
+
+    def _release_pools(self) -> None:
+        """The database is down: close the pools, so that whoever waits on one for a
+        connection is answered now (``PoolClosed``) rather than at the pool's timeout."""
+        for pool in (self._pool, self._quick_pool):
+            pool.close(timeout=1.0)
+
+    def _renew_pools(self) -> None:
+        """The database answers again: fresh pools, rather than closed ones or ones waiting
+        out their reconnection backoff."""
+        with self._lock:
+            if self._closed:
+                return
+            old = (self._pool, self._quick_pool)
+            self._pool, self._quick_pool = self._new_pools()
+        for pool in old:
+            pool.close(timeout=1.0)
 
     def _probe(self) -> None:
         """Connect once up front so that a wrong URL fails now, with a clear message."""
@@ -189,8 +267,10 @@ class PostgresDatabase:
 
     @contextmanager
     def translate(self) -> Iterator[None]:
-        """Driver errors inside the block as jobledger's own."""
+        """Driver errors inside the block as jobledger's own; while the database is known to be
+        down, ``BackendUnavailable`` at once."""
         try:
+            self.outage.check()
             yield
         except psycopg.errors.UndefinedTable as exc:
             raise SchemaMismatch(
@@ -198,16 +278,19 @@ class PostgresDatabase:
                 f"{self.schema!r} ({first_line(exc)}); run `jobledger migrate`"
             ) from None
         except (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout) as exc:
+            self.outage.suspect()
             raise self.unavailable(exc) from None
         except psycopg_pool.PoolClosed as exc:
-            raise BackendUnavailable(f"the ledger for {self.url.redacted} is closed") from exc
+            if self._closed:
+                raise BackendUnavailable(f"the ledger for {self.url.redacted} is closed") from exc
+            raise self.unavailable(exc) from None  # closed by an outage: see _release_pools
 
     @contextmanager
     def transaction(self, conn: Any = None) -> Iterator[psycopg.Connection[Any]]:
         """A transaction: our own (committed on success), or a savepoint in the caller's."""
         with self.translate():
             if conn is None:
-                with self._pool.connection() as own, own.transaction():
+                with self._connection() as own, own.transaction():
                     yield own
                 return
             if not isinstance(conn, psycopg.Connection):
@@ -294,20 +377,21 @@ class PostgresDatabase:
     def quickly(self, run: Callable[[psycopg.Connection[Any]], _T]) -> _T:
         """``run`` on a connection of the quick pool, as ``quick`` runs its statement."""
         with self.translate():
+            pool = self._quick_pool
             for attempt in range(3):
-                with self._quick_pool.connection() as c:
+                with pool.connection() as c:
                     try:
                         return run(c)
                     except (psycopg.OperationalError, psycopg.InterfaceError):
                         if attempt == 2 or not c.broken:
                             raise
-                self._quick_pool.check()  # drop the other connections that broke too
+                self._broken(pool)  # fail now if the server is down, else drop the others
         raise AssertionError("unreachable")
 
     def hot(self, text: str, params: dict[str, Any]) -> list[Any]:
         """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
         COMMIT round trips), planned for its parameters each time (see ``_configure``)."""
-        with self.translate(), self._pool.connection() as c:
+        with self.translate(), self._connection() as c:
             cur = c.execute(text, params)
             return cur.fetchall() if cur.description else []
 
@@ -315,5 +399,6 @@ class PostgresDatabase:
         with self._lock:
             if not self._closed:
                 self._closed = True
+                self.outage.close()
                 self._pool.close()
                 self._quick_pool.close()

@@ -6,6 +6,12 @@ the process's).
 It implements ``shared.database.Database`` for the shared role implementations; this package's
 own role classes (the jobs, the grouped claim, what a prune deletes) use the same interface and
 ``connection``.
+
+A file that cannot be read (not a database any more, an I/O error, gone) is an outage (see
+``jobledger.backends.outage``): every use fails at once until a fresh connection reads it
+again, and then every thread's connection is opened afresh — a connection that met a broken
+file does not recover by itself. A lock held by another connection is not an outage: it waits
+for the busy timeout, as before.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from ...errors import BackendUnavailable, SchemaMismatch
+from ..outage import Outage
 from ..shared.database import Fill
 from ..sqlfiles import fill as fill_text
 from ..sqlfiles import queries
@@ -73,6 +81,11 @@ class SqliteDatabase:
         self._writer = threading.Lock()
         self._closed = False
         self._create = create
+        self.outage = Outage(
+            self._answers,
+            f"SQLite database {url.redacted}",
+            on_recovery=self._reset_connections,
+        )
         if not create and not self.path.exists():
             raise BackendUnavailable(
                 f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r}); "
@@ -94,9 +107,14 @@ class SqliteDatabase:
     def label(self) -> str:
         return f"SQLite database {self.url.redacted}"
 
+    @staticmethod
+    def _locked(exc: BaseException) -> bool:
+        text = str(exc)
+        return "locked" in text or "busy" in text
+
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         text = str(exc)
-        if "locked" in text or "busy" in text:
+        if self._locked(exc):
             return BackendUnavailable(
                 f"SQLite database {self.url.redacted} is locked by another connection "
                 f"(waited {self.url.busy_timeout_ms} ms): {text}"
@@ -130,6 +148,8 @@ class SqliteDatabase:
                         raise
             conn.execute(f"PRAGMA synchronous = {self.url.synchronous}")
         except sqlite3.Error as exc:
+            if not self._locked(exc):
+                self.outage.suspect()
             raise self.unavailable(exc) from None
         self._local.conn = conn
         with self._lock:
@@ -138,8 +158,10 @@ class SqliteDatabase:
 
     @contextmanager
     def translate(self) -> Iterator[None]:
-        """Driver errors inside the block as jobledger's own."""
+        """Driver errors inside the block as jobledger's own; while the file is known to be
+        unreadable, ``BackendUnavailable`` at once."""
         try:
+            self.outage.check()
             yield
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
@@ -147,8 +169,11 @@ class SqliteDatabase:
                     f"SQLite database {self.url.redacted} has no jobledger tables "
                     f"({exc}); run `jobledger migrate`"
                 ) from None
+            if not self._locked(exc):
+                self.outage.suspect()
             raise self.unavailable(exc) from None
         except sqlite3.DatabaseError as exc:
+            self.outage.suspect()
             raise self.unavailable(exc) from None
 
     @contextmanager
@@ -254,7 +279,30 @@ class SqliteDatabase:
         with self.transaction(conn) as c:
             return c.execute(fill_text(self.sql[name], fill), params).rowcount
 
+    def _answers(self) -> None:
+        """The outage's probe: a fresh connection (never creating the file) reads the schema.
+        A lock held elsewhere means the file is there and readable."""
+        try:
+            conn = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True, timeout=0)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            if not self._locked(exc):
+                raise
+
+    def _reset_connections(self) -> None:
+        """Close every thread's connection: each opens a fresh one at its next use."""
+        with self._lock:
+            for conn in self._all:
+                with suppress(sqlite3.Error):
+                    conn.close()
+            self._all.clear()
+            self._local = threading.local()
+
     def close(self) -> None:
+        self.outage.close()
         with self._lock:
             self._closed = True
             for conn in self._all:

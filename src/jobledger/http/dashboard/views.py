@@ -8,7 +8,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -26,6 +26,7 @@ from ...errors import (
 )
 from ..models import parse_id
 from ..observe import observe
+from ..problems import RETRY_AFTER_UNAVAILABLE
 from ..state import ServerState
 from .charts import throughput_chart, wait_chart
 from .diagnosis import diagnose
@@ -33,6 +34,9 @@ from .render import page, secure
 from .session import Form, Refused, Viewer, context, require_viewer, submit
 from .subscriptions import load_subscriptions
 from .timeline import attempt_timeline
+
+if TYPE_CHECKING:
+    from ..._ledger import Ledger
 
 log = logging.getLogger("jobledger.http")
 
@@ -68,13 +72,15 @@ def handles(fn: Handler) -> Handler:
             return page("error.html", 422, title="Invalid", detail=str(exc), viewer=None)
         except BackendUnavailable as exc:
             log.warning("dashboard: database unavailable: %s", exc)
-            return page(
+            response = page(
                 "error.html",
                 503,
                 title="Database unavailable",
                 detail="the ledger's database does not answer; try again shortly",
                 viewer=None,
             )
+            response.headers["Retry-After"] = str(RETRY_AFTER_UNAVAILABLE)
+            return response
         except JobledgerError as exc:
             log.error("dashboard: %s: %s", type(exc).__name__, exc)
             return page("error.html", 500, title="Error", detail=str(exc), viewer=None)
@@ -353,51 +359,57 @@ async def dead_resolve(request: Request) -> Response:
     return _redirect("/ui/dead", **filters, resolved=resolved)
 
 
-@handles
-async def job_redrive(request: Request) -> Response:
+async def _act_on_job(
+    request: Request, done: str, act: Callable[[Ledger, Viewer, Form, int], object]
+) -> Response:
+    """A form post about one job: checked by ``submit``, then ``act`` on a worker thread, then
+    back to the job's page saying what was ``done``."""
     viewer, form = await submit(request)
     state = _state(request)
     job_id = _job_id(request)
+    await run_in_threadpool(act, state.ledger, viewer, form, job_id)
+    observe(state).snapshots.invalidate()
+    return _redirect(f"/ui/jobs/{job_id}", done=done)
+
+
+def _redrive(ledger: Ledger, viewer: Viewer, form: Form, job_id: int) -> None:
     reason = _required(form.get("reason"), "a reason")
-    result = await run_in_threadpool(
-        lambda: state.ledger.redrive(
-            actor=viewer.actor,
-            reason=reason,
-            ids=[job_id],
-            where=JobFilter(states=(JobState.DEAD, JobState.CANCELLED)),
-        )
+    result = ledger.redrive(
+        actor=viewer.actor,
+        reason=reason,
+        ids=[job_id],
+        where=JobFilter(states=(JobState.DEAD, JobState.CANCELLED)),
     )
     if not result.ids:
         raise InvalidTransition(f"job {job_id} is not dead or cancelled: nothing to redrive")
-    observe(state).snapshots.invalidate()
-    return _redirect(f"/ui/jobs/{job_id}", done="redriven")
 
 
-@handles
-async def job_resolve(request: Request) -> Response:
-    viewer, form = await submit(request)
-    state = _state(request)
-    job_id = _job_id(request)
+def _resolve(ledger: Ledger, viewer: Viewer, form: Form, job_id: int) -> None:
     note = _required(form.get("note"), "a note")
     target = form.get("state", "done")
     if target not in ("done", "pending"):
         raise ConfigError("resolve to done or pending")
-    await run_in_threadpool(
-        lambda: state.ledger.resolve(job_id, actor=viewer.actor, note=note, state=target)
-    )
-    observe(state).snapshots.invalidate()
-    return _redirect(f"/ui/jobs/{job_id}", done="resolved")
+    ledger.resolve(job_id, actor=viewer.actor, note=note, state=target)
+
+
+def _cancel(ledger: Ledger, viewer: Viewer, form: Form, job_id: int) -> None:
+    reason = _required(form.get("reason"), "a reason")
+    ledger.cancel(job_id, actor=viewer.actor, reason=reason)
+
+
+@handles
+async def job_redrive(request: Request) -> Response:
+    return await _act_on_job(request, "redriven", _redrive)
+
+
+@handles
+async def job_resolve(request: Request) -> Response:
+    return await _act_on_job(request, "resolved", _resolve)
 
 
 @handles
 async def job_cancel(request: Request) -> Response:
-    viewer, form = await submit(request)
-    state = _state(request)
-    job_id = _job_id(request)
-    reason = _required(form.get("reason"), "a reason")
-    await run_in_threadpool(lambda: state.ledger.cancel(job_id, actor=viewer.actor, reason=reason))
-    observe(state).snapshots.invalidate()
-    return _redirect(f"/ui/jobs/{job_id}", done="cancelled")
+    return await _act_on_job(request, "cancelled", _cancel)
 
 
 __all__ = [

@@ -15,9 +15,9 @@ group = RouteGroup("dashboard", "The operators' web UI.")
 group.raw_routes.extend(
     [
         Route("/", views.overview, methods=["GET"], name="dashboard"),
-        Route("/ui/login", session.login_page, methods=["GET"]),
-        Route("/ui/login", session.login_submit, methods=["POST"]),
-        Route("/ui/logout", session.logout, methods=["POST"]),
+        Route("/ui/login", views.handles(session.login_page), methods=["GET"]),
+        Route("/ui/login", views.handles(session.login_submit), methods=["POST"]),
+        Route("/ui/logout", views.handles(session.logout), methods=["POST"]),
         Route("/ui/queues/{name}", views.queue_page, methods=["GET"]),
         Route("/ui/jobs/{job_id}", views.job_page, methods=["GET"]),
         Route("/ui/jobs/{job_id}/redrive", views.job_redrive, methods=["POST"]),
