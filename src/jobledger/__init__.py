@@ -23,8 +23,8 @@ checker). Names are imported when first used, so that ``import jobledger`` stays
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
+from ._lazy import lazy_attributes as _lazy_attributes
 from .errors import (
     BackendUnavailable,
     BrokerUnavailable,
@@ -191,15 +191,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy_attributes(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

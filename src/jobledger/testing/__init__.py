@@ -16,10 +16,11 @@ Nothing here is imported by the rest of jobledger but the CLI.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._faults import FaultInjected, fault_point
 from .._faults import configure as configure_faults
+from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .fakeprovider import FakeProvider, ProviderScript
@@ -45,13 +46,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # The provider brings a web server with it: imported when first asked for, not before.
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+# The provider brings a web server with it: imported when first asked for, not before.
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
