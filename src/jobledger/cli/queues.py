@@ -18,19 +18,7 @@ _RETENTION_DAYS = 30
 
 
 def queue_json(info: QueueInfo) -> dict[str, object]:
-    s = info.settings
-    return {
-        "name": s.name,
-        "task": s.task,
-        "max_attempts": s.max_attempts,
-        "lease_seconds": s.lease_seconds,
-        "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
-        "retention_seconds": s.retention_seconds,
-        "require_idempotency_key": s.require_key,
-        "timeout_seconds": s.timeout_seconds,
-        "created_at": info.created_at.isoformat(),
-        "updated_at": info.updated_at.isoformat(),
-    }
+    return info.as_dict()
 
 
 @click.group()

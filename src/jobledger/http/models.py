@@ -374,18 +374,7 @@ def receipt_of(job: ClaimedJob) -> str:
 
 
 def queue_json(info: QueueInfo, counts: dict[str, int], oldest: float | None) -> dict[str, Any]:
-    s = info.settings
-    return {
-        "name": s.name,
-        "task": s.task,
-        "max_attempts": s.max_attempts,
-        "lease_seconds": s.lease_seconds,
-        "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
-        "retention_seconds": s.retention_seconds,
-        "require_idempotency_key": s.require_key,
-        "timeout_seconds": s.timeout_seconds,
-        "created_at": iso(info.created_at),
-        "updated_at": iso(info.updated_at),
+    return info.as_dict(iso) | {
         "counts": {state: counts.get(state, 0) for state in STATES},
         "oldest_due_pending_seconds": oldest,
     }
