@@ -55,6 +55,9 @@ __all__ = ["LedgerView", "UnknownTask", "Worker", "WorkerStats", "default_worker
 
 log = logging.getLogger("jobledger.worker")
 
+CLAIM_RETRY_CAP = 2.0
+"""The longest a worker waits before it tries to claim again while the database is unavailable."""
+
 
 class LedgerView(Protocol):
     """What a worker needs of its ledger (``jobledger.Ledger`` is one)."""
@@ -283,7 +286,12 @@ class Worker(Runtime):
                 failures = 0
             except BackendUnavailable as exc:
                 failures += 1
-                delay = min(30.0, 0.1 * 2 ** min(failures, 8)) * (0.5 + random.random() / 2)
+                # Capped at 2 s: an unavailable database answers at once (the backends fail
+                # fast), so looking again costs nothing, and the worker claims again within
+                # about 2 s of the database's return.
+                delay = min(CLAIM_RETRY_CAP, 0.1 * 2 ** min(failures, 5)) * (
+                    0.5 + random.random() / 2
+                )
                 log.warning("claim failed (%s); retrying in %.1f s", exc, delay)
                 self._stopping.wait(delay)
                 continue
