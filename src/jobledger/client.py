@@ -231,13 +231,9 @@ class Client:
         one, a random key is made for this call and reused by its retries. ``group`` puts the
         message in a group (a tenant): see docs/groups.md."""
         idempotency_key = key if key is not None else f"client:{uuid.uuid4().hex}"
-        body: dict[str, Any] = {"queue": queue, "payload": dict(payload)}
-        if delay_seconds:
-            body["delay_seconds"] = delay_seconds
-        if priority:
-            body["priority"] = priority
-        if group is not None:
-            body["group"] = group
+        body = {"queue": queue, "payload": dict(payload)} | _given(
+            delay_seconds=delay_seconds or None, priority=priority or None, group=group
+        )
         response = self._request(
             "POST",
             "/v1/queue/publish",
@@ -287,19 +283,11 @@ class Client:
     ) -> list[Received]:
         """Receive up to ``max_messages``, waiting up to ``wait_seconds`` (≤ 20) when none is
         due. Each must be acked, nacked or extended before its lease ends."""
-        body: dict[str, Any] = {
-            "queue": queue,
-            "max_messages": max_messages,
-            "wait_seconds": wait_seconds,
-        }
-        if lease_seconds is not None:
-            body["lease_seconds"] = lease_seconds
-        if consumer is not None:
-            body["consumer"] = consumer
+        body = {"queue": queue, "max_messages": max_messages, "wait_seconds": wait_seconds}
         response = self._request(
             "POST",
             "/v1/queue/receive",
-            json=body,
+            json=body | _given(lease_seconds=lease_seconds, consumer=consumer),
             timeout=max(self._http.timeout.read or 30.0, wait_seconds + 10.0),
         )
         out = []
@@ -327,15 +315,12 @@ class Client:
         backoff), or with ``permanent`` never. ``pause_group`` also holds back the message's
         whole group until the retry time (it needs ``retry_after_seconds``). Returns the
         message's new state."""
-        body: dict[str, Any] = {"receipt": receipt, "error": error}
-        if retry_after_seconds is not None:
-            body["retry_after_seconds"] = retry_after_seconds
-        if permanent:
-            body["permanent"] = True
-        if error_class is not None:
-            body["error_class"] = error_class
-        if pause_group:
-            body["pause_group"] = True
+        body = {"receipt": receipt, "error": error} | _given(
+            retry_after_seconds=retry_after_seconds,
+            permanent=permanent or None,
+            error_class=error_class,
+            pause_group=pause_group or None,
+        )
         return dict(self._request("POST", "/v1/queue/nack", json=body).json())
 
     def extend(self, receipt: str, lease_seconds: float) -> dict[str, Any]:
@@ -364,11 +349,7 @@ class Client:
         self, queue: str, *, key: str | None = None, state: str | None = None, limit: int = 50
     ) -> list[dict[str, Any]]:
         """Messages of a queue by key or state (admin), with their history."""
-        params: dict[str, Any] = {"limit": limit}
-        if key is not None:
-            params["key"] = key
-        if state is not None:
-            params["state"] = state
+        params = {"limit": limit} | _given(key=key, state=state)
         response = self._request("GET", f"/v1/queues/{queue}/messages", params=params)
         return list(response.json()["messages"])
 
@@ -382,11 +363,14 @@ class Client:
         self, message_id: str | int, note: str, state: str = "done", actor: str | None = None
     ) -> dict[str, Any]:
         """Mark one dead or pending message done (or pending again) by hand (admin)."""
-        body: dict[str, Any] = {"note": note, "state": state}
-        if actor is not None:
-            body["actor"] = actor
+        body = {"note": note, "state": state} | _given(actor=actor)
         path = f"/v1/messages/{message_id}/resolve"
         return dict(self._request("POST", path, json=body).json())
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    """The fields that have a value (not None): what a request sends of its optional ones."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:

@@ -6,12 +6,17 @@ Services sit below the ledger, so they take this small protocol rather than impo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-__all__ = ["LedgerStorage", "Service"]
+__all__ = ["LedgerStorage", "Service", "on_backend"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class LedgerStorage(Protocol):
@@ -31,3 +36,15 @@ class Service:
     @property
     def _backend(self) -> Backend:
         return self._ledger.backend
+
+
+def on_backend(fn: Callable[Concatenate[Backend, P], R]) -> Callable[Concatenate[Service, P], R]:
+    """A service method made of a function of the backend (``fn(backend, …)``), which tests
+    and the push cron call on a bare backend: the signature and the docstring are ``fn``'s,
+    written once."""
+
+    @functools.wraps(fn)
+    def method(self: Service, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return fn(self._backend, *args, **kwargs)
+
+    return method

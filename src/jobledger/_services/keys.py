@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._records.keys import KEY_PREFIX, MAX_KEY_NAME, ApiKey, digest, parse_scopes
 from ..errors import ConfigError
-from .base import Service
+from .base import Service, on_backend
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -41,7 +41,8 @@ def create_api_key(
     rate_per_second: float | None = None,
     burst: float | None = None,
 ) -> tuple[str, ApiKey]:
-    """Create a key; return ``(key, record)``. The key is not stored and cannot be shown again."""
+    """Create a key; return ``(key, record)``. The key is not stored and cannot be shown again:
+    show it now."""
     if not isinstance(name, str) or not name.strip() or len(name) > MAX_KEY_NAME:
         raise ConfigError(f"a key name is 1-{MAX_KEY_NAME} characters, got {name!r}")
     if any(ord(ch) < 32 for ch in name):
@@ -67,18 +68,7 @@ def create_api_key(
 class Keys(Service):
     """The ledger's API keys."""
 
-    def create(
-        self,
-        name: str,
-        scopes: Any,
-        *,
-        rate_per_second: float | None = None,
-        burst: float | None = None,
-    ) -> tuple[str, ApiKey]:
-        """Create a key; return ``(key, record)``. The key is not stored: show it now."""
-        return create_api_key(
-            self._backend, name, scopes, rate_per_second=rate_per_second, burst=burst
-        )
+    create = on_backend(create_api_key)
 
     def authenticate(self, key: str) -> ApiKey | None:
         """The live key a caller presented, or None when it is unknown or revoked."""

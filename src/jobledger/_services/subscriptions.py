@@ -23,7 +23,7 @@ from .._records.subscriptions import (
 )
 from .._webhooks import SECRET_PREFIX, generate_secret, secret_bytes
 from ..errors import ConfigError
-from .base import Service
+from .base import Service, on_backend
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -138,38 +138,8 @@ def rotate_secret(
 class Subscriptions(Service):
     """The ledger's push subscriptions."""
 
-    def create(
-        self,
-        queue: str,
-        url: str,
-        *,
-        secret: str | None = None,
-        rate_per_second: float | None = None,
-        burst: float | None = None,
-        timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS,
-        concurrency: int = DEFAULT_CONCURRENCY,
-    ) -> Subscription:
-        """See ``create_subscription``: the record carries the secret, show it once."""
-        return create_subscription(
-            self._backend,
-            queue,
-            url,
-            secret=secret,
-            rate_per_second=rate_per_second,
-            burst=burst,
-            timeout_seconds=timeout_seconds,
-            concurrency=concurrency,
-        )
-
-    def rotate(
-        self,
-        subscription_id: str,
-        *,
-        secret: str | None = None,
-        overlap: timedelta = DEFAULT_OVERLAP,
-    ) -> Subscription:
-        """See ``rotate_secret``."""
-        return rotate_secret(self._backend, subscription_id, secret=secret, overlap=overlap)
+    create = on_backend(create_subscription)
+    rotate = on_backend(rotate_secret)
 
     def list(self) -> list[Subscription]:
         """Every subscription, by queue (with its secrets: never show them in a listing)."""

@@ -15,18 +15,21 @@ record but not a redrive's new record).
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
 import importlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from .._records import OutboxRecord
-from ..errors import ConfigError
+from ..errors import BrokerUnavailable, ConfigError
 from .urls import BrokerURL
 
 __all__ = [
+    "Connection",
     "Delivery",
     "Envelope",
     "PublishOutcome",
@@ -97,6 +100,66 @@ class PublishOutcome:
     duplicates: int = 0
     """Of the confirmed, how many the broker said it already had (JetStream's dedupe)."""
     error: BaseException | None = None
+
+    @classmethod
+    def of(cls, replies: Sequence[object]) -> PublishOutcome:
+        """The outcome of the broker's replies to a batch, in order: confirmed up to the first
+        reply that is an exception."""
+        for confirmed, reply in enumerate(replies):
+            if isinstance(reply, BaseException):
+                return cls(confirmed, error=reply)
+        return cls(len(replies))
+
+
+class Connection(abc.ABC):
+    """A client's connection to one broker, as every adapter holds it: opened whole or not at
+    all, and closed quietly. ``broker`` names the broker in messages."""
+
+    broker: ClassVar[str]
+    url: BrokerURL
+
+    def __init__(self, url: BrokerURL):
+        self.url = url
+
+    def unavailable(self, exc: BaseException, doing: str | None = None) -> BrokerUnavailable:
+        """``<broker> at <url> is unavailable: <error>``, or ``…: <doing>: <error>``."""
+        where = f"{self.broker} at {self.url.redacted}"
+        if doing is None:
+            return BrokerUnavailable(f"{where} is unavailable: {describe(exc)}")
+        return BrokerUnavailable(f"{where}: {doing}: {describe(exc)}")
+
+    def gone(self) -> BrokerUnavailable:
+        return BrokerUnavailable(f"the connection to {self.broker} at {self.url.redacted} closed")
+
+    @contextlib.asynccontextmanager
+    async def connecting(
+        self, doing: str | None = None, errors: tuple[type[BaseException], ...] = (Exception,)
+    ) -> AsyncIterator[None]:
+        """Around opening a connection (or subscribing on it): on one of ``errors`` the
+        connection is closed and ``unavailable(error, doing)`` raised; so is a
+        ``BrokerUnavailable``, as it is."""
+        try:
+            yield
+        except BrokerUnavailable:
+            await self.close()
+            raise
+        except errors as exc:
+            await self.close()
+            raise self.unavailable(exc, doing) from None
+
+    async def close(self) -> None:
+        """Close the connection (waiting 5 s at most, never raising); closing twice is fine."""
+        client = self._detach()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._shut(client), 5)
+
+    @abc.abstractmethod
+    def _detach(self) -> Any:
+        """Forget the connection; return the client to close (None when there is none)."""
+
+    async def _shut(self, client: Any) -> None:
+        await client.close()
 
 
 class Delivery(abc.ABC):

@@ -23,7 +23,7 @@ from typing import Any
 
 from .._records import OutboxRecord
 from ..errors import BrokerUnavailable
-from .base import Delivery, Envelope, PublishOutcome, describe, headers_of, require
+from .base import Connection, Delivery, Envelope, PublishOutcome, describe, headers_of, require
 from .urls import BrokerURL
 
 __all__ = ["JetStreamPublisher", "JetStreamSubscriber"]
@@ -35,18 +35,19 @@ async def _quiet(*_: Any) -> None:
     """nats-py reports connection trouble through callbacks; ours show up as exceptions."""
 
 
-class _Connected:
-    url: BrokerURL
+class _Connected(Connection):
+    broker = "NATS"
 
     def __init__(self, url: BrokerURL):
-        self.url = url
+        super().__init__(url)
         self._nc: Any = None
         self._js: Any = None
 
     async def _open(self) -> None:
         nats = require("nats")
         require("nats.js")
-        try:
+        # nats-py raises many kinds of exception; all of them mean "not now".
+        async with self.connecting():
             self._nc = await nats.connect(
                 servers=[self.url.client_url],
                 connect_timeout=self.url.timeout,
@@ -58,14 +59,6 @@ class _Connected:
             )
             self._js = self._nc.jetstream(timeout=self.url.timeout)
             await self._ensure_stream()
-        except BrokerUnavailable:
-            await self.close()
-            raise
-        except Exception as exc:  # noqa: BLE001 - nats-py raises many kinds; all mean "not now"
-            await self.close()
-            raise BrokerUnavailable(
-                f"NATS at {self.url.redacted} is unavailable: {describe(exc)}"
-            ) from None
 
     async def _ensure_stream(self) -> None:
         js_api = require("nats.js.api")
@@ -99,11 +92,9 @@ class _Connected:
     def closed(self) -> bool:
         return self._nc is None or self._nc.is_closed or not self._nc.is_connected
 
-    async def close(self) -> None:
+    def _detach(self) -> Any:
         nc, self._nc, self._js = self._nc, None, None
-        if nc is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(nc.close(), 5)
+        return nc
 
 
 class JetStreamPublisher(_Connected):
@@ -186,7 +177,7 @@ class JetStreamSubscriber(_Connected):
         js_api = require("nats.js.api")
         await self._open()
         self._subs = []
-        try:
+        async with self.connecting("cannot consume"):
             for queue in queues:
                 config = js_api.ConsumerConfig(
                     ack_policy=js_api.AckPolicy.EXPLICIT,
@@ -201,16 +192,11 @@ class JetStreamSubscriber(_Connected):
                         config=config,
                     )
                 )
-        except Exception as exc:  # noqa: BLE001
-            await self.close()
-            raise BrokerUnavailable(
-                f"NATS at {self.url.redacted}: cannot consume: {describe(exc)}"
-            ) from None
 
     async def receive(self, limit: int, timeout: float) -> list[Delivery]:
         nats_errors = require("nats.errors")
         if self.closed:
-            raise BrokerUnavailable(f"the connection to NATS at {self.url.redacted} closed")
+            raise self.gone()
         # Several queues: take turns, so that a busy one does not starve the others.
         share = max(0.05, timeout / max(1, len(self._subs)))
         for _ in range(len(self._subs)):
@@ -221,10 +207,8 @@ class JetStreamSubscriber(_Connected):
             except nats_errors.TimeoutError:
                 continue
             except Exception as exc:  # noqa: BLE001
-                raise BrokerUnavailable(
-                    f"NATS at {self.url.redacted}: fetch failed: {describe(exc)}"
-                ) from None
+                raise self.unavailable(exc, "fetch failed") from None
             return [_JetStreamDelivery(m) for m in messages]
         if self.closed:
-            raise BrokerUnavailable(f"the connection to NATS at {self.url.redacted} closed")
+            raise self.gone()
         return []

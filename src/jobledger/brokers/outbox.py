@@ -8,8 +8,9 @@ triggers, whichever process it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from .._ledger import Ledger
@@ -18,7 +19,7 @@ from .._task import validate_queue_name
 from ..backends.base import Backend
 from ..errors import ConfigError
 
-__all__ = ["Outbox", "RouteResult", "record_dict", "route_dict", "stats_dict"]
+__all__ = ["Outbox", "RouteResult", "outbox_json"]
 
 
 @dataclass(frozen=True)
@@ -113,38 +114,15 @@ class Outbox:
                 return total
 
 
-def _iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
+def outbox_json(record: Route | OutboxRecord | OutboxQueueStats) -> dict[str, Any]:
+    """A route, an outbox record or a queue's outbox figures as ``--json`` prints them: every
+    field by name, times in ISO 8601, a record's reason by its value."""
+    return {f.name: _json_value(getattr(record, f.name)) for f in fields(record)}
 
 
-def route_dict(route: Route) -> dict[str, Any]:
-    return {
-        "queue": route.queue,
-        "routed_at": _iso(route.routed_at),
-        "routed_by": route.routed_by,
-        "note": route.note,
-    }
-
-
-def record_dict(record: OutboxRecord) -> dict[str, Any]:
-    return {
-        "id": record.id,
-        "job_id": record.job_id,
-        "queue": record.queue,
-        "key": record.key,
-        "reason": record.reason.value,
-        "available_at": _iso(record.available_at),
-        "created_at": _iso(record.created_at),
-        "published_at": _iso(record.published_at),
-        "superseded_at": _iso(record.superseded_at),
-    }
-
-
-def stats_dict(stats: OutboxQueueStats) -> dict[str, Any]:
-    return {
-        "queue": stats.queue,
-        "unpublished": stats.unpublished,
-        "due": stats.due,
-        "oldest_due_seconds": stats.oldest_due_seconds,
-        "last_published_at": _iso(stats.last_published_at),
-    }
+def _json_value(value: object) -> object:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    return value

@@ -21,7 +21,7 @@ from typing import Any
 
 from .._records import OutboxRecord
 from ..errors import BrokerUnavailable
-from .base import Delivery, Envelope, PublishOutcome, describe, headers_of, require
+from .base import Connection, Delivery, Envelope, PublishOutcome, describe, headers_of, require
 from .urls import BrokerURL
 
 __all__ = ["RabbitPublisher", "RabbitSubscriber"]
@@ -29,29 +29,24 @@ __all__ = ["RabbitPublisher", "RabbitSubscriber"]
 log = logging.getLogger("jobledger.brokers")
 
 
-class _Connected:
+class _Connected(Connection):
     """A connection and a channel, opened and closed together."""
 
-    url: BrokerURL
+    broker = "RabbitMQ"
 
     def __init__(self, url: BrokerURL):
-        self.url = url
+        super().__init__(url)
         self._connection: Any = None
         self._channel: Any = None
         self._declared: set[str] = set()
 
     async def _open(self, confirms: bool) -> None:
         aio_pika = require("aio_pika")
-        try:
+        async with self.connecting(errors=_errors(aio_pika)):
             self._connection = await aio_pika.connect(self.url.client_url, timeout=self.url.timeout)
             self._channel = await self._connection.channel(
                 publisher_confirms=confirms, on_return_raises=confirms
             )
-        except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
-            await self.close()
-            raise BrokerUnavailable(
-                f"RabbitMQ at {self.url.redacted} is unavailable: {describe(exc)}"
-            ) from None
         self._declared.clear()
 
     async def _declare(self, queue: str) -> Any:
@@ -71,11 +66,14 @@ class _Connected:
             or self._channel.is_closed
         )
 
-    async def close(self) -> None:
+    def _detach(self) -> Any:
         connection, self._connection, self._channel = self._connection, None, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(connection.close(), 5)
+        return connection
+
+
+def _errors(aio_pika: Any) -> tuple[type[BaseException], ...]:
+    """What aio-pika raises when RabbitMQ cannot be reached or refuses."""
+    return (TimeoutError, OSError, aio_pika.exceptions.AMQPError)
 
 
 class RabbitPublisher(_Connected):
@@ -107,13 +105,7 @@ class RabbitPublisher(_Connected):
             )
             for r in records
         ]
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        confirmed = 0
-        for result in results:
-            if isinstance(result, BaseException):
-                return PublishOutcome(confirmed, error=result)
-            confirmed += 1
-        return PublishOutcome(confirmed)
+        return PublishOutcome.of(await asyncio.gather(*tasks, return_exceptions=True))
 
 
 def _message(aio_pika: Any, envelope: Envelope) -> Any:
@@ -154,22 +146,17 @@ class RabbitSubscriber(_Connected):
         aio_pika = require("aio_pika")
         await self._open(confirms=False)
         self._inbox = asyncio.Queue()
-        try:
+        async with self.connecting("cannot consume", errors=_errors(aio_pika)):
             await self._channel.set_qos(prefetch_count=max(1, prefetch))
             for queue in queues:
                 declared = await self._declare(queue)
                 await declared.consume(self._inbox.put, no_ack=False)
-        except (TimeoutError, OSError, aio_pika.exceptions.AMQPError) as exc:
-            await self.close()
-            raise BrokerUnavailable(
-                f"RabbitMQ at {self.url.redacted}: cannot consume: {describe(exc)}"
-            ) from None
         wake = self._inbox
         self._connection.close_callbacks.add(lambda *_: wake.put_nowait(None))
 
     async def receive(self, limit: int, timeout: float) -> list[Delivery]:
         if self.closed:
-            raise BrokerUnavailable(f"the connection to RabbitMQ at {self.url.redacted} closed")
+            raise self.gone()
         try:
             first = await asyncio.wait_for(self._inbox.get(), timeout)
         except TimeoutError:
@@ -179,5 +166,5 @@ class RabbitSubscriber(_Connected):
             messages.append(self._inbox.get_nowait())
         deliveries: list[Delivery] = [_RabbitDelivery(m) for m in messages if m is not None]
         if not deliveries and self.closed:
-            raise BrokerUnavailable(f"the connection to RabbitMQ at {self.url.redacted} closed")
+            raise self.gone()
         return deliveries

@@ -14,7 +14,6 @@ still owed. An entry a consumer took and never acknowledged (it crashed) is take
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 from .._records import OutboxRecord
 from ..errors import BrokerUnavailable
-from .base import Delivery, Envelope, PublishOutcome, describe, require
+from .base import Connection, Delivery, Envelope, PublishOutcome, describe, require
 from .urls import BrokerURL
 
 __all__ = ["RedisPublisher", "RedisSubscriber"]
@@ -35,17 +34,18 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class _Connected:
-    url: BrokerURL
+class _Connected(Connection):
+    broker = "Redis"
 
     def __init__(self, url: BrokerURL):
-        self.url = url
+        super().__init__(url)
         self._redis: Any = None
         self._groups: set[str] = set()
 
     async def _open(self) -> None:
         aioredis = require("redis.asyncio")
-        try:
+        # redis-py's errors all mean "not now".
+        async with self.connecting():
             self._redis = aioredis.Redis.from_url(
                 self.url.client_url,
                 socket_connect_timeout=self.url.timeout,
@@ -53,11 +53,6 @@ class _Connected:
                 retry_on_timeout=False,
             )
             await self._redis.ping()
-        except Exception as exc:  # noqa: BLE001 - redis-py's errors all mean "not now"
-            await self.close()
-            raise BrokerUnavailable(
-                f"Redis at {self.url.redacted} is unavailable: {describe(exc)}"
-            ) from None
         self._groups.clear()
 
     async def _ensure_group(self, stream: str) -> None:
@@ -71,14 +66,12 @@ class _Connected:
                 raise
         self._groups.add(stream)
 
-    def _unavailable(self, what: str, exc: BaseException) -> BrokerUnavailable:
-        return BrokerUnavailable(f"Redis at {self.url.redacted}: {what}: {describe(exc)}")
-
-    async def close(self) -> None:
+    def _detach(self) -> Any:
         client, self._redis = self._redis, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(client.aclose(), 5)
+        return client
+
+    async def _shut(self, client: Any) -> None:
+        await client.aclose()
 
 
 class RedisPublisher(_Connected):
@@ -107,12 +100,7 @@ class RedisPublisher(_Connected):
             results = await pipe.execute(raise_on_error=False)
         except Exception as exc:  # noqa: BLE001 - reported to the relay, which reconnects
             return PublishOutcome(0, error=exc)
-        confirmed = 0
-        for result in results:
-            if isinstance(result, BaseException):
-                return PublishOutcome(confirmed, error=result)
-            confirmed += 1
-        return PublishOutcome(confirmed)
+        return PublishOutcome.of(results)
 
 
 class _RedisDelivery(Delivery):
@@ -151,12 +139,9 @@ class RedisSubscriber(_Connected):
     async def connect(self, queues: Sequence[str], prefetch: int) -> None:
         await self._open()
         self._streams = [self.url.destination(q) for q in queues]
-        try:
+        async with self.connecting("cannot create the consumer group"):
             for stream in self._streams:
                 await self._ensure_group(stream)
-        except Exception as exc:  # noqa: BLE001
-            await self.close()
-            raise self._unavailable("cannot create the consumer group", exc) from None
         self._in_flight.clear()
         self._next_reclaim = 0.0
 
@@ -176,7 +161,7 @@ class RedisSubscriber(_Connected):
                 block=max(1, int(timeout * 1000)),
             )
         except Exception as exc:  # noqa: BLE001
-            raise self._unavailable("read failed", exc) from None
+            raise self.unavailable(exc, "read failed") from None
         deliveries: list[Delivery] = []
         for stream, entries in _streams_of(reply):
             for entry_id, fields in entries:

@@ -26,6 +26,7 @@ from .params import (
     format_duration,
     json_option,
     recorded_actor,
+    setting,
     table,
     to_terminal,
     url_option,
@@ -61,11 +62,10 @@ _KEEP_KEYS_DAYS = 365
 @click.option("--dry-run", is_flag=True, help="Show what would move; move nothing.")
 @recorded_actor("each job's history")
 @click.option("--reason", required=True, help="Why; recorded in each job's history.")
-@click.option(
+@setting(
     "--rate",
-    type=click.FloatRange(0),
-    default=20.0,
-    show_default=True,
+    click.FloatRange(0),
+    20.0,
     help="Jobs per second, so a big dead-letter set does not stampede the downstream (0: no "
     "limit). Ctrl-C stops it between two batches and says how many moved.",
 )
@@ -300,13 +300,7 @@ def cancel(
 @url_option
 @click.argument("task")
 @click.option("--key", required=True, help="The job's business identity, e.g. 4187:2026-W33.")
-@click.option(
-    "--payload",
-    type=JSON_OBJECT,
-    default="{}",
-    show_default=True,
-    help="The job's arguments as a JSON object.",
-)
+@setting("--payload", JSON_OBJECT, "{}", help="The job's arguments as a JSON object.")
 @click.option(
     "--queue", "-q", default="default", show_default=True, help="The queue the task's workers read."
 )
@@ -370,11 +364,10 @@ def enqueue(
     required=True,
     help="Prune jobs that finished longer ago than this (e.g. 30d).",
 )
-@click.option(
+@setting(
     "--keep-keys",
-    type=DURATION,
-    default=f"{_KEEP_KEYS_DAYS}d",
-    show_default=True,
+    DURATION,
+    f"{_KEEP_KEYS_DAYS}d",
     help="How long after a pruned job finished its key keeps blocking duplicates (0: free at once).",
 )
 @click.option(
@@ -383,13 +376,7 @@ def enqueue(
     help="Also prune dead jobs (by default they wait for an operator).",
 )
 @click.option("--queue", "-q", default=None, help="Only this queue.")
-@click.option(
-    "--batch",
-    type=click.IntRange(1, 10_000),
-    default=1000,
-    show_default=True,
-    help="Jobs per transaction.",
-)
+@setting("--batch", click.IntRange(1, 10_000), 1000, help="Jobs per transaction.")
 @click.option("--dry-run", is_flag=True, help="Count what would be pruned; delete nothing.")
 @json_option
 def prune(

@@ -23,6 +23,7 @@ from .params import (
     no_scheduler,
     recorded_actor,
     rescue_interval_option,
+    setting,
     split_csv,
     table,
     url_option,
@@ -71,40 +72,30 @@ def _stamp(value: datetime | None) -> str:
     show_default=True,
     help="Relays with one name share a leader lease: one publishes, the others stand by.",
 )
-@click.option(
-    "--batch-size",
-    type=click.IntRange(1, 10_000),
-    default=100,
-    show_default=True,
-    help="Records per batch.",
-)
-@click.option(
+@setting("--batch-size", click.IntRange(1, 10_000), 100, help="Records per batch.")
+@setting(
     "--poll-interval",
-    type=click.FloatRange(0.001),
-    default=0.2,
-    show_default=True,
+    click.FloatRange(0.001),
+    0.2,
     help="Seconds between looks at an empty outbox.",
 )
-@click.option(
+@setting(
     "--lease-seconds",
-    type=click.FloatRange(0.1),
-    default=15.0,
-    show_default=True,
+    click.FloatRange(0.1),
+    15.0,
     help="The relay's leader lease: a standby takes over this long after the leader dies.",
 )
-@click.option(
+@setting(
     "--keep-published",
-    type=DURATION,
-    default="1d",
-    show_default=True,
+    DURATION,
+    "1d",
     help="Prune records published longer ago than this (e.g. 6h, 7d; 0 keeps them).",
 )
 @click.option("--once", is_flag=True, help="Publish what is due now, then exit.")
-@click.option(
+@setting(
     "--timeout",
-    type=click.FloatRange(0.1),
-    default=30.0,
-    show_default=True,
+    click.FloatRange(0.1),
+    30.0,
     help="With --once: the longest it keeps trying (the broker down, another relay leading), "
     "clean-up included; then it exits 2 and says what is still due.",
 )
@@ -275,13 +266,13 @@ def unroute(queue: str, url: str) -> None:
 def status(url: str, as_json: bool) -> None:
     """Show the routed queues and, per queue, the records not yet published, how many are due,
     and how long the oldest due one has waited (the relay's lag)."""
-    from ..brokers.outbox import route_dict, stats_dict
+    from ..brokers.outbox import outbox_json
 
     box = _outbox(url)
     routes, stats = box.routes(), box.status()
     if as_json:
         echo_json(
-            {"routes": [route_dict(r) for r in routes], "outbox": [stats_dict(s) for s in stats]}
+            {"routes": [outbox_json(r) for r in routes], "outbox": [outbox_json(s) for s in stats]}
         )
         return
     if not routes:
@@ -343,7 +334,7 @@ def list_(
 ) -> None:
     """List outbox records, newest first: why each was written (enqueue, retry, redrive, …),
     when it is due, and when it was published."""
-    from ..brokers.outbox import Outbox, record_dict
+    from ..brokers.outbox import Outbox, outbox_json
 
     ledger = open_ledger(url)
     ref = JobRef(job_ref, job_id, job_key, queue)
@@ -353,7 +344,7 @@ def list_(
         job_id=job_id, queue=queue, unpublished=unpublished, limit=limit
     )
     if as_json:
-        echo_json([record_dict(r) for r in records])
+        echo_json([outbox_json(r) for r in records])
         return
     table(
         ["id", "queue", "key", "job", "reason", "due", "published"],
@@ -376,12 +367,8 @@ def list_(
 
 @outbox.command()
 @click.argument("queue")
-@click.option(
-    "--due-for",
-    type=DURATION,
-    default="5m",
-    show_default=True,
-    help="Only jobs due for longer than this (e.g. 30s, 10m, 1h).",
+@setting(
+    "--due-for", DURATION, "5m", help="Only jobs due for longer than this (e.g. 30s, 10m, 1h)."
 )
 @url_option
 def republish(queue: str, due_for: timedelta, url: str) -> None:
@@ -393,11 +380,10 @@ def republish(queue: str, due_for: timedelta, url: str) -> None:
 
 
 @outbox.command()
-@click.option(
+@setting(
     "--older-than",
-    type=DURATION,
-    default="1d",
-    show_default=True,
+    DURATION,
+    "1d",
     help="Delete records published longer ago than this (e.g. 6h, 7d).",
 )
 @url_option

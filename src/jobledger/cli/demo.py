@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from .params import console, echo_json, json_option
+from .params import console, echo_json, json_option, setting
 
 if TYPE_CHECKING:
     from ..testing.demo.story import DemoReport, Snapshot
@@ -21,19 +21,14 @@ if TYPE_CHECKING:
     "works in a schema of its own and drops it) or a sqlite:/// path that does not exist yet. "
     "JOBLEDGER_URL is not read, so the demo never lands on your configured database by accident.",
 )
-@click.option(
+@setting(
     "--customers",
-    type=click.IntRange(20, 100_000),
-    default=200,
-    show_default=True,
+    click.IntRange(20, 100_000),
+    200,
     help="Customers; every tenth has left, the rest are active.",
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(2, 32),
-    default=3,
-    show_default=True,
-    help="Worker processes (one of them is killed mid-run).",
+@setting(
+    "--workers", click.IntRange(2, 32), 3, help="Worker processes (one of them is killed mid-run)."
 )
 @click.option("--keep", is_flag=True, help="Keep the demo's database (and worker logs) afterwards.")
 @json_option

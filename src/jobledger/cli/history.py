@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .base import open_ledger
-from .params import json_option
+from .params import json_option, setting
 
 
 @click.group()
@@ -34,8 +34,7 @@ def history() -> None:
     is_flag=True,
     help="Treat all PATHS as one history (default: each PATH, file or directory, is one).",
 )
-@click.option("--examples", type=click.IntRange(0), default=5, show_default=True,
-              help="Violations shown per kind.")  # fmt: skip
+@setting("--examples", click.IntRange(0), 5, help="Violations shown per kind.")  # fmt: skip
 @json_option
 def check_command(
     paths: tuple[Path, ...], url: str | None, together: bool, examples: int, as_json: bool

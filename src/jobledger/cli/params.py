@@ -202,6 +202,12 @@ def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
     return apply
 
 
+def setting(name: str, kind: Any, default: Any, *, help: str) -> Callable[[F], F]:  # noqa: A002
+    """An option of type ``kind`` (a range of numbers, a duration, a choice…) whose
+    ``default`` ``--help`` shows: how a command writes what it can be tuned by."""
+    return click.option(name, type=kind, default=default, show_default=True, help=help)
+
+
 def database_url(note: str) -> Callable[[F], F]:
     """``--url``, from ``JOBLEDGER_URL``, else the default; ``note`` says what becomes of a
     database that does not exist."""
@@ -255,11 +261,10 @@ actor_option = recorded_actor("the job's history")
 
 def logging_options(formats: bool = True) -> Callable[[F], F]:
     """``--log-level`` and (with ``formats``) ``--log-format json|console``."""
-    level = click.option(
+    level = setting(
         "--log-level",
-        type=click.Choice(["debug", "info", "warning", "error"]),
-        default="info",
-        show_default=True,
+        click.Choice(["debug", "info", "warning", "error"]),
+        "info",
         help="Least severe log messages shown.",
     )
     # The formats of jobledger.observability.logs.LOG_FORMATS (a test checks it), written here
@@ -303,11 +308,10 @@ def concurrency(held: str = "") -> Callable[[F], F]:
 
 concurrency_option = concurrency()
 
-grace_option = click.option(
+grace_option = setting(
     "--grace",
-    type=click.FloatRange(0),
-    default=30.0,
-    show_default=True,
+    click.FloatRange(0),
+    30.0,
     help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
 )
 

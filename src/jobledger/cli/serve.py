@@ -8,18 +8,17 @@ from typing import Any
 import click
 
 from .base import open_ledger
-from .params import log_options, migrate_option, rate_options, split_csv, url_option
+from .params import log_options, migrate_option, rate_options, setting, split_csv, url_option
 from .subscriptions import push_options
 
 
 @click.command()
 @url_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option(
+@setting(
     "--port",
-    type=click.IntRange(0, 65535),
-    default=8787,
-    show_default=True,
+    click.IntRange(0, 65535),
+    8787,
     help="Port to listen on (0: any free port; the log says which).",
 )
 @rate_options(
@@ -27,11 +26,10 @@ from .subscriptions import push_options
     "Messages a key without its own limit may publish at once (default: the rate).",
     prefix="default-",
 )
-@click.option(
+@setting(
     "--rescue-interval",
-    type=click.FloatRange(min=0.05),
-    default=5.0,
-    show_default=True,
+    click.FloatRange(min=0.05),
+    5.0,
     help="Seconds between scans for leases that expired (consumers that died).",
 )
 @log_options

@@ -21,6 +21,7 @@ from .params import (
     migrate_option,
     options,
     recorded_actor,
+    setting,
     split_csv,
     url_option,
 )
@@ -74,18 +75,16 @@ _secret_json = json_flag(help="Print the subscription and secret as JSON.")
 @click.option(
     "--burst", type=click.FloatRange(min=1), default=None, help="Default: the rate (needs --rate)."
 )
-@click.option(
+@setting(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True, max=60),
-    default=DEFAULT_TIMEOUT_SECONDS,
-    show_default=True,
+    click.FloatRange(min=0, min_open=True, max=60),
+    DEFAULT_TIMEOUT_SECONDS,
     help="Seconds each request may take, connect to answer.",
 )
-@click.option(
+@setting(
     "--concurrency",
-    type=click.IntRange(1, 100),
-    default=DEFAULT_CONCURRENCY,
-    show_default=True,
+    click.IntRange(1, 100),
+    DEFAULT_CONCURRENCY,
     help="Requests in flight at once, per delivering process.",
 )
 @_secret_json
@@ -184,11 +183,10 @@ def resume(url: str, subscription_id: str, reason: str | None, actor: str) -> No
 @url_option
 @click.argument("subscription_id")
 @click.option("--secret", default=None, help="The new whsec_ secret (default: a new one).")
-@click.option(
+@setting(
     "--overlap",
-    type=Duration(),
-    default=f"{DEFAULT_OVERLAP_HOURS}h",
-    show_default=True,
+    Duration(),
+    f"{DEFAULT_OVERLAP_HOURS}h",
     help="How long the old secret keeps signing beside the new one (0: stop now).",
 )
 @_secret_json

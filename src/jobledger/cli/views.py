@@ -21,6 +21,7 @@ from .params import (
     format_time,
     json_option,
     options,
+    setting,
     table,
     url_option,
 )
@@ -61,11 +62,10 @@ def error_text(error_class: str | None, message: str | None) -> str:
 
 @click.command()
 @url_option
-@click.option(
+@setting(
     "--late-after",
-    type=DURATION,
-    default="5m",
-    show_default=True,
+    DURATION,
+    "5m",
     help="Objective: a pending job due longer ago than this counts as late.",
 )
 @click.option("--queue", "-q", "queues", multiple=True, help="Only these queues (repeatable).")
@@ -188,18 +188,11 @@ def job_filter(selection: dict[str, Any], **more: Any) -> JobFilter:
     type=click.Choice(STATES),
     help="Only jobs in this state (repeatable).",
 )
-@click.option(
-    "--limit",
-    type=click.IntRange(1, 100_000),
-    default=50,
-    show_default=True,
-    help="At most this many.",
-)
-@click.option(
+@setting("--limit", click.IntRange(1, 100_000), 50, help="At most this many.")
+@setting(
     "--order",
-    type=click.Choice(["id", "-id", "updated", "run_at"]),
-    default="updated",
-    show_default=True,
+    click.Choice(["id", "-id", "updated", "run_at"]),
+    "updated",
     help="id (oldest first), -id (newest first), updated (last changed first), run_at.",
 )
 @json_option

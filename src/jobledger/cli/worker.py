@@ -16,6 +16,7 @@ from .params import (
     no_scheduler,
     queues_option,
     rescue_interval_option,
+    setting,
     split_csv,
 )
 
@@ -59,26 +60,18 @@ def migrate(url: str) -> None:
 @app_url_option
 @queues_option
 @concurrency_option
-@click.option(
-    "--batch-size",
-    type=click.IntRange(1, 1000),
-    default=10,
-    show_default=True,
-    help="Jobs claimed per statement.",
-)
-@click.option(
+@setting("--batch-size", click.IntRange(1, 1000), 10, help="Jobs claimed per statement.")
+@setting(
     "--prefetch",
-    type=click.IntRange(0, 10000),
-    default=0,
-    show_default=True,
+    click.IntRange(0, 10000),
+    0,
     help="Jobs that may wait claimed for a free thread (their leases are renewed). More "
     "jobs per claim for short jobs; 0 claims only what the threads can start at once.",
 )
-@click.option(
+@setting(
     "--processes",
-    type=click.IntRange(1, 256),
-    default=1,
-    show_default=True,
+    click.IntRange(1, 256),
+    1,
     help="Worker processes on this host, each with CONCURRENCY threads (use the cores).",
 )
 @click.option("--burst", is_flag=True, help="Run what is due, then exit.")

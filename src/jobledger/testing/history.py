@@ -444,7 +444,10 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
             if r["event"] == "fault" and r.get("phase", "instant") in ("start", "instant")
         )
     )
-    bad = report.violations.append
+
+    def bad(kind: str, message: str, job: int | None = None) -> None:
+        report.violations.append(Violation(kind, message, job))
+
     by_event: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_event[r["event"]].append(r)
@@ -469,12 +472,7 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
             ids_by_key[(r["queue"], r["key"])].add(r["job"])
     for (queue, key), ids in sorted(ids_by_key.items()):
         if len(ids) > 1:
-            bad(
-                Violation(
-                    "key_with_several_jobs",
-                    f"key {key!r} in queue {queue!r} names jobs {sorted(ids)}",
-                )
-            )
+            bad("key_with_several_jobs", f"key {key!r} in queue {queue!r} names jobs {sorted(ids)}")
 
     # Lost and unfinished jobs.
     acknowledged = {r["job"]: r for r in by_event.get("enqueue", [])}
@@ -484,23 +482,19 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
         for job, r in sorted(acknowledged.items()):
             if job not in ledger_jobs:
                 bad(
-                    Violation(
-                        "lost_job",
-                        f"job {job} (key {r['key']!r}) was acknowledged at enqueue but is not in "
-                        "the ledger",
-                        job,
-                    )
+                    "lost_job",
+                    f"job {job} (key {r['key']!r}) was acknowledged at enqueue but is not in "
+                    "the ledger",
+                    job,
                 )
         if expect_final:
             for job, lj in sorted(ledger_jobs.items()):
                 if lj["state"] not in FINAL_STATES:
                     bad(
-                        Violation(
-                            "unfinished_job",
-                            f"job {job} (key {lj['key']!r}) is still {lj['state']} after "
-                            f"{lj['attempts']} attempts at the end of the run",
-                            job,
-                        )
+                        "unfinished_job",
+                        f"job {job} (key {lj['key']!r}) is still {lj['state']} after "
+                        f"{lj['attempts']} attempts at the end of the run",
+                        job,
                     )
     else:
         finished = {r["job"] for r in by_event.get("complete", [])} | {
@@ -523,22 +517,18 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
     for (job, attempt), tokens in sorted(claims.items()):
         if len(tokens) > 1:
             bad(
-                Violation(
-                    "double_lease",
-                    f"attempt {attempt} of job {job} was granted under {len(tokens)} tokens",
-                    job,
-                )
+                "double_lease",
+                f"attempt {attempt} of job {job} was granted under {len(tokens)} tokens",
+                job,
             )
         if has_ledger and claim_queue[job] in ledger_queues:
             row = ledger_attempts.get((job, attempt))
             if row is None or row["token"] not in tokens:
                 bad(
-                    Violation(
-                        "lost_write",
-                        f"claim of job {job} attempt {attempt} was acknowledged but the ledger "
-                        + ("has no such attempt" if row is None else "names another token"),
-                        job,
-                    )
+                    "lost_write",
+                    f"claim of job {job} attempt {attempt} was acknowledged but the ledger "
+                    + ("has no such attempt" if row is None else "names another token"),
+                    job,
                 )
     claimed_attempts: dict[int, set[int]] = defaultdict(set)
     for job, attempt in claims:
@@ -554,43 +544,35 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
         moves = operator_moves.get(job, 0)
         if len({(r["attempt"], r["token"]) for r in done}) > 1 + moves:
             bad(
-                Violation(
-                    "double_completion",
-                    f"job {job} was completed {len(done)} times, by attempts "
-                    f"{sorted(r['attempt'] for r in done)}",
-                    job,
-                )
+                "double_completion",
+                f"job {job} was completed {len(done)} times, by attempts "
+                f"{sorted(r['attempt'] for r in done)}",
+                job,
             )
         for r in done:
             later = sorted(a for a in claimed_attempts.get(job, ()) if a > r["attempt"])
             if later and not moves:
                 bad(
-                    Violation(
-                        "stale_completion",
-                        f"job {job} was completed by attempt {r['attempt']} "
-                        f"({r.get('worker')}) although attempt {later[0]} had been claimed",
-                        job,
-                    )
+                    "stale_completion",
+                    f"job {job} was completed by attempt {r['attempt']} "
+                    f"({r.get('worker')}) although attempt {later[0]} had been claimed",
+                    job,
                 )
             if has_ledger and job in ledger_jobs:
                 row = ledger_attempts.get((job, r["attempt"]))
                 if row is None or row["token"] != r["token"]:
                     bad(
-                        Violation(
-                            "stale_completion",
-                            f"job {job} attempt {r['attempt']} was completed under a token the "
-                            "ledger does not know for that attempt",
-                            job,
-                        )
+                        "stale_completion",
+                        f"job {job} attempt {r['attempt']} was completed under a token the "
+                        "ledger does not know for that attempt",
+                        job,
                     )
                 elif row["outcome"] != "done":
                     bad(
-                        Violation(
-                            "lost_write",
-                            f"job {job} attempt {r['attempt']} was acknowledged done, but the "
-                            f"ledger closed it as {row['outcome']}",
-                            job,
-                        )
+                        "lost_write",
+                        f"job {job} attempt {r['attempt']} was acknowledged done, but the "
+                        f"ledger closed it as {row['outcome']}",
+                        job,
                     )
 
     # Failures acknowledged as written must be in the ledger as written.
@@ -600,13 +582,11 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
             row = ledger_attempts.get((job, r["attempt"]))
             if row is None or row["token"] != r["token"] or row["outcome"] != r.get("outcome"):
                 bad(
-                    Violation(
-                        "lost_write",
-                        f"job {job} attempt {r['attempt']} was acknowledged as "
-                        f"{r.get('outcome')}, but the ledger has "
-                        f"{'nothing' if row is None else row['outcome']}",
-                        job,
-                    )
+                    "lost_write",
+                    f"job {job} attempt {r['attempt']} was acknowledged as "
+                    f"{r.get('outcome')}, but the ledger has "
+                    f"{'nothing' if row is None else row['outcome']}",
+                    job,
                 )
 
     # A refused write must not have happened after all.
@@ -616,12 +596,10 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
             if any(c["attempt"] == r["attempt"] for c in completions.get(r["job"], [])):
                 continue  # a heartbeat refused after this attempt's own completion
             bad(
-                Violation(
-                    "refused_write_applied",
-                    f"job {r['job']} attempt {r['attempt']}: {r.get('action')} was refused as "
-                    "stale, yet the ledger shows that attempt done",
-                    r["job"],
-                )
+                "refused_write_applied",
+                f"job {r['job']} attempt {r['attempt']}: {r.get('action')} was refused as "
+                "stale, yet the ledger shows that attempt done",
+                r["job"],
             )
 
     # Effects: at most one delivery per (queue, key, effect); every recorded effect delivered.
@@ -644,29 +622,21 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
     for (queue, key, effect), n in sorted(delivered.items()):
         if n > 1:
             bad(
-                Violation(
-                    "duplicate_effect",
-                    f"effect {effect or '?'!r} of key {key!r} (queue {queue!r}) was delivered "
-                    f"{n} times",
-                )
+                "duplicate_effect",
+                f"effect {effect or '?'!r} of key {key!r} (queue {queue!r}) was delivered "
+                f"{n} times",
             )
     recorded: Counter[tuple[str, str, str]] = Counter(
         (r["queue"], r["key"], r["effect"]) for r in by_event.get("ledger_effect", [])
     )
     for (queue, key, effect), n in sorted(recorded.items()):
         if n > 1:
-            bad(
-                Violation(
-                    "duplicate_effect", f"effect {effect!r} of key {key!r} recorded {n} times"
-                )
-            )
+            bad("duplicate_effect", f"effect {effect!r} of key {key!r} recorded {n} times")
         if effect in provider_effects and delivered.get((queue, key, effect), 0) == 0:
             bad(
-                Violation(
-                    "phantom_effect",
-                    f"the ledger records effect {effect!r} of key {key!r}, which the provider "
-                    "never delivered",
-                )
+                "phantom_effect",
+                f"the ledger records effect {effect!r} of key {key!r}, which the provider "
+                "never delivered",
             )
 
     if has_ledger:
