@@ -23,9 +23,8 @@ checker). Names are imported when first used, so that ``import jobledger`` stays
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
-from ._lazy import load as _load
+from ._lazy import lazy_attributes as _lazy_attributes
 from .errors import (
     BackendUnavailable,
     BrokerUnavailable,
@@ -192,8 +191,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _Any:
-    return _load(__name__, _LAZY, globals(), name)
+__getattr__ = _lazy_attributes(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

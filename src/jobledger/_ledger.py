@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, Unpack, overload
 
 from ._records import (
     Attempt,
@@ -100,6 +100,20 @@ class RedriveResult:
     """Ids that matched but were no longer dead or cancelled when their turn came."""
     left: list[int] = field(default_factory=list)
     """Ids that matched and were not reached because ``stop`` was set: still as they were."""
+
+
+class TaskOptions(TypedDict, total=False):
+    """The options of ``Ledger.task`` (described there)."""
+
+    name: str | None
+    queue: str
+    max_attempts: int
+    lease_seconds: float
+    backoff: Backoff | None
+    priority: int
+    key: KeyRule
+    group: KeyRule
+    timeout: float | None
 
 
 class Ledger:
@@ -221,37 +235,11 @@ class Ledger:
     # -- tasks -------------------------------------------------------------------------------------
 
     @overload
-    def task(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        backoff: Backoff | None = None,
-        priority: int = 0,
-        key: KeyRule = None,
-        group: KeyRule = None,
-        timeout: float | None = None,
-    ) -> Task: ...
+    def task(self, fn: Callable[..., Any], /, **options: Unpack[TaskOptions]) -> Task: ...
 
     @overload
     def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        backoff: Backoff | None = None,
-        priority: int = 0,
-        key: KeyRule = None,
-        group: KeyRule = None,
-        timeout: float | None = None,
+        self, fn: None = None, /, **options: Unpack[TaskOptions]
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(

@@ -129,7 +129,9 @@ def test_a_worker_stops_claiming_while_its_abandoned_threads_fill_its_concurrenc
             what="the worker saying it stopped claiming",
         )
         # Its one runner is abandoned inside a's first attempt: a's retry and b wait.
-        assert _outcomes(ledger, a) == [AttemptOutcome.TIMED_OUT]
+        wait_until(
+            lambda: _outcomes(ledger, a) == [AttemptOutcome.TIMED_OUT], what="a timed out"
+        )
         assert worker.stats.claimed == 1
         assert ledger.job(b).state is JobState.PENDING and ledger.job(b).attempts == 0
         let_go.set()

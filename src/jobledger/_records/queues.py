@@ -12,6 +12,7 @@ declaration governs what arrives through the HTTP API. See docs/http-api.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -133,3 +134,22 @@ class QueueInfo:
     @property
     def name(self) -> str:
         return self.settings.name
+
+    def as_dict(
+        self, time: Callable[[datetime], str | None] = datetime.isoformat
+    ) -> dict[str, Any]:
+        """The queue as JSON (the HTTP API's and ``jobledger queues --json``), its times
+        written by ``time``."""
+        s = self.settings
+        return {
+            "name": s.name,
+            "task": s.task,
+            "max_attempts": s.max_attempts,
+            "lease_seconds": s.lease_seconds,
+            "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
+            "retention_seconds": s.retention_seconds,
+            "require_idempotency_key": s.require_key,
+            "timeout_seconds": s.timeout_seconds,
+            "created_at": time(self.created_at),
+            "updated_at": time(self.updated_at),
+        }

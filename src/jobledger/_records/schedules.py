@@ -83,19 +83,9 @@ class ScheduleDefinition:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleRow:
+class ScheduleRow(ScheduleDefinition):
     """A schedule as the ledger knows it: its definition and where it stands."""
 
-    name: str
-    cohort: str
-    cron: str
-    time_zone: str
-    catch_up: CatchUp
-    max_catch_up: int
-    grace_seconds: float
-    target: str
-    key_template: str
-    fan_out: bool
     cursor: datetime
     """Ticks up to this time are handled (run or skipped); the next tick is the first after."""
     skipped_ticks: int

@@ -138,20 +138,11 @@ def _hold(held: Held) -> LeaseHold:
 
 
 def _claimed(job: JobRow, token: str, attempt: int) -> ClaimedJob:
-    """A message as the runtime sees a claimed job (for its records and log lines)."""
+    """A message as the runtime sees a claimed job (for its records and log lines): the row's
+    fields, with the receipt's token and attempt."""
+    lease_until = job.lease_until or job.updated_at
     return ClaimedJob(
-        id=job.id,
-        queue=job.queue,
-        key=job.key,
-        task=job.task,
-        payload=job.payload,
-        attempt=attempt,
-        lease_token=token,
-        lease_until=job.lease_until or job.updated_at,
-        lease_seconds=job.lease_seconds,
-        run_at=job.run_at,
-        priority=job.priority,
-        correlation_id=job.correlation_id,
-        budget_left=job.budget_left,
+        *(job.id, job.queue, job.key, job.task, job.payload, attempt, token, lease_until),
+        *(job.lease_seconds, job.run_at, job.priority, job.correlation_id, job.budget_left),
         group=job.group,
     )

@@ -80,6 +80,7 @@ class Runtime:
         grace_seconds: float = 30.0,
     ):
         self._backend_of = backend
+        self._backend: Backend | None = None
         self.name = name
         self.clock = clock
         self.grace_seconds = grace_seconds
@@ -93,13 +94,18 @@ class Runtime:
         self._slot_free = threading.Event()
         self.recorder = Recorder(backend, name, self, self._now)
         self._completer = Completer(self._write, self._written)
+        self._submit = self._completer.submit
         self._keeper = LeaseKeeper(
             self._held, self._renew, self.time_out, self._hard_stop, lease_seconds
         )
 
     @property
     def backend(self) -> Backend:
-        return self._backend_of()
+        """The storage, opened on first use (and kept: a runtime runs on one backend)."""
+        backend = self._backend
+        if backend is None:
+            backend = self._backend = self._backend_of()
+        return backend
 
     # -- time -------------------------------------------------------------------------------------
 
@@ -191,15 +197,11 @@ class Runtime:
         self.stats.add(claimed=len(jobs))
         if self._observers:
             self.notify("on_claim", jobs)
-        holds = [LeaseHold(job, self.timeout_of(job)) for job in jobs]
+        holds = [LeaseHold(job) for job in jobs]
         with self._running_lock:
             for hold in holds:
                 self._running[hold.job.id] = hold
         return holds
-
-    def timeout_of(self, job: ClaimedJob) -> float | None:
-        """How long an attempt of ``job`` may run (None: no bound)."""
-        return None
 
     def in_flight(self) -> int:
         with self._running_lock:
@@ -230,6 +232,9 @@ class Runtime:
             if not hold.active or hold.timeout is None:
                 return
             hold.timed_out = True
+            # A sync handler's thread cannot be stopped: it is given up on, in the same step
+            # (its runner reads this when the handler returns, whenever that is).
+            hold.orphaned = hold.future is None
         elapsed = time.monotonic() - hold.started_at
         self.stats.add(timed_out=1)
         log.error(

@@ -55,6 +55,9 @@ __all__ = ["LedgerView", "UnknownTask", "Worker", "WorkerStats", "default_worker
 
 log = logging.getLogger("jobledger.worker")
 
+CLAIM_RETRY_CAP = 2.0
+"""The longest a worker waits before it tries to claim again while the database is unavailable."""
+
 
 class LedgerView(Protocol):
     """What a worker needs of its ledger (``jobledger.Ledger`` is one)."""
@@ -155,32 +158,30 @@ class Worker(Runtime):
         self._loop_lock = threading.Lock()
         self._listener: Listener | None = None
         self._services: list[WorkerService] = []
-        self._queue_timeouts: dict[str, tuple[float, float | None]] = {}
+        self._queue_timeouts: dict[str, float | None] = {}
 
     def _backoff(self, job: ClaimedJob) -> Backoff:
         task = self.ledger.get_task(job.task)
         return task.backoff if task is not None else self.ledger.default_backoff
 
-    def timeout_of(self, job: ClaimedJob) -> float | None:
-        """The task's ``timeout``, else its declared queue's ``timeout_seconds`` (read at most
-        every 30 s per queue), else no bound."""
-        task = self.ledger.get_task(job.task)
-        if task is not None and task.timeout is not None:
+    def _timeout_of(self, task: Task, queue: str) -> float | None:
+        """The task's ``timeout``, else its declared queue's ``timeout_seconds``, else none."""
+        if task.timeout is not None:
             return task.timeout
-        cached = self._queue_timeouts.get(job.queue)
-        now = time.monotonic()
-        if cached is None or cached[0] < now:
-            cached = (now + 30.0, self._declared_timeout(job.queue))
-            self._queue_timeouts[job.queue] = cached
-        return cached[1]
+        return self._queue_timeouts.get(queue)
 
-    def _declared_timeout(self, queue: str) -> float | None:
-        try:
-            return self.ledger.queue_settings.get(queue).settings.timeout_seconds
-        except NotFound:
-            return None
-        except BackendUnavailable:
-            return None  # looked up again with the next claim after 30 s
+    def _read_queue_timeouts(self) -> None:
+        """The declared queues' timeouts (a default for tasks without their own), read at most
+        every 30 s by the fetch loop."""
+        timeouts = {}
+        for queue in self.queues:
+            try:
+                timeouts[queue] = self.ledger.queue_settings.get(queue).settings.timeout_seconds
+            except NotFound:
+                continue
+            except BackendUnavailable:
+                return  # kept as they were; looked at again next time
+        self._queue_timeouts = timeouts
 
     # -- control -----------------------------------------------------------------------------------
 
@@ -255,7 +256,7 @@ class Worker(Runtime):
         return free
 
     def _fetch_loop(self) -> None:
-        next_rescue = 0.0
+        next_rescue = next_timeouts = 0.0
         idle_wait = self.min_poll
         failures = 0
         warned_stuck = False
@@ -263,6 +264,9 @@ class Worker(Runtime):
             if time.monotonic() >= next_rescue:
                 self._rescue()
                 next_rescue = time.monotonic() + self.rescue_interval
+            if time.monotonic() >= next_timeouts:
+                self._read_queue_timeouts()
+                next_timeouts = time.monotonic() + 30.0
             free = self._free()
             if free <= 0:
                 if self._abandoned >= self.concurrency and not warned_stuck:
@@ -283,7 +287,12 @@ class Worker(Runtime):
                 failures = 0
             except BackendUnavailable as exc:
                 failures += 1
-                delay = min(30.0, 0.1 * 2 ** min(failures, 8)) * (0.5 + random.random() / 2)
+                # Capped at 2 s: an unavailable database answers at once (the backends fail
+                # fast), so looking again costs nothing, and the worker claims again within
+                # about 2 s of the database's return.
+                delay = min(CLAIM_RETRY_CAP, 0.1 * 2 ** min(failures, 5)) * (
+                    0.5 + random.random() / 2
+                )
                 log.warning("claim failed (%s); retrying in %.1f s", exc, delay)
                 self._stopping.wait(delay)
                 continue
@@ -351,8 +360,7 @@ class Worker(Runtime):
             except Exception:  # never lose a runner thread to a bug
                 log.exception("unexpected error running job %d", hold.job.id)
             finally:
-                with hold.lock:
-                    abandoned = hold.orphaned
+                abandoned = hold.orphaned  # set only with timed_out, under the hold's lock
                 with self._running_lock:
                     if abandoned:
                         # Its slot was given to a new runner when it timed out: this thread
@@ -375,7 +383,7 @@ class Worker(Runtime):
     def _execute(self, hold: LeaseHold) -> None:
         job = hold.job
         fault_point("worker.after_claim")
-        ctx = JobContext(hold, self.backend, self.renew_one, self._now)
+        ctx = JobContext(hold, self._backend or self.backend, self.renew_one, self._now)
         started = hold.started_at
         error: BaseException | None = None
         try:
@@ -386,6 +394,7 @@ class Worker(Runtime):
                 task.check_payload(job.payload)
             except PayloadError as exc:
                 raise Permanent(str(exc), error_class="PayloadError") from None
+            hold.timeout = self._timeout_of(task, job.queue)
             if task.is_async:
                 self._run_async(task, ctx, hold)
             else:
@@ -393,29 +402,30 @@ class Worker(Runtime):
         except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
             error = exc
         duration = time.monotonic() - started
-        with hold.lock:
-            if hold.timed_out:
-                # Recorded as timed out already; what the handler did after is not its outcome.
-                log.warning(
-                    "job %d %s/%s attempt %d: the handler returned %.1f s after its timeout; "
-                    "its outcome is discarded",
-                    job.id,
-                    job.queue,
-                    job.key,
-                    job.attempt,
-                    duration - (hold.timeout or 0.0),
-                )
-                return
+        if hold.timeout is not None:
+            with hold.lock:
+                if hold.timed_out:
+                    # Recorded as timed out already: what the handler did is not its outcome.
+                    log.warning(
+                        "job %d %s/%s attempt %d: the handler returned %.1f s after its "
+                        "timeout; its outcome is discarded",
+                        job.id,
+                        job.queue,
+                        job.key,
+                        job.attempt,
+                        duration - hold.timeout,
+                    )
+                    return
+                hold.timeout = None  # returned in time: no longer subject to its timeout
         if ctx.completed:
             # Completed in the handler's own transaction (whatever it raised afterwards).
             self.recorder.completed_in_transaction(hold, duration)
             self.finished([hold])
             return
         fault_point("worker.before_finish")
-        if error is None:
-            self.finish(Finished(hold, None, duration))
-        else:
-            self.finish(self.fail(hold, error, duration))
+        self._submit(
+            Finished(hold, None, duration) if error is None else self.fail(hold, error, duration)
+        )
 
     def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> None:
         with self._loop_lock:
@@ -437,12 +447,10 @@ class Worker(Runtime):
         """A timed-out attempt: cancel an async handler; for a sync one, give its slot to a new
         runner thread (at most ``concurrency`` abandoned threads; then the worker stops
         claiming until one returns)."""
-        with hold.lock:
-            future = hold.future
-            if future is None:
-                hold.orphaned = True
-        if future is not None:
-            future.cancel()
+        future = hold.future
+        if not hold.orphaned:
+            if future is not None:
+                future.cancel()
             return
         with self._running_lock:
             self._busy -= 1

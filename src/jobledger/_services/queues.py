@@ -7,21 +7,7 @@ from datetime import datetime
 from .._records import QueueInfo, QueueSettings
 from .base import Service
 
-__all__ = ["QueueSettingsBook", "settings_json"]
-
-
-def settings_json(settings: QueueSettings) -> dict[str, object]:
-    """A queue's settings as the HTTP API and ``--json`` show them."""
-    return {
-        "name": settings.name,
-        "task": settings.task,
-        "max_attempts": settings.max_attempts,
-        "lease_seconds": settings.lease_seconds,
-        "backoff": {"base_seconds": settings.backoff_base, "cap_seconds": settings.backoff_cap},
-        "retention_seconds": settings.retention_seconds,
-        "require_idempotency_key": settings.require_key,
-        "timeout_seconds": settings.timeout_seconds,
-    }
+__all__ = ["QueueSettingsBook"]
 
 
 class QueueSettingsBook(Service):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .base import open_ledger
-from .params import DURATION, echo_json, json_flag, json_option, listing, setting, url_option
+from .params import DURATION, echo_json, json_flag, json_option, listing, url_option
 
 if TYPE_CHECKING:
     from .._records import QueueInfo
@@ -18,12 +18,7 @@ _RETENTION_DAYS = 30
 
 
 def queue_json(info: QueueInfo) -> dict[str, object]:
-    from .._services.queues import settings_json
-
-    return settings_json(info.settings) | {
-        "created_at": info.created_at.isoformat(),
-        "updated_at": info.updated_at.isoformat(),
-    }
+    return info.as_dict()
 
 
 @click.group()
@@ -39,26 +34,39 @@ def queues() -> None:
 @url_option
 @click.argument("name")
 @click.option("--task", default="", help="Task name stored in published jobs (default: NAME).")
-@setting(
+@click.option(
     "--max-attempts",
-    int,
-    10,
+    type=int,
+    default=10,
+    show_default=True,
     help="Deliveries per message (lease expiries included) before it is dead.",
 )
-@setting(
-    "--lease-seconds", float, 60.0, help="How long a received message stays leased unless extended."
+@click.option(
+    "--lease-seconds",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="How long a received message stays leased unless extended.",
 )
-@setting(
+@click.option(
     "--backoff-base",
-    float,
-    2.0,
+    type=float,
+    default=2.0,
+    show_default=True,
     help="Seconds; a nack without a delay waits up to base * 2^(attempt-1), full jitter.",
 )
-@setting("--backoff-cap", float, 3600.0, help="Seconds; the longest such wait.")
-@setting(
+@click.option(
+    "--backoff-cap",
+    type=float,
+    default=3600.0,
+    show_default=True,
+    help="Seconds; the longest such wait.",
+)
+@click.option(
     "--retention",
-    DURATION,
-    f"{_RETENTION_DAYS}d",
+    type=DURATION,
+    default=f"{_RETENTION_DAYS}d",
+    show_default=True,
     help="How long finished jobs are kept and Idempotency-Keys replayed (at least 24h).",
 )
 @click.option(

@@ -15,7 +15,6 @@ from .._records import (
     JobState,
     QueueInfo,
 )
-from .._services.queues import settings_json
 from .problems import invalid
 from .schema import AnyObject, Array, Boolean, Integer, Number, Object, String
 
@@ -375,9 +374,7 @@ def receipt_of(job: ClaimedJob) -> str:
 
 
 def queue_json(info: QueueInfo, counts: dict[str, int], oldest: float | None) -> dict[str, Any]:
-    return settings_json(info.settings) | {
-        "created_at": iso(info.created_at),
-        "updated_at": iso(info.updated_at),
+    return info.as_dict(iso) | {
         "counts": {state: counts.get(state, 0) for state in STATES},
         "oldest_due_pending_seconds": oldest,
     }

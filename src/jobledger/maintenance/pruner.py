@@ -44,7 +44,7 @@ class Pruner(Looper):
     """Prunes the small tables of one ledger every ``interval`` seconds while it holds the
     pruner's leader lease (``holder`` names this process)."""
 
-    name = "pruner"
+    kind = "pruner"
 
     def __init__(
         self,

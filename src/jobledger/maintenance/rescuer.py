@@ -29,7 +29,7 @@ class Rescuer(Looper):
     ``on_rescue(results)`` is told of every pass that closed some (metrics, a worker's
     observers); ``clock`` gives the ``now`` for the database (None: its own clock)."""
 
-    name = "rescuer"
+    kind = "rescuer"
 
     def __init__(
         self,

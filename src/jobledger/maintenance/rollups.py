@@ -30,7 +30,7 @@ class RollupFlusher(Looper):
     """Flushes ``sums`` into ``store`` every ``interval`` seconds (a worker's or a server's
     service)."""
 
-    name = "rollups"
+    kind = "rollups"
 
     def __init__(self, sums: Sums, store: MinuteStatsBook, interval: float = 5.0):
         super().__init__(interval)

@@ -20,11 +20,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
 from .._host import default_worker_name
@@ -32,10 +31,10 @@ from .._records import JobSpec, LeaderLease, TickRow, TickState
 from ..errors import BackendUnavailable, ConfigError, LeadershipLost, PayloadError
 from ..scheduling.schedule import Entity, Schedule, leader_name
 from .leader import LeaderElection
+from .looper import Looper
 
 if TYPE_CHECKING:
     from .._records import InsertResult
-    from .._task import Task
     from ..backends.base import Backend
     from ..scheduling.schedule import ScheduleBook
 
@@ -53,16 +52,10 @@ class SchedulerHost(Protocol):
     @property
     def schedules(self) -> ScheduleBook: ...
 
-    def enqueue_many(
-        self,
-        task: Task | str,
-        jobs: Iterable[JobSpec | dict[str, Any]],
-        *,
-        queue: str | None = None,
-        conn: Any = None,
-        on_conflict: Literal["raise", "report"] = "raise",
-        now: datetime | None = None,
-    ) -> list[InsertResult]: ...
+    @property
+    def enqueue_many(self) -> Callable[..., list[InsertResult]]:
+        """``Ledger.enqueue_many``: a tick's batch, in the scheduler's fenced transaction."""
+        ...
 
 
 class WorkerLike(Protocol):
@@ -93,7 +86,7 @@ class SchedulerPass:
         return sum(t.jobs_created for t in self.ticks)
 
 
-class Scheduler:
+class Scheduler(Looper):
     """Runs a ledger's schedules while it holds their cohort's leader lease.
 
     Workers run one by default (see ``ledger.schedules.run_in_workers``); ``jobledger
@@ -106,6 +99,8 @@ class Scheduler:
     - ``poll_interval``: seconds between passes (default 1); ticks run at most this late;
     - ``clock``: a function returning the time (default: the database's clock).
     """
+
+    kind = "scheduler"
 
     def __init__(
         self,
@@ -144,8 +139,7 @@ class Scheduler:
         self._declared: dict[str, tuple[str, frozenset[str]]] = {}
         self._failures: dict[str, tuple[int, datetime]] = {}
         self._pass_now: datetime | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(self.poll_interval, max_backoff=self.lease_seconds / 3)
 
     def __repr__(self) -> str:
         return f"<Scheduler {self.name} cohorts={self.cohorts}>"
@@ -453,42 +447,16 @@ class Scheduler:
             self.lease_seconds,
             self.poll_interval,
         )
-        failures = 0
-        try:
-            while not self._stop.is_set():
-                wait = self.poll_interval
-                try:
-                    self.run_once()
-                    failures = 0
-                except BackendUnavailable as exc:
-                    failures += 1
-                    wait = min(self.lease_seconds / 3, self.poll_interval * 2**failures)
-                    log.warning("scheduler pass failed (%s); next in %.1f s", exc, wait)
-                except Exception:  # a bug: keep scheduling, say so loudly
-                    failures += 1
-                    wait = min(self.lease_seconds / 3, self.poll_interval * 2**failures)
-                    log.exception("scheduler pass failed; next in %.1f s", wait)
-                self._stop.wait(wait)
-        finally:
-            self.release()
-            log.info("scheduler %s stopped", self.name)
+        super().run()
 
-    def start(self) -> None:
-        """Run in a background thread (how a worker runs it)."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self.run, name="jobledger-scheduler", daemon=True)
-        self._thread.start()
+    def stopped(self) -> None:
+        self.release()
+        log.info("scheduler %s stopped", self.name)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop after the current batch and release the leases. Safe from a signal handler when
         the scheduler runs in another thread."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            self._thread = None
+        super().stop(timeout)
 
 
 def scheduler_service(ledger: SchedulerHost, worker: WorkerLike) -> Scheduler | None:

@@ -26,6 +26,7 @@ from .._records import encode_payload, validate_queue_name, validate_task_name, 
 from .._services.subscriptions import create_subscription
 from .._webhooks import secret_bytes
 from ..errors import ConfigError, NotFound, PayloadError, SubscriptionExists
+from ..scheduling.schedule import tick_payload
 
 if TYPE_CHECKING:
     from .._ledger import Ledger
@@ -98,15 +99,12 @@ class HttpTarget:
                 ) from None
 
     def payload(self, tick: Tick, entity: Entity | None) -> dict[str, Any]:
-        if self._payload is None:
-            made: dict[str, Any] = {
-                "schedule": tick.schedule,
-                "tick": tick.iso,
-                "local": tick.local.isoformat(timespec="minutes"),
-            }
-            if self._fan_out:
-                made["entity"] = entity
-            return made
+        default = {
+            "schedule": tick.schedule,
+            "tick": tick.iso,
+            "local": tick.local.isoformat(timespec="minutes"),
+        }
+        return tick_payload(self._payload, self._fan_out, tick, entity, default)
         if isinstance(self._payload, dict):
             return dict(self._payload)
         made = self._payload(tick, entity) if self._fan_out else self._payload(tick)

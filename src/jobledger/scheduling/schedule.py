@@ -44,6 +44,7 @@ __all__ = [
     "TaskTarget",
     "Tick",
     "leader_name",
+    "tick_payload",
 ]
 
 Entity = str | int
@@ -214,19 +215,29 @@ class TaskTarget:
             ) from None
 
     def payload(self, tick: Tick, entity: Entity | None) -> dict[str, Any]:
-        if self._payload is None:
-            made: dict[str, Any] = {"tick": tick.iso}
-            if self._fan_out:
-                made["entity"] = entity
-            return made
-        if isinstance(self._payload, dict):
-            return dict(self._payload)
-        made = self._payload(tick, entity) if self._fan_out else self._payload(tick)
-        if not isinstance(made, dict):
-            raise PayloadError(
-                f"the payload function of this schedule returned {type(made).__name__}, not a dict"
-            )
-        return made
+        return tick_payload(self._payload, self._fan_out, tick, entity, {"tick": tick.iso})
+
+
+def tick_payload(
+    rule: dict[str, Any] | Callable[..., Any] | None,
+    fan_out: bool,
+    tick: Tick,
+    entity: Entity | None,
+    default: dict[str, Any],
+) -> dict[str, Any]:
+    """The payload of one job of a tick, for every kind of target: without a rule ``default``
+    (and the entity when the schedule fans out), a copy of a dict, or what a function of the
+    tick (and the entity) returns — which must be a dict."""
+    if rule is None:
+        return default | {"entity": entity} if fan_out else default
+    if isinstance(rule, dict):
+        return dict(rule)
+    made = rule(tick, entity) if fan_out else rule(tick)
+    if not isinstance(made, dict):
+        raise PayloadError(
+            f"the payload function of this schedule returned {type(made).__name__}, not a dict"
+        )
+    return made
 
 
 KeyRule = str | Callable[..., str] | None

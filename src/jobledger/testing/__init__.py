@@ -16,11 +16,11 @@ Nothing here is imported by the rest of jobledger but the CLI.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._faults import FaultInjected, fault_point
 from .._faults import configure as configure_faults
-from .._lazy import load as _load
+from .._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .fakeprovider import FakeProvider, ProviderScript
@@ -46,6 +46,5 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    # The provider brings a web server with it: imported when first asked for, not before.
-    return _load(__name__, _LAZY, globals(), name)
+# The provider brings a web server with it: imported when first asked for, not before.
+__getattr__ = lazy_attributes(__name__, _LAZY, globals())
