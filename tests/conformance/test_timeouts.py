@@ -129,9 +129,7 @@ def test_a_worker_stops_claiming_while_its_abandoned_threads_fill_its_concurrenc
             what="the worker saying it stopped claiming",
         )
         # Its one runner is abandoned inside a's first attempt: a's retry and b wait.
-        wait_until(
-            lambda: _outcomes(ledger, a) == [AttemptOutcome.TIMED_OUT], what="a timed out"
-        )
+        wait_until(lambda: _outcomes(ledger, a) == [AttemptOutcome.TIMED_OUT], what="a timed out")
         assert worker.stats.claimed == 1
         assert ledger.job(b).state is JobState.PENDING and ledger.job(b).attempts == 0
         let_go.set()
