@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "AnyObject",
@@ -192,44 +192,6 @@ def _short(number: float) -> str:
 
 
 @dataclass
-class Integer(Schema):
-    minimum: int | None = None
-    maximum: int | None = None
-    description: str | None = None
-    default: int | None = None
-    example: int | None = None
-    nullable: bool = False
-    name: str | None = None
-
-    def json_schema(self) -> dict[str, Any]:
-        return _with(
-            {"type": "integer"},
-            minimum=self.minimum,
-            maximum=self.maximum,
-            default=self.default,
-            example=self.example,
-        )
-
-    def _check(self, value: Any, path: str, errors: list[tuple[str, str]]) -> Any:
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            errors.append((path, f"expected an integer, got {_type_name(value)}"))
-            return value
-        problem = _out_of_bounds(value, self.minimum, self.maximum)
-        if problem is not None:
-            errors.append((path, problem))
-        return value
-
-    def parse_text(self, text: str, path: str, errors: list[tuple[str, str]]) -> Any:
-        """Query and path parameters arrive as text."""
-        if not re.fullmatch(r"[+-]?[0-9]{1,20}", text):
-            errors.append((path, "expected an integer"))
-            return text
-        return self.check(int(text), path, errors)
-
-
-@dataclass
 class Number(Schema):
     minimum: float | None = None
     maximum: float | None = None
@@ -240,9 +202,11 @@ class Number(Schema):
     nullable: bool = False
     name: str | None = None
 
+    json_type: ClassVar[str] = "number"
+
     def json_schema(self) -> dict[str, Any]:
         return _with(
-            {"type": "number"},
+            {"type": self.json_type},
             minimum=self.minimum,
             exclusiveMinimum=self.exclusive_minimum,
             maximum=self.maximum,
@@ -272,6 +236,31 @@ class Number(Schema):
             errors.append((path, "expected a number"))
             return text
         return self.check(number, path, errors)
+
+
+@dataclass
+class Integer(Number):
+    """A whole number (a float with no fraction is taken as one)."""
+
+    json_type: ClassVar[str] = "integer"
+
+    def _check(self, value: Any, path: str, errors: list[tuple[str, str]]) -> Any:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            errors.append((path, f"expected an integer, got {_type_name(value)}"))
+            return value
+        problem = _out_of_bounds(value, self.minimum, self.maximum, self.exclusive_minimum)
+        if problem is not None:
+            errors.append((path, problem))
+        return value
+
+    def parse_text(self, text: str, path: str, errors: list[tuple[str, str]]) -> Any:
+        """Query and path parameters arrive as text."""
+        if not re.fullmatch(r"[+-]?[0-9]{1,20}", text):
+            errors.append((path, "expected an integer"))
+            return text
+        return self.check(int(text), path, errors)
 
 
 @dataclass
