@@ -20,7 +20,7 @@ from .._records import (
 from ..errors import KeyConflict
 
 if TYPE_CHECKING:
-    from .shared.database import Database
+    from .database import Database
 
 #: Orders a caller may ask ``History.find`` for.
 ORDERS = {

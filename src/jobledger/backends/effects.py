@@ -1,18 +1,29 @@
 """The effects role: a handler's record that a side effect happened for a key, fenced by its
-lease, so that a retry after a crash can tell it already happened (docs/guarantees.md)."""
+lease, so that a retry after a crash can tell it already happened (docs/guarantees.md).
+
+Written once for both dialects, over the dialect's database object: a side effect recorded for a key, fenced by the lease
+in the same statement.
+"""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from .._records import Lease
+from ..errors import LeaseLost
+from .database import Database
+from .rows import effect as effect_row
 
 __all__ = ["Effects"]
 
 
-class Effects(Protocol):
+class Effects:
     """Effects recorded by key (``backend.effects``)."""
+
+    def __init__(self, db: Database):
+        self._db = db
 
     def record(
         self,
@@ -26,12 +37,28 @@ class Effects(Protocol):
     ) -> bool:
         """Record that ``effect`` happened for this key, fenced by the lease. Returns True when
         recorded now, False when it was already recorded. Raises ``LeaseLost`` when stale."""
-        ...
+        params = {
+            "queue": queue,
+            "key": key,
+            "effect": effect,
+            "job_id": lease.job_id,
+            "token": lease.token,
+            "detail": None if detail is None else json.dumps(detail),
+            "now": self._db.clock(now),
+        }
+        with self._db.transaction(conn) as c:
+            if self._db.execute(c, "effect_record", params).rowcount == 1:
+                return True
+            if self._db.execute(c, "effect_holder", params).fetchone() is None:
+                raise LeaseLost(lease.job_id, lease.token, f"record effect {effect!r}")
+            return False
 
     def get(self, queue: str, key: str, effect: str) -> dict[str, Any] | None:
         """The recorded effect (with its ``detail``), or None."""
-        ...
+        rows = self._db.read("effect_get", {"queue": queue, "key": key, "effect": effect})
+        return effect_row(rows[0], self._db.to_time, self._db.from_json) if rows else None
 
     def all(self, queue: str, key: str) -> list[dict[str, Any]]:
         """Every effect recorded for a key, oldest first."""
-        ...
+        rows = self._db.read("effect_list", {"queue": queue, "key": key})
+        return [effect_row(r, self._db.to_time, self._db.from_json) for r in rows]

@@ -1,20 +1,33 @@
 """The schedules role: the schedules a leader declares, their cursors, and the ticks that
 enqueue their jobs (jobledger.scheduling). Every write a scheduler makes is fenced by its
-leader lease."""
+leader lease.
+
+Written once for both dialects, over the dialect's database object: schedules and their ticks (migration 003). Every
+write a scheduler makes is fenced by its leader lease (``Leader.hold``) in the same
+transaction.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
-from .._records import LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
+from .._records import CatchUp, LeaderLease, ScheduleDefinition, ScheduleRow, TickRow, TickState
+from ..errors import NotFound
+from .database import Database
+from .leader import Leader
+from .rows import schedule, tick
 
 __all__ = ["Schedules"]
 
 
-class Schedules(Protocol):
+class Schedules:
     """Schedules and ticks (``backend.schedules``)."""
+
+    def __init__(self, db: Database, leader: Leader):
+        self._db = db
+        self._leader = leader
 
     def declare(
         self,
@@ -24,11 +37,30 @@ class Schedules(Protocol):
     ) -> None:
         """Record the schedules a leader declares. A new one starts at ``now`` (its first tick
         is the first after); an existing one keeps its cursor and pause state."""
-        ...
+        clock = self._db.clock(now)
+        rows = [
+            {
+                "name": d.name,
+                "cohort": d.cohort,
+                "cron": d.cron,
+                "time_zone": d.time_zone,
+                "catch_up": CatchUp(d.catch_up).value,
+                "max_catch_up": d.max_catch_up,
+                "grace_seconds": float(d.grace_seconds),
+                "target": d.target,
+                "key_template": d.key_template,
+                "fan_out": bool(d.fan_out),
+            }
+            for d in definitions
+        ]
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, clock)
+            if rows:
+                self._db.executemany(c, "schedule_declare", rows, now=clock)
 
     def all(self) -> list[ScheduleRow]:
         """Every schedule, by name."""
-        ...
+        return [schedule(r, self._db.to_time) for r in self._db.read("schedule_list")]
 
     def pause(
         self,
@@ -42,7 +74,18 @@ class Schedules(Protocol):
     ) -> ScheduleRow:
         """Pause or resume a schedule (``NotFound`` if unknown). ``cursor`` moves it forward,
         counting ``skipped`` ticks, when a resume skips what it missed."""
-        ...
+        params = {
+            "name": name,
+            "paused": bool(paused),
+            "actor": actor,
+            "note": note,
+            "now": self._db.clock(now),
+            "cursor": self._db.to_db(cursor),
+            "skipped": int(skipped),
+        }
+        if self._db.count("schedule_pause", params) != 1:
+            raise NotFound(f"no schedule named {name!r} in the ledger")
+        return next(r for r in self.all() if r.name == name)
 
     def advance(
         self,
@@ -53,14 +96,32 @@ class Schedules(Protocol):
         now: datetime | None = None,
     ) -> None:
         """Move a schedule's cursor forward to ``cursor`` (never back), counting ``skipped``."""
-        ...
+        params = {"name": name, "cursor": self._db.to_db(cursor), "skipped": int(skipped)}
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, self._db.clock(now))
+            self._db.execute(c, "schedule_advance", params)
+
+    # -- ticks -----------------------------------------------------------------------------------
+
+    def _tick(self, c: Any, name: str, params: dict[str, Any]) -> TickRow:
+        """The tick a statement returned, or (none: it was not changed) the tick as it is."""
+        row = self._db.execute(c, name, params).fetchone()
+        if row is None:
+            row = self._db.execute(c, "schedule_tick_get", params).fetchone()
+        assert row is not None, "a tick just written or found is there"
+        return tick(row, self._db.to_time)
 
     def tick_start(
         self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
     ) -> TickRow:
         """Record that a tick starts (or, if it was left running, starts again); return its row,
         which is ``done`` when the tick was already finished."""
-        ...
+        clock = self._db.clock(now)
+        params = {"schedule": name, "tick_time": self._db.to_db(tick_time)}
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, clock)
+            started = params | {"leader": lease.holder, "term": lease.term, "now": clock}
+            return self._tick(c, "schedule_tick_start", started)
 
     def tick_progress(
         self,
@@ -72,19 +133,35 @@ class Schedules(Protocol):
         conn: Any,
     ) -> None:
         """Add a batch's counts to a tick, inside the transaction that enqueued the batch."""
-        ...
+        params = {
+            "schedule": name,
+            "tick_time": self._db.to_db(tick_time),
+            "created": created,
+            "existing": existing,
+            "conflicts": conflicts,
+        }
+        self._db.count("schedule_tick_progress", params, conn=conn)
 
     def tick_finish(
         self, name: str, tick_time: datetime, lease: LeaderLease, now: datetime | None = None
     ) -> TickRow:
         """Mark a tick done and move its schedule's cursor to it, in one transaction."""
-        ...
+        clock = self._db.clock(now)
+        at = self._db.to_db(tick_time)
+        with self._db.transaction() as c:
+            self._leader.hold(c, lease, clock)
+            row = self._tick(
+                c, "schedule_tick_finish", {"schedule": name, "tick_time": at, "now": clock}
+            )
+            self._db.execute(c, "schedule_advance", {"name": name, "cursor": at, "skipped": 0})
+        return row
 
     def tick_error(
         self, name: str, tick_time: datetime, error: str, now: datetime | None = None
     ) -> None:
         """Note why a running tick could not finish (it is tried again)."""
-        ...
+        params = {"schedule": name, "tick_time": self._db.to_db(tick_time), "error": error[:4000]}
+        self._db.count("schedule_tick_error", params)
 
     def ticks(
         self,
@@ -94,9 +171,24 @@ class Schedules(Protocol):
         after: datetime | None = None,
     ) -> list[TickRow]:
         """Ticks, most recent first: of one schedule or all, in one state, after a time."""
-        ...
+        param = self._db.param
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
+        if name is not None:
+            clauses.append(f"schedule = {param('schedule')}")
+            params["schedule"] = name
+        if state is not None:
+            clauses.append(f"state = {param('state')}")
+            params["state"] = TickState(state).value
+        if after is not None:
+            clauses.append(f"tick_time > {param('after')}")
+            params["after"] = self._db.to_db(after)
+        where = " AND ".join(clauses) or "1 = 1"
+        rows = self._db.read("schedule_tick_list", params, where=where, limit=max(1, int(limit)))
+        return [tick(r, self._db.to_time) for r in rows]
 
     def tick_prune(self, before: datetime, limit: int = 1000) -> int:
         """Delete up to ``limit`` finished ticks with a tick time before ``before`` and behind
         their schedule's cursor; return how many."""
-        ...
+        params = {"before": self._db.to_db(before)}
+        return self._db.count("schedule_tick_prune", params, limit=max(1, int(limit)))

@@ -1,7 +1,7 @@
 """The PostgreSQL backend: psycopg 3 with a connection pool, SKIP LOCKED claims, LISTEN/NOTIFY.
 
 The storage roles over one ``PostgresDatabase``: the jobs role and what a prune deletes are this
-dialect's own (``jobs.py``, ``history.py``), the others are shared (``backends/shared/``).
+dialect's own (``jobs.py``, ``history.py``), the others are written once (``backends/<role>.py``).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from ..shared.backend import SqlBackend
-from ..shared.history import SqlHistory
+from ..backend import SqlBackend
+from ..history import History
 from ..sqlfiles import migrations
 from ..url import DatabaseURL
 from .database import PostgresDatabase
@@ -34,7 +34,7 @@ class PostgresBackend(SqlBackend):
     def __init__(self, url: DatabaseURL):
         self.schema = url.schema
         self.db = PostgresDatabase(url)
-        history = SqlHistory(self.db, PostgresRemoval(self.db))
+        history = History(self.db, PostgresRemoval(self.db))
         super().__init__(url, self.db, PostgresJobs(self.db, history), history)
 
     def listener(self, queues: Sequence[str]) -> PgListener:

@@ -2,7 +2,7 @@
 statements (schema-qualified), and the dialect's time converter (PostgreSQL stores
 ``timestamptz``; without an explicit ``now`` the statements use the database's own clock).
 
-It implements ``shared.database.Database`` for the shared role implementations; this package's
+It implements ``backends.database.Database`` for the roles written once for every dialect; this package's
 own role classes (the jobs, the grouped claim, what a prune deletes) also use the hot-path
 methods ``statement``, ``quick``, ``quickly`` and ``hot``, and ``tables`` and ``channel``.
 
@@ -26,8 +26,8 @@ import psycopg_pool
 from psycopg import sql as pgsql
 
 from ...errors import BackendUnavailable, SchemaMismatch
+from ..database import Fill
 from ..outage import Outage
-from ..shared.database import Fill
 from ..sqlfiles import fill as fill_text
 from ..sqlfiles import queries
 from ..url import DatabaseURL

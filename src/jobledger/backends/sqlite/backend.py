@@ -1,7 +1,7 @@
 """The SQLite backend: one file, WAL mode, short ``BEGIN IMMEDIATE`` write transactions.
 
 The storage roles over one ``SqliteDatabase``: the jobs role and what a prune deletes are this
-dialect's own (``jobs.py``, ``history.py``), the others are shared (``backends/shared/``).
+dialect's own (``jobs.py``, ``history.py``), the others are written once (``backends/<role>.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 from typing import Any
 
 from ...errors import SchemaMismatch
-from ..shared.backend import SqlBackend
-from ..shared.history import SqlHistory
+from ..backend import SqlBackend
+from ..history import History
 from ..sqlfiles import migrations
 from ..url import DatabaseURL
 from .database import SqliteDatabase, split_statements
@@ -32,7 +32,7 @@ class SqliteBackend(SqlBackend):
     def __init__(self, url: DatabaseURL, create: bool = True):
         self.path = url.sqlite_path
         self.db = SqliteDatabase(url, create=create)
-        history = SqlHistory(self.db, SqliteRemoval(self.db))
+        history = History(self.db, SqliteRemoval(self.db))
         super().__init__(url, self.db, SqliteJobs(self.db, history), history)
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 (SQLite stores times as seconds since the Unix epoch; without an explicit ``now`` the clock is
 the process's).
 
-It implements ``shared.database.Database`` for the shared role implementations; this package's
+It implements ``backends.database.Database`` for the roles written once for every dialect; this package's
 own role classes (the jobs, the grouped claim, what a prune deletes) use the same interface and
 ``connection``.
 
@@ -27,8 +27,8 @@ from typing import Any
 from urllib.parse import quote
 
 from ...errors import BackendUnavailable, SchemaMismatch
+from ..database import Fill
 from ..outage import Outage
-from ..shared.database import Fill
 from ..sqlfiles import fill as fill_text
 from ..sqlfiles import queries
 from ..url import DatabaseURL

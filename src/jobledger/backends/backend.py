@@ -8,29 +8,21 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ...errors import SchemaMismatch
-from ..api import Api
-from ..base import Listener
-from ..effects import Effects
-from ..groups import Groups
-from ..history import History
-from ..jobs import Jobs
-from ..leader import Leader
-from ..outbox import Outbox
-from ..schedules import Schedules
-from ..sqlfiles import schema_problem
-from ..stats import Stats
-from ..subscriptions import Subscriptions
-from ..url import DatabaseURL
-from .api import SqlApi
+from ..errors import SchemaMismatch
+from .api import Api
+from .base import Listener
 from .database import Database
-from .effects import SqlEffects
-from .groups import SqlGroups
-from .leader import SqlLeader
-from .outbox import SqlOutbox
-from .schedules import SqlSchedules
-from .stats import SqlStats
-from .subscriptions import SqlSubscriptions
+from .effects import Effects
+from .groups import Groups
+from .history import History
+from .jobs import Jobs
+from .leader import Leader
+from .outbox import Outbox
+from .schedules import Schedules
+from .sqlfiles import schema_problem
+from .stats import Stats
+from .subscriptions import Subscriptions
+from .url import DatabaseURL
 
 __all__ = ["SqlBackend"]
 
@@ -46,18 +38,17 @@ class SqlBackend:
     def __init__(self, url: DatabaseURL, db: Database, jobs: Jobs, history: History):
         self.url = url
         self._database = db
-        leader = SqlLeader(db)
-        # Each role typed as its protocol: what the Backend protocol promises, and all it does.
+        leader = Leader(db)
         self.jobs: Jobs = jobs
         self.history: History = history
         self.leader: Leader = leader
-        self.schedules: Schedules = SqlSchedules(db, leader)
-        self.outbox: Outbox = SqlOutbox(db, leader)
-        self.effects: Effects = SqlEffects(db)
-        self.subscriptions: Subscriptions = SqlSubscriptions(db)
-        self.api: Api = SqlApi(db)
-        self.groups: Groups = SqlGroups(db)
-        self.stats: Stats = SqlStats(db)
+        self.schedules: Schedules = Schedules(db, leader)
+        self.outbox: Outbox = Outbox(db, leader)
+        self.effects: Effects = Effects(db)
+        self.subscriptions: Subscriptions = Subscriptions(db)
+        self.api: Api = Api(db)
+        self.groups: Groups = Groups(db)
+        self.stats: Stats = Stats(db)
 
     def listener(self, queues: Sequence[str]) -> Listener | None:
         """None: without wake-ups, workers poll (see ``supports_listen``)."""

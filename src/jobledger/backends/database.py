@@ -1,4 +1,4 @@
-"""What the shared role implementations need of a dialect: its database object.
+"""What the roles written once for every dialect need of it: its database object.
 
 Each dialect (``sqlite/database.py``, ``postgres/database.py``) implements this protocol once:
 how it runs a named statement, how it opens a transaction, and how it converts times. The role
@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..url import DatabaseURL
+from .url import DatabaseURL
 
 __all__ = ["Cursor", "Database", "Fill"]
 
@@ -36,7 +36,7 @@ class Cursor(Protocol):
 
 
 class Database(Protocol):
-    """A dialect's database object, as the shared role implementations use it."""
+    """A dialect's database object, as the roles written once use it."""
 
     url: DatabaseURL
 
