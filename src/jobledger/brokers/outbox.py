@@ -8,6 +8,7 @@ triggers, whichever process it is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -72,16 +73,11 @@ class Outbox:
         has waited (the relay's lag), when the last one was published."""
         return self.backend.outbox.stats(now)
 
-    def records(
-        self,
-        *,
-        job_id: int | None = None,
-        queue: str | None = None,
-        unpublished: bool = False,
-        limit: int = 100,
-    ) -> list[OutboxRecord]:
-        """Records, newest first."""
-        return self.backend.outbox.records(job_id, queue, unpublished, limit)
+    @property
+    def records(self) -> Callable[..., list[OutboxRecord]]:
+        """``records(job_id=…, queue=…, unpublished=…, limit=100)``: records, newest first
+        (the outbox role's own listing)."""
+        return self.backend.outbox.records
 
     def republish(
         self,

@@ -315,6 +315,13 @@ grace_option = setting(
     help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
 )
 
+
+def poll_interval(help: str) -> Callable[[F], F]:  # noqa: A002
+    """``--poll-interval``: the longest pause between looks when idle (None: the default the
+    help names)."""
+    return click.option("--poll-interval", type=click.FloatRange(0.001), default=None, help=help)
+
+
 rescue_interval_option = click.option(
     "--rescue-interval",
     type=click.FloatRange(0.01),

@@ -16,6 +16,7 @@ from .params import (
     json_option,
     log_options,
     migrate_option,
+    poll_interval,
     recorded_actor,
     table,
     url_option,
@@ -232,12 +233,7 @@ def resume(
     help="The leader lease: another scheduler takes over this long after the leader dies "
     "(default: the app's ledger.schedules.lease_seconds, 30).",
 )
-@click.option(
-    "--poll-interval",
-    type=click.FloatRange(0.001),
-    default=None,
-    help="Seconds between passes (default 1): a tick runs at most this late.",
-)
+@poll_interval("Seconds between passes (default 1): a tick runs at most this late.")
 @migrate_option
 @log_options
 def scheduler(

@@ -14,6 +14,7 @@ from .params import (
     metrics_options,
     migrate_option,
     no_scheduler,
+    poll_interval,
     queues_option,
     rescue_interval_option,
     setting,
@@ -76,11 +77,9 @@ def migrate(url: str) -> None:
 )
 @click.option("--burst", is_flag=True, help="Run what is due, then exit.")
 @grace_option
-@click.option(
-    "--poll-interval",
-    type=click.FloatRange(0.001),
-    default=None,
-    help="Longest sleep between claims when idle (default 1 s on PostgreSQL with LISTEN, 0.25 s on SQLite).",
+@poll_interval(
+    "Longest sleep between claims when idle (default 1 s on PostgreSQL with LISTEN, 0.25 s on "
+    "SQLite)."
 )
 @rescue_interval_option
 @click.option(
