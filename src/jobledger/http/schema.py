@@ -107,6 +107,8 @@ class String(Schema):
     min_length: int = 0
     max_length: int | None = None
     pattern: str | None = None
+    mismatch: str | None = None
+    """What a value that does not match ``pattern`` is told (default: the pattern itself)."""
     enum: tuple[str, ...] | None = None
     format: str | None = None
     description: str | None = None
@@ -152,7 +154,7 @@ class String(Schema):
         elif not _encodable(value):
             errors.append((path, "is not valid Unicode (unpaired surrogate)"))
         elif self._regex is not None and not self._regex.search(value):
-            errors.append((path, f"does not match {self.pattern}"))
+            errors.append((path, self.mismatch or f"does not match {self.pattern}"))
         return value
 
 

@@ -50,6 +50,8 @@ URL = String(
     min_length=1,
     max_length=MAX_URL_LENGTH,
     pattern=rf"^https?://{_HOST}(?::{_PORT})?(?:[/?][^\x00-\x20\x7f#]*)?$",
+    mismatch="must be an http:// or https:// URL with a host name or IPv4 address, no "
+    "credentials, no spaces or control characters and no fragment",
     description="Where deliveries are POSTed: https:// (plain http:// only to allow-listed "
     "networks). No credentials, no fragment; redirects are never followed.",
     example="https://app.example.com/hooks/jobledger",
