@@ -7,6 +7,7 @@ sends a message through the fake provider once per key, with the job key as idem
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -23,8 +24,10 @@ PROVIDER = os.environ.get("PROVIDER_URL", "")
 NOOP_SECONDS = float(os.environ.get("DRILL_NOOP_SECONDS", "0"))
 
 _barrier = os.environ.get("DRILL_START_BARRIER")
-if _barrier:
+if _barrier and "--processes" not in sys.argv:
     # Start all worker processes of a test at the same moment: say this one is ready, wait.
+    # (Not the supervisor of ``--processes N``: it loads the app to check it, then starts the
+    # processes that wait here.)
     Path(f"{_barrier}.ready.{os.getpid()}").touch()
     patience = Patience(30)
     while not Path(_barrier).exists() and not patience.expired():
