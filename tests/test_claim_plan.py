@@ -84,7 +84,7 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
     lite.task(lambda ctx, n: None, name="t", queue="q", group="g")
     lite.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(2_000)])
     backend = lite.backend
-    plan = backend.db.read(
+    plan = backend.db.connection().execute(
         "EXPLAIN QUERY PLAN " + backend.db.sql["group_due_jobs"],
         {"queue": "q", "name": "g", "now": 1e10, "n": 10},
     )
@@ -92,7 +92,7 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
     assert any("jobledger_jobs_group_due" in s for s in steps), steps
     assert not any("TEMP B-TREE" in s for s in steps), steps
     # Finding the groups: one probe per group, and each group's next run time by equality.
-    plan = backend.db.read(
+    plan = backend.db.connection().execute(
         "EXPLAIN QUERY PLAN " + backend.db.sql["group_candidates"], {"queue": "q", "now": 1e10}
     )
     steps = [row[3] for row in plan]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from importlib import resources
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -17,7 +17,8 @@ from jobledger.backends.sqlite.database import split_statements
 
 
 def canonical_sql(dialect: str) -> str:
-    return (resources.files("jobledger.backends") / "sql" / dialect / "schema.sql").read_text()
+    """The canonical schema, written by hand: what the migration chain must produce."""
+    return (Path(__file__).parent / "schema" / f"{dialect}.sql").read_text()
 
 
 def sqlite_catalog(path) -> dict:

@@ -87,6 +87,9 @@ if _TYPE_CHECKING:
     from .brokers.relay import (
         Relay,
     )
+    from .maintenance.scheduler import (
+        Scheduler,
+    )
     from .policy import (
         Backoff,
         check_response,
@@ -98,9 +101,6 @@ if _TYPE_CHECKING:
         ScheduleTarget,
         TaskTarget,
         Tick,
-    )
-    from .scheduling.scheduler import (
-        Scheduler,
     )
 
 __all__ = [
@@ -179,7 +179,7 @@ _LAZY = {
     "Schedule": "scheduling.schedule",
     "ScheduleStatus": "scheduling.schedule",
     "ScheduleTarget": "scheduling.schedule",
-    "Scheduler": "scheduling.scheduler",
+    "Scheduler": "maintenance.scheduler",
     "Task": "_task",
     "TaskTarget": "scheduling.schedule",
     "Tick": "scheduling.schedule",

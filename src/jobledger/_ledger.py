@@ -10,6 +10,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, overload
 
 from ._records import (
@@ -33,7 +34,6 @@ from ._records import (
     validate_key,
 )
 from ._runtime.hooks import WorkerObserver, WorkerService
-from ._runtime.worker import Worker, WorkerStats
 from ._services.health import Health
 from ._services.jobs import JobReads
 from ._services.keys import Keys
@@ -61,15 +61,18 @@ from .errors import (
     NotFound,
     PayloadError,
 )
-from .observability.rollup import install_rollups
 from .policy import DEFAULT_BACKOFF, Backoff
-from .scheduling.schedule import DEFAULT_COHORT, ScheduleBook
 
 if TYPE_CHECKING:
-    from .scheduling.schedule import Tick
-    from .scheduling.scheduler import Scheduler
+    from ._runtime.outcomes import Observers
+    from ._runtime.pull import PullLeases
+    from ._runtime.worker import Worker, WorkerStats
+    from .maintenance.pruner import Pruner
+    from .maintenance.rescuer import Rescuer
+    from .maintenance.scheduler import Scheduler
+    from .scheduling.schedule import ScheduleBook, Tick
 
-__all__ = ["DEFAULT_KEEP_KEYS", "JobHistory", "Ledger", "RedriveResult"]
+__all__ = ["DEFAULT_KEEP_KEYS", "DEFAULT_URL", "JobHistory", "Ledger", "RedriveResult"]
 
 _INT32 = 2**31 - 1
 
@@ -95,21 +98,25 @@ class RedriveResult:
     dry_run: bool
     skipped: list[int] = field(default_factory=list)
     """Ids that matched but were no longer dead or cancelled when their turn came."""
+    left: list[int] = field(default_factory=list)
+    """Ids that matched and were not reached because ``stop`` was set: still as they were."""
 
 
 class Ledger:
     """A durable job ledger on one database.
 
     ``Ledger()`` reads ``JOBLEDGER_URL``, else uses ``sqlite:///jobledger.db``. Nothing touches
-    the database until first use; then the schema is created or upgraded (``auto_migrate``) and
-    checked.
+    the database until first use (or ``open()``); then the schema is created or upgraded
+    (``auto_migrate``) and checked. ``create=False`` refuses to create a SQLite file that does not
+    exist; with ``auto_migrate=False`` too, nothing is ever created (the CLI opens it so, so that
+    a mistyped URL is an error rather than a new, empty ledger).
     """
 
     def __init__(self, url: str | None = None, *, auto_migrate: bool = True, create: bool = True):
         raw = url or os.environ.get("JOBLEDGER_URL") or DEFAULT_URL
         self.url = DatabaseURL.parse(raw)
         self.auto_migrate = auto_migrate
-        self._create = create
+        self.create = create
         self._backend: Backend | None = None
         self._open_lock = threading.Lock()
         self._tasks: dict[str, Task] = {}
@@ -117,11 +124,10 @@ class Ledger:
         self.default_backoff = DEFAULT_BACKOFF
         self.observers: list[WorkerObserver] = []
         """Told what this ledger's workers do (metrics, logs); see ``jobledger.WorkerObserver``."""
+        self._pruning = False
         self.worker_services: list[Callable[[Worker], WorkerService | None]] = []
         """Factories of services each worker runs beside itself (the scheduler, metrics)."""
-        self.schedules = ScheduleBook(self)
-        """The cron schedules declared with ``@ledger.schedule``, and the operator's view of
-        those in the ledger (status, ticks, pause, resume); see docs/scheduling.md."""
+        self._schedules: ScheduleBook | None = None
         # The services the HTTP API and the CLI reach the storage through (jobledger._services).
         self.queue_settings = QueueSettingsBook(self)
         self.keys = Keys(self)
@@ -137,24 +143,53 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({self.url.redacted!r})"
 
+    @property
+    def schedules(self) -> ScheduleBook:
+        """The cron schedules declared with ``@ledger.schedule``, and the operator's view of
+        those in the ledger (status, ticks, pause, resume); see docs/scheduling.md."""
+        if self._schedules is None:
+            # The scheduling stack (cron, time zones) is imported by the ledgers that use it.
+            from .scheduling.schedule import ScheduleBook
+
+            with self._open_lock:
+                if self._schedules is None:
+                    self._schedules = ScheduleBook(self)
+        return self._schedules
+
     # -- the database ------------------------------------------------------------------------------
 
     @property
     def backend(self) -> Backend:
         """The open backend; opening (and migrating) on first use."""
+        return self._backend or self._open()
+
+    def _open(self, conn: Any = None) -> Backend:
+        """Open the backend, migrate it (``auto_migrate``) and check its schema. ``conn`` is the
+        application's connection when the first use is an enqueue in its transaction: a
+        migrated database is then checked without the write lock that transaction holds."""
+        with self._open_lock:
+            if self._backend is None:
+                backend = open_backend(self.url, create=self.create)
+                try:
+                    if self.auto_migrate:
+                        backend.migrate(conn)
+                    backend.check_schema()
+                except BaseException:
+                    backend.close()
+                    raise
+                self._backend = backend
+            return self._backend
+
+    def open(self) -> Ledger:
+        """Open the database now rather than on first use (migrating it with ``auto_migrate``),
+        so that a wrong URL or a missing schema fails here; return the ledger."""
         if self._backend is None:
-            with self._open_lock:
-                if self._backend is None:
-                    backend = open_backend(self.url, create=self._create)
-                    try:
-                        if self.auto_migrate:
-                            backend.migrate()
-                        backend.check_schema()
-                    except BaseException:
-                        backend.close()
-                        raise
-                    self._backend = backend
-        return self._backend
+            self._open()
+        return self
+
+    def schema_version(self) -> int:
+        """The highest migration applied to the database, 0 when it has none."""
+        return self.backend.schema_version()
 
     def use_url(self, url: str) -> None:
         """Point this ledger at another database (before first use), e.g. from ``--url``."""
@@ -199,6 +234,7 @@ class Ledger:
         priority: int = 0,
         key: KeyRule = None,
         group: KeyRule = None,
+        timeout: float | None = None,
     ) -> Task: ...
 
     @overload
@@ -215,6 +251,7 @@ class Ledger:
         priority: int = 0,
         key: KeyRule = None,
         group: KeyRule = None,
+        timeout: float | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -230,6 +267,7 @@ class Ledger:
         priority: int = 0,
         key: KeyRule = None,
         group: KeyRule = None,
+        timeout: float | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a handler, sync or async: ``@ledger.task(queue="digests", max_attempts=8)``.
 
@@ -244,6 +282,11 @@ class Ledger:
           a format string such as ``"{customer_id}:{week}"`` or a function of the payload.
         - ``group``: the group (tenant) of a job when ``enqueue`` is given none, the same way:
           e.g. ``"{customer_id}"``. Groups share a queue fairly; see ``set_group_limits``.
+        - ``timeout``: the longest an attempt may run, in seconds (default: no bound). An
+          attempt that runs past it is recorded as ``timed_out``, its lease is no longer
+          renewed, and the job is retried by its backoff or parked dead when its attempts are
+          spent; whatever the abandoned handler writes later is refused by the fence. Async
+          handlers are cancelled; a sync handler's thread cannot be (see docs/concepts.md).
         """
 
         def register(func: Callable[..., Any]) -> Task:
@@ -257,6 +300,7 @@ class Ledger:
                 priority=_priority(priority),
                 key=key,
                 group=group,
+                timeout=timeout,
                 ledger=self,
             )
             existing = self._tasks.get(task.name)
@@ -282,7 +326,7 @@ class Ledger:
         catch_up: str = "latest",
         max_catch_up: int = 100,
         grace: float | timedelta = 300.0,
-        cohort: str = DEFAULT_COHORT,
+        cohort: str = "default",  # scheduling.schedule.DEFAULT_COHORT
         batch_size: int = 1000,
     ) -> Callable[[Task | Callable[..., Any]], Task]:
         """Run a task on a cron schedule. Put it above ``@ledger.task`` (a plain function
@@ -346,9 +390,16 @@ class Ledger:
     def scheduler(self, **options: Any) -> Scheduler:
         """Build a ``Scheduler`` for this ledger's schedules (see its options) without starting
         it. ``scheduler.run()`` runs it in this thread; workers run one by themselves."""
-        from .scheduling.scheduler import Scheduler
+        from .maintenance.scheduler import Scheduler
 
         return Scheduler(self, **options)
+
+    def _schedules_declared(self) -> None:
+        # The first schedule is declared: every worker runs the scheduler beside itself from
+        # now on (unless ``schedules.run_in_workers`` is off); see maintenance/scheduler.py.
+        from .maintenance.scheduler import scheduler_service
+
+        self.worker_services.append(partial(scheduler_service, self))
 
     def get_task(self, name: str) -> Task | None:
         return self._tasks.get(name)
@@ -481,7 +532,8 @@ class Ledger:
                     group=None if group is None else validate_group(group),
                 )
             )
-        results = self.backend.jobs.insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
+        backend = self._backend or self._open(conn)
+        results = backend.jobs.insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
         if any(r.created for r in results):
             self._wake_workers()
         return results
@@ -509,7 +561,9 @@ class Ledger:
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
         """Build a ``Worker`` (see its options) without starting it."""
-        install_rollups(self)  # the dashboard's per-minute charts
+        from ._runtime.worker import Worker  # asyncio and the runtime: only for workers
+
+        self._install_housekeeping()
         return Worker(self, queues, **options)
 
     def run_worker(
@@ -525,7 +579,9 @@ class Ledger:
         """Run a worker in this thread until SIGTERM/SIGINT, or with ``burst=True`` until nothing
         is due. The first signal stops claiming and lets running jobs finish (``grace_seconds``,
         default 30); a second one stops waiting."""
-        install_rollups(self)  # the dashboard's per-minute charts
+        from ._runtime.worker import Worker  # asyncio and the runtime: only for workers
+
+        self._install_housekeeping()
         worker = Worker(
             self, queues, concurrency=concurrency, batch_size=batch_size, burst=burst, **options
         )
@@ -606,7 +662,49 @@ class Ledger:
 
     def rescue(self, now: datetime | None = None) -> list[RescueResult]:
         """Close expired leases now (workers do this on their own every few seconds)."""
-        return self.backend.jobs.rescue(now)
+        return self.rescuer().run_once(now)
+
+    def pruner(self, holder: str, interval: float = 600.0) -> Pruner:
+        """The housekeeping of the small tables (old rollups, expired sessions and
+        tombstones), done by whichever pruner holds its leader lease; ``start()`` runs it."""
+        from .maintenance.pruner import Pruner
+
+        return Pruner(lambda: self.backend, holder, interval)
+
+    def _install_housekeeping(self) -> None:
+        """Give this ledger's workers the dashboard's per-minute rollups and the pruner."""
+        from .observability.rollup import install_rollups
+
+        install_rollups(self)
+        if not self._pruning:
+            self._pruning = True
+            self.worker_services.append(lambda worker: self.pruner(worker.name))
+
+    def rescuer(
+        self,
+        interval: float = 5.0,
+        on_rescue: Callable[[list[RescueResult]], None] | None = None,
+    ) -> Rescuer:
+        """The rescuer of this ledger (``start()`` runs it every ``interval`` seconds on a
+        thread): expired leases back to pending, or to dead when their budget is spent. Every
+        transport's leases are rescued by it; workers run one in their own loop."""
+        from .maintenance.rescuer import Rescuer
+
+        return Rescuer(lambda: self.backend, interval, on_rescue)
+
+    def pull_leases(self, observers: Observers) -> PullLeases:
+        """Pull consumers' leases over this ledger (receive, ack, nack, extend), telling
+        ``observers`` of outcomes and refused writes; a nack retries by the queue's declared
+        backoff."""
+        from ._runtime.pull import PullLeases
+
+        return PullLeases(lambda: self.backend, observers, self._queue_backoff)
+
+    def _queue_backoff(self, queue: str) -> Backoff:
+        try:
+            return self.queue_settings.get(queue).settings.backoff
+        except NotFound:
+            return DEFAULT_BACKOFF
 
     def redrive(
         self,
@@ -621,12 +719,15 @@ class Ledger:
         batch: int = 100,
         now: datetime | None = None,
         progress: Callable[[int, int], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> RedriveResult:
         """Give dead jobs a fresh retry budget and put them back to pending.
 
         Select by ``ids`` or a ``where`` filter (default: dead jobs). ``rate`` (jobs per second)
         spreads a large redrive out so the downstream is not stampeded. The job keeps its key,
         history and recorded effects, so an effect that already happened is not repeated.
+        ``stop``, once set, ends the redrive between two batches (a paced wait ends at once):
+        the result's ``left`` holds the jobs it did not reach.
         """
         if not actor or not reason:
             raise ConfigError(
@@ -645,6 +746,7 @@ class Ledger:
         if dry_run:
             return RedriveResult(matched, True)
         moved: list[int] = []
+        reached = len(matched)
         step = max(1, min(batch, int(rate))) if rate else batch
         started = time.monotonic()
         for offset in range(0, len(matched), step):
@@ -654,14 +756,20 @@ class Ledger:
                 due = started + offset / rate
                 pause = due - time.monotonic()
                 if pause > 0:
-                    time.sleep(pause)
+                    if stop is None:
+                        time.sleep(pause)
+                    else:
+                        stop.wait(pause)
+            if stop is not None and stop.is_set():
+                reached = offset
+                break
             moved.extend(self.backend.history.redrive(chunk, actor, reason, now, budget))
             if progress is not None:
                 progress(len(moved), len(matched))
         if moved:
             self._wake_workers()
-        skipped = sorted(set(matched) - set(moved))
-        return RedriveResult(moved, False, skipped)
+        skipped = sorted(set(matched[:reached]) - set(moved))
+        return RedriveResult(moved, False, skipped, matched[reached:])
 
     def resolve(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._records import (
     DEFAULT_LEASE_SECONDS,
@@ -16,13 +16,22 @@ from ._records import (
     validate_max_attempts,
     validate_queue_name,
     validate_task_name,
+    validate_timeout_seconds,
 )
 from .errors import ConfigError, PayloadError
 from .policy import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
-    from ._ledger import Ledger
     from ._records import Enqueued
+
+
+class Enqueuer(Protocol):
+    """What a task needs of its ledger (``jobledger.Ledger`` is one)."""
+
+    def enqueue(
+        self, task: Task | str, payload: dict[str, Any] | None = None, *, key: str | None = None
+    ) -> Enqueued: ...
+
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -56,7 +65,9 @@ class Task:
     priority: int = 0
     key: KeyRule = None
     group: KeyRule = None
-    ledger: Ledger | None = field(default=None, repr=False)
+    timeout: float | None = None
+    """Seconds an attempt may run before it is abandoned as ``timed_out`` (None: no bound)."""
+    ledger: Enqueuer | None = field(default=None, repr=False)
     is_async: bool = field(init=False)
     _signature: inspect.Signature = field(init=False, repr=False)
     _fits: tuple[frozenset[str], frozenset[str] | None, str] = field(init=False, repr=False)
@@ -68,6 +79,7 @@ class Task:
         validate_queue_name(self.queue)
         validate_max_attempts(self.max_attempts)
         self.lease_seconds = validate_lease_seconds(self.lease_seconds)
+        self.timeout = validate_timeout_seconds(self.timeout)
         if not isinstance(self.backoff, Backoff):
             raise ConfigError(f"task {self.name!r}: backoff must be a jobledger.Backoff")
         for rule in ("key", "group"):

@@ -79,6 +79,8 @@ class Decision:
     message: str
     pause_group: bool = False
     """True: pause the job's whole group for ``delay`` (``Retry(scope="group")``)."""
+    timed_out: bool = False
+    """True: the attempt ran past its timeout (its outcome is ``timed_out``)."""
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
@@ -115,19 +117,40 @@ def _header(headers: Mapping[str, str] | Any, name: str) -> str | None:
     return None if value is None else str(value)
 
 
+def _snippet(body: bytes | str | None, limit: int) -> str:
+    if not body:
+        return ""
+    text = body.decode("utf-8", errors="replace") if isinstance(body, bytes) else str(body)
+    text = text.strip()
+    return text[:limit] + "…" if len(text) > limit else text
+
+
 def classify_status(
-    status: int, headers: Mapping[str, str] | Any = None, now: datetime | None = None
+    status: int,
+    headers: Mapping[str, str] | Any = None,
+    now: datetime | None = None,
+    body: bytes | str | None = None,
+    *,
+    body_kept: int = 500,
 ) -> Decision | None:
-    """Classify an HTTP response status. Returns None for success (2xx)."""
+    """What an HTTP answer means (SPEC §3) — for a handler's provider (``check_response``) and
+    for a push delivery alike. None for success (2xx). ``body`` (its first ``body_kept``
+    characters) goes into the message."""
     if 200 <= status < 300:
         return None
     retry_after = parse_retry_after(_header(headers, "Retry-After"), now)
-    if status in TRANSIENT_STATUSES or status >= 500:
-        return Decision(True, retry_after, f"HTTP {status}", f"HTTP {status}")
-    if 400 <= status < 500:
-        return Decision(False, None, f"HTTP {status}", f"HTTP {status}")
-    # 1xx and 3xx: a redirect is never followed; the endpoint is misconfigured or moving.
-    return Decision(True, retry_after, f"HTTP {status}", f"HTTP {status} (not followed)")
+    snippet = _snippet(body, body_kept)
+    message = f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}"
+    if 300 <= status < 400:
+        # A redirect is never followed: the endpoint is misconfigured or moving.
+        where = _header(headers, "Location")
+        target = f" to {where}" if where else ""
+        return Decision(
+            True, retry_after, f"HTTP {status}", f"HTTP {status}: redirect{target} not followed"
+        )
+    if status in TRANSIENT_STATUSES or status >= 500 or status < 200:
+        return Decision(True, retry_after, f"HTTP {status}", message)
+    return Decision(False, None, f"HTTP {status}", message)
 
 
 def _status_of(exc: BaseException) -> tuple[int, Any] | None:
@@ -180,11 +203,10 @@ def check_response(response: Any, now: datetime | None = None) -> None:
     status = getattr(response, "status_code", None) or getattr(response, "status", None)
     if not isinstance(status, int):
         raise TypeError(f"not an HTTP response: {response!r}")
-    decision = classify_status(status, getattr(response, "headers", None), now)
+    body = getattr(response, "text", "")
+    decision = classify_status(status, getattr(response, "headers", None), now, body)
     if decision is None:
         return
-    body = getattr(response, "text", "")
-    detail = f"{decision.message}: {str(body)[:500]}" if body else decision.message
     if decision.retry:
-        raise Retry(detail, after=decision.delay, error_class=decision.error_class)
-    raise Permanent(detail, error_class=decision.error_class)
+        raise Retry(decision.message, after=decision.delay, error_class=decision.error_class)
+    raise Permanent(decision.message, error_class=decision.error_class)

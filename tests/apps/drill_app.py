@@ -20,10 +20,12 @@ ledger = Ledger()
 
 LEASE = float(os.environ.get("DRILL_LEASE_SECONDS", "2"))
 PROVIDER = os.environ.get("PROVIDER_URL", "")
+NOOP_SECONDS = float(os.environ.get("DRILL_NOOP_SECONDS", "0"))
 
 _barrier = os.environ.get("DRILL_START_BARRIER")
 if _barrier:
-    # Start all worker processes of a test at the same moment.
+    # Start all worker processes of a test at the same moment: say this one is ready, wait.
+    Path(f"{_barrier}.ready.{os.getpid()}").touch()
     patience = Patience(30)
     while not Path(_barrier).exists() and not patience.expired():
         time.sleep(0.005)
@@ -47,4 +49,6 @@ def send(ctx, n: int) -> None:
 
 @ledger.task(queue="drill", lease_seconds=LEASE, max_attempts=5)
 def noop(ctx, n: int) -> None:
-    """Nothing: for counting which process ran what."""
+    """Nothing (or a short sleep, DRILL_NOOP_SECONDS): for counting which process ran what."""
+    if NOOP_SECONDS:
+        time.sleep(NOOP_SECONDS)

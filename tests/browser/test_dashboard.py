@@ -19,7 +19,8 @@ SETTINGS = ServerSettings(snapshot_seconds=0.2, dashboard_refresh_seconds=0.5)
 
 
 def cell(page, queue: str, state: str) -> int:
-    return int(page.text_content(f'tr[data-queue="{queue}"] [data-state="{state}"]').strip())
+    text = page.text_content(f'tr[data-queue="{queue}"] [data-state="{state}"]')
+    return int(text.strip().replace(",", ""))  # counts are shown as 1,234
 
 
 def log_in(page, url: str, key: str, artifacts=None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,12 +31,19 @@ def cli(capsys, monkeypatch):
 
     def run(*args: str) -> Run:
         capsys.readouterr()
+        # Commands that run a service point the root logger at this test's captured stderr;
+        # put it back, so that later tests do not log into a closed stream.
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
         try:
             main([str(a) for a in args])
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         else:  # pragma: no cover - main always exits
             code = 0
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
         captured = capsys.readouterr()
         return Run(code, captured.out, captured.err)
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from uuid import uuid4
+
 import pytest
 
 from jobledger import JobState, LeaseLost
+from jobledger._records import Lease
 
 from .conftest import T0, at
 
@@ -112,3 +115,58 @@ def test_once_skips_an_effect_already_recorded(ledger):
     run_burst(ledger)  # attempt 2: effect already recorded → not sent again
     assert calls == ["4187:2026-W33:email"]
     assert ledger.job(job_id).state is JobState.DONE and ledger.job(job_id).attempts == 2
+
+
+# -- the effects role on its own ------------------------------------------------------------------
+
+
+def _leased(ledger, key: str = "4187:2026-W33"):
+    ledger.task(lambda ctx: None, name="hold", queue="holds")
+    ledger.enqueue("hold", {}, key=key, now=T0)
+    [job] = ledger.backend.jobs.claim(["holds"], "w", 1, now=T0)
+    return job, Lease(job.id, job.lease_token, job.attempt)
+
+
+def test_an_effect_is_recorded_once_for_its_key_under_the_lease(ledger):
+    job, lease = _leased(ledger)
+    effects = ledger.backend.effects
+    assert effects.record("holds", job.key, "email", lease, {"message_id": "m-1"}, now=at(1))
+    assert not effects.record("holds", job.key, "email", lease, {"message_id": "m-2"}, now=at(2))
+    assert effects.record("holds", job.key, "sms", lease, None, now=at(3))
+    email = effects.get("holds", job.key, "email")
+    assert email == {
+        "queue": "holds",
+        "key": job.key,
+        "effect": "email",
+        "job_id": job.id,
+        "attempt": 1,
+        "recorded_at": at(1),
+        "detail": {"message_id": "m-1"},
+    }
+    assert [e["effect"] for e in effects.all("holds", job.key)] == ["email", "sms"]
+    assert effects.get("holds", job.key, "fax") is None
+    assert effects.all("holds", "other") == []
+
+
+def test_an_effect_under_a_stale_lease_is_refused_and_not_recorded(ledger):
+    job, lease = _leased(ledger)
+    effects = ledger.backend.effects
+    ledger.backend.jobs.complete([lease], now=at(1))
+    with pytest.raises(LeaseLost):
+        effects.record("holds", job.key, "email", lease, None, now=at(2))
+    stale = Lease(job.id, str(uuid4()), 1)  # a token no lease ever had
+    with pytest.raises(LeaseLost):
+        effects.record("holds", job.key, "sms", stale, None, now=at(2))
+    assert effects.all("holds", job.key) == []
+
+
+def test_an_effect_in_the_callers_transaction_goes_with_it(ledger):
+    job, lease = _leased(ledger)
+    effects = ledger.backend.effects
+    with pytest.raises(RuntimeError), ledger.backend.transaction() as conn:
+        assert effects.record("holds", job.key, "email", lease, None, now=at(1), conn=conn)
+        raise RuntimeError("the handler's own write failed")
+    assert effects.get("holds", job.key, "email") is None
+    with ledger.backend.transaction() as conn:
+        assert effects.record("holds", job.key, "email", lease, None, now=at(2), conn=conn)
+    assert effects.get("holds", job.key, "email")["recorded_at"] == at(2)

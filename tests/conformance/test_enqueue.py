@@ -8,7 +8,15 @@ import threading
 import psycopg
 import pytest
 
-from jobledger import JobFilter, JobSpec, JobState, KeyConflict, Ledger, PayloadError
+from jobledger import (
+    JobFilter,
+    JobSpec,
+    JobState,
+    KeyConflict,
+    Ledger,
+    PayloadError,
+    SchemaMismatch,
+)
 from jobledger.errors import ConfigError
 
 from .conftest import T0, at, enqueue
@@ -254,3 +262,65 @@ def test_concurrent_enqueues_of_one_key_make_one_job(ledger, tasks):
         t.join()
     assert len({r.id for r in results}) == 1
     assert sum(r.created for r in results) == 1
+
+
+def _app_write_transaction(db_url: str):
+    """The application's own connection, holding an open write transaction on its own table
+    (on SQLite: the database's one write lock)."""
+    url = Ledger(db_url).url
+    if url.dialect == "sqlite":
+        conn = sqlite3.connect(url.sqlite_path)
+    else:
+        conn = psycopg.connect(url.conninfo)
+        conn.execute(f'SET search_path TO "{url.schema}", public')
+    conn.execute("CREATE TABLE IF NOT EXISTS app_orders (id integer PRIMARY KEY)")
+    conn.commit()
+    conn.execute("INSERT INTO app_orders (id) VALUES (1)")
+    return conn
+
+
+def test_transactional_enqueue_works_on_a_process_first_use(db_url):
+    """Issue 16, item 1: the first enqueue of a process, in the application's open write
+    transaction, on a migrated database. The ledger's schema check must not need the write
+    lock the application holds."""
+    migrated = Ledger(db_url)
+    migrated.migrate()
+    migrated.close()
+    conn = _app_write_transaction(db_url)
+    first_use = Ledger(db_url)
+    try:
+        job_id, created = first_use.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0)
+        assert created
+        conn.commit()
+        assert first_use.job(job_id).key == "tx"
+    finally:
+        conn.close()
+        first_use.close()
+
+
+def test_transactional_enqueue_on_a_database_without_the_schema(db_url):
+    """The first use of a database that has no jobledger schema yet is an enqueue in the
+    application's open write transaction. PostgreSQL creates the schema on the ledger's own
+    connection and the enqueue works. SQLite cannot: creating it needs the write lock the
+    application's transaction holds, so it refuses at once (no wait), saying what to do, and
+    the application's transaction is left as it was (docs/backends.md)."""
+    conn = _app_write_transaction(db_url)
+    ledger = Ledger(db_url)
+    try:
+        if ledger.url.dialect == "postgres":
+            assert ledger.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0).created
+            conn.commit()
+            assert [j.key for j in ledger.jobs()] == ["tx"]
+            return
+        with pytest.raises(SchemaMismatch, match=r"ledger\.migrate\(\)") as refused:
+            ledger.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0)
+        assert "jobledger migrate" in str(refused.value)
+        conn.commit()  # the application's own write was not disturbed
+        assert conn.execute("SELECT count(*) FROM app_orders").fetchone()[0] == 1
+        ledger.migrate()
+        assert ledger.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0).created
+        conn.commit()
+        assert [j.key for j in ledger.jobs()] == ["tx"]
+    finally:
+        conn.close()
+        ledger.close()

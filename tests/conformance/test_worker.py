@@ -94,7 +94,7 @@ def test_shutdown_releases_claimed_but_unstarted_jobs(ledger):
     ledger.task(lambda ctx: None, name="t", queue="w")
     job_id, _ = ledger.enqueue("t", {}, key="k", now=T0)
     worker = ledger.worker(["w"], concurrency=1)
-    worker._dispatch(ledger.backend.jobs.claim(["w"], worker.name, 1))  # claimed; no runner started
+    worker._dispatch(worker.claim(["w"], 1))  # claimed; no runner started
     worker._shutdown()
     row = ledger.job(job_id)
     assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
@@ -150,7 +150,7 @@ def test_postgres_notify_wakes_an_idle_worker(ledger, db_url):
     t.start()
     try:
         wait_until(
-            lambda: worker._in_flight() == 0 and worker.stats.claimed == 0 and t.is_alive(),
+            lambda: worker.in_flight() == 0 and worker.stats.claimed == 0 and t.is_alive(),
             what="worker up",
         )
         time.sleep(
@@ -177,11 +177,13 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
             "2",
             "--batch-size",
             "10",
-            env={"DRILL_START_BARRIER": str(barrier)},
+            # Each job takes 2 ms: the share does not depend on which process starts first.
+            env={"DRILL_START_BARRIER": str(barrier), "DRILL_NOOP_SECONDS": "0.002"},
         )
         for _ in range(2)
     ]
-    time.sleep(0.5)  # both interpreters importing; the barrier below releases them together
+    # Both interpreters import the app, which says it is ready and waits for the barrier.
+    wait_until(lambda: len(list(tmp_path.glob("start.ready.*"))) == 2, what="both processes ready")
     barrier.touch()
     claimed = []
     for proc in procs:

@@ -69,7 +69,7 @@ def test_receive_respects_max_messages_priority_and_delay(api):
 def test_a_stale_receipt_is_409_and_changes_nothing(api):
     api.queue(lease_seconds=30)
     publish(api.admin, {"queue": "q", "payload": {}}, "k")
-    [first] = receive(api.admin, lease_seconds=0.2)
+    [first] = receive(api.admin, lease_seconds=1)
     # The lease expires; the rescuer hands the message out again under a new token.
     wait_until(
         lambda: api.ledger.job(int(first["message_id"])).state is JobState.PENDING,
@@ -185,14 +185,14 @@ def test_a_spent_budget_is_dead(api):
 def test_extend_keeps_the_lease(api):
     api.queue(lease_seconds=30)
     publish(api.admin, {"queue": "q", "payload": {}}, "k")
-    [m] = receive(api.admin, lease_seconds=0.5)
+    [m] = receive(api.admin, lease_seconds=1)
     response = api.admin.post(
         "/v1/queue/extend", json={"receipt": m["receipt"], "lease_seconds": 60}
     )
     assert response.status_code == 200, response.text
     until = datetime.fromisoformat(response.json()["lease_until"])
     assert until > datetime.now(UTC) + timedelta(seconds=50)
-    time.sleep(0.8)  # past the first lease: the rescuer (every 0.2 s) must leave it alone
+    time.sleep(1.3)  # past the first lease: the rescuer (every 0.2 s) must leave it alone
     assert api.ledger.job(int(m["message_id"])).state is JobState.LEASED
     assert api.admin.post("/v1/queue/ack", json={"receipt": m["receipt"]}).status_code == 200
 
@@ -267,10 +267,10 @@ def test_long_poll_with_nothing_to_receive_waits_then_returns_empty(api):
 def test_a_consumer_that_dies_loses_its_lease_to_the_rescuer(api):
     api.queue(max_attempts=2)
     publish(api.admin, {"queue": "q", "payload": {}}, "k")
-    [m] = receive(api.admin, lease_seconds=0.2)
+    [m] = receive(api.admin, lease_seconds=1)
     job_id = int(m["message_id"])
     wait_until(lambda: api.ledger.job(job_id).state is JobState.PENDING, what="rescue")
-    [again] = receive(api.admin, lease_seconds=0.2)
+    [again] = receive(api.admin, lease_seconds=1)
     assert again["attempt"] == 2 and again["attempts_left"] == 0
     wait_until(lambda: api.ledger.job(job_id).state is JobState.DEAD, what="rescue to dead")
     outcomes = [a.outcome for a in api.ledger.backend.history.attempts(job_id)]

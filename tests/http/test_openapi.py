@@ -16,6 +16,7 @@ from jobledger.http.api import _PathApp
 from jobledger.http.routes import DEFAULT_GROUPS
 
 from ..support.http import ServeProcess
+from ..support.processes import ROOT
 from ..support.waiting import run as run_patiently
 
 #: Examples per operation and phase. Bounded so that the run takes seconds, not minutes; raise
@@ -103,7 +104,10 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
 
     ``positive_data_acceptance`` is left out on purpose: a schema-valid publish that reuses a key
     with another body must be 422 (the API's contract), as must a nack that is both permanent
-    and delayed, and an HTTP redrive whose pacing would outlast 60 s.
+    and delayed, and an HTTP redrive whose pacing would outlast 60 s. In its place runs
+    ``schema_valid_requests_are_not_refused_as_invalid`` (``schemathesis_checks.py``): a
+    request the document calls valid is never refused as invalid, except by the cross-field
+    rules it lists — so a requirement the document does not state fails the run.
     """
     ledger = Ledger(db_url)
     ledger.migrate()
@@ -114,6 +118,13 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
     server = ServeProcess(db_url, "--no-access-log", "--rescue-interval", "0.5", "--no-push")
     try:
         st = Path(sys.executable).with_name("st")
+        seen = tmp_path / "checked.txt"
+        env = dict(
+            os.environ,
+            SCHEMATHESIS_HOOKS="tests.http.schemathesis_checks",
+            JOBLEDGER_SCHEMATHESIS_SEEN=str(seen),
+        )
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         run = run_patiently(
             [
                 str(st),
@@ -135,6 +146,7 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
                 "30",
             ],
             cwd=tmp_path,
+            env=env,
             text=True,
             timeout=240,
         )
@@ -143,6 +155,11 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(db_url, tm
     report = run.stdout + run.stderr
     assert run.returncode == 0, report
     assert "passed" in report and "Stateful" in report
+    # The check that a valid request is never refused as invalid saw every operation
+    # (schemathesis leaves out the document's own route).
+    checked = set(seen.read_text().splitlines())
+    operations = {f"{op.method} {op.path}" for g in DEFAULT_GROUPS for op in g.operations}
+    assert checked == operations - {"GET /openapi.json"}, operations - checked
     # uvicorn ends a graceful shutdown by re-raising SIGTERM.
     assert code in (0, -15) and "Application shutdown complete" in server.output, code
     assert "unexpected error" not in server.output and "Traceback" not in server.output

@@ -64,8 +64,22 @@ def test_put_creates_then_replaces_a_queue(api):
     assert body["created_at"] == created.json()["created_at"]
 
 
+def test_a_queue_s_timeout_is_declared_read_and_cleared(api, cli, db_url):
+    body = api.admin.put("/v1/queues/slow", json={"timeout_seconds": 120}).json()
+    assert body["timeout_seconds"] == 120
+    assert api.ledger.queue_settings.get("slow").settings.timeout_seconds == 120.0
+    assert api.admin.get("/v1/queues/slow").json()["timeout_seconds"] == 120
+    # PUT replaces: a body without it clears it.
+    assert api.admin.put("/v1/queues/slow", json={}).json()["timeout_seconds"] is None
+    result = cli("queues", "create", "slower", "--timeout", "5m", "--json", url=db_url)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["timeout_seconds"] == 300.0
+
+
 def test_invalid_queue_settings_are_422(api):
     for settings in (
+        {"timeout_seconds": 0},
+        {"timeout_seconds": -1},
         {"max_attempts": 0},
         {"lease_seconds": 0},
         {"retention_seconds": 3600},
@@ -212,7 +226,7 @@ def test_cli_keys_and_queues(cli, db_url):
         (("keys", "revoke", "nope"), "no API key with id 'nope'"),
         (("queues", "create", "bad name"), "queue name 'bad name' is invalid"),
         (("queues", "create", "q", "--retention", "1h"), "retention_seconds must be >= 86400"),
-        (("queues", "create", "q", "--retention", "soon"), "expected a duration"),
+        (("queues", "create", "q", "--retention", "soon"), "not a duration"),
     ],
 )
 def test_cli_errors_are_one_line(cli, tmp_path, args, message):

@@ -128,7 +128,7 @@ def test_sqlite_queue_depths_read_only_the_partial_indexes(tmp_path):
     backend = ledger.backend
     plan = [
         row[3]
-        for row in backend.db.read(
+        for row in backend.db.connection().execute(
             "EXPLAIN QUERY PLAN " + backend.db.sql["queue_depths"], {"now": 0}
         )
     ]

@@ -3,14 +3,17 @@ operator's actions (the browser tests drive the same pages in Chromium)."""
 
 from __future__ import annotations
 
+import itertools
 import re
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from jobledger import Permanent
-from jobledger._records import Failure, Lease
+from jobledger._records import Failure, Lease, MinuteStats
 from jobledger.http import ServerSettings
+from jobledger.http.dashboard import charts
 
 from ..support.http import api_server
 
@@ -221,7 +224,7 @@ def test_a_queue_page_shows_its_groups_with_the_paused_one_first(dash, ledger):
     globex = page[page.index('<tr data-group="globex"') :]
     globex = globex[: globex.index("</tr>")]
     assert "HTTP 429 &lt;script&gt;" in globex and "(in 9 min" in globex
-    assert '<td class="n full" data-field="leased">1/1</td>' in globex
+    assert '<td class="n full" data-label="leased" data-field="leased">1/1</td>' in globex
     job = ledger.job_by_key("acme:1", "tenants")
     job_page = client.get(f"/ui/jobs/{job.id}").text
     assert re.search(
@@ -238,3 +241,164 @@ def test_a_queue_page_shows_its_groups_with_the_paused_one_first(dash, ledger):
     assert "has 1 jobs leased, the queue&#39;s limit per group" in full
     # A queue without groups or limits has no groups section.
     assert 'id="groups"' not in client.get("/ui/queues/mail").text
+
+
+# -- the charts' geometry ------------------------------------------------------------------------
+
+NOW = datetime(2026, 8, 10, 6, 0, 30, tzinfo=UTC)
+MINUTE = NOW.replace(second=0)
+
+
+def _done(peak: int) -> list[MinuteStats]:
+    """One minute with ``peak`` jobs done, another with fewer."""
+    if not peak:
+        return []
+    return [
+        MinuteStats(MINUTE - timedelta(minutes=3), "q", "t", claimed=peak, done=peak),
+        MinuteStats(MINUTE - timedelta(minutes=9), "q", "t", claimed=1, done=peak // 2),
+    ]
+
+
+def _waited(longest: float) -> list[MinuteStats]:
+    return [
+        MinuteStats(MINUTE, "q", "t", claimed=2, wait_sum=longest, wait_max=longest),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("peak", "labels"),
+    [
+        (0, ["0", "1"]),
+        (1, ["0", "1"]),
+        (3, ["0", "1", "2", "3"]),
+        (7, ["0", "2", "4", "6", "8"]),
+        (1000, ["0", "500", "1,000"]),
+        (1001, ["0", "500", "1,000", "1,500"]),
+        (40_000, ["0", "10k", "20k", "30k", "40k"]),
+    ],
+)
+def test_the_throughput_axis_counts_in_whole_distinct_steps_that_cover_the_peak(peak, labels):
+    chart = charts.throughput_chart(_done(peak), NOW)
+    assert [t.label for t in chart.y_ticks] == labels  # bottom to top
+    ys = [t.at for t in chart.y_ticks]
+    assert ys[0] == chart.plot_bottom and ys[-1] == chart.top
+    assert ys == sorted(ys, reverse=True)
+    # The tallest bar reaches its value on the scale and stays inside the plot.
+    if peak:
+        tallest = min(b.y for b in chart.bars)
+        scale_top = float(labels[-1].replace(",", "").replace("k", "000"))
+        expected = chart.plot_bottom - (chart.plot_bottom - chart.top) * peak / scale_top
+        assert tallest == pytest.approx(expected) and tallest >= chart.top
+
+
+@pytest.mark.parametrize(
+    ("longest", "labels"),
+    [
+        (0.0, ["0 s", "1 s"]),
+        (0.004, ["0 ms", "1 ms", "2 ms", "3 ms", "4 ms"]),
+        (0.35, ["0 ms", "100 ms", "200 ms", "300 ms", "400 ms"]),
+        (0.7, ["0 s", "0.2 s", "0.4 s", "0.6 s", "0.8 s"]),
+        (11.5, ["0 s", "5 s", "10 s", "15 s"]),
+        (179.0, ["0 s", "50 s", "100 s", "150 s", "200 s"]),
+        (300.0, ["0 min", "2 min", "4 min", "6 min"]),
+        (5 * 3600.0, ["0 h", "2 h", "4 h", "6 h"]),
+    ],
+)
+def test_the_wait_axis_reads_in_one_unit_with_distinct_labels(longest, labels):
+    chart = charts.wait_chart(_waited(longest) if longest else [], NOW)
+    assert [t.label for t in chart.y_ticks] == labels
+
+
+def test_nice_ticks_for_counts_and_for_nothing():
+    assert charts.nice_ticks(0, whole=True) == [0, 1]
+    assert charts.nice_ticks(0) == [0, 1]
+    assert charts.nice_ticks(1, whole=True) == [0, 1]
+    assert charts.nice_ticks(4, whole=True) == [0, 1, 2, 3, 4]
+    assert charts.nice_ticks(0.3) == [0, 0.1, 0.2, 0.3]  # no 0.30000000000000004
+    for peak in (1, 2, 3, 5, 7, 9, 10, 11, 99, 101, 999, 1000, 1001, 12_345, 10**7 + 1):
+        ticks = charts.nice_ticks(peak, whole=True)
+        assert ticks[0] == 0 and ticks[-1] >= peak and len(ticks) <= charts.MAX_STEPS + 1, peak
+        assert all(t == int(t) for t in ticks), peak  # no fractional count
+        labels = [charts.count_label(t, ticks[-1]) for t in ticks]
+        assert len(set(labels)) == len(labels), (peak, labels)  # none repeated
+
+
+@pytest.mark.parametrize("peak", [0, 1, 7, 1000, 9_999, 40_000, 5_000_000])
+@pytest.mark.parametrize("narrow", [False, True], ids=["wide", "narrow"])
+def test_every_label_fits_inside_the_chart_and_none_overlaps(peak, narrow):
+    """At both font sizes: on a narrow screen the stylesheet draws the labels larger."""
+    font = charts.TICK_FONT_NARROW if narrow else charts.TICK_FONT
+    for chart in (
+        charts.throughput_chart(_done(peak), NOW),
+        charts.wait_chart(_waited(peak / 10), NOW),
+    ):
+        spans = [t.extent(font) for t in chart.x_ticks]
+        assert [t.label for t in chart.x_ticks][-1] == "now"
+        assert spans[0][0] >= 0
+        assert spans[-1][1] <= chart.width  # the last label ("now") is not clipped
+        gaps = [b[0] - a[1] for a, b in itertools.pairwise(spans)]
+        assert min(gaps) >= 4, spans  # none overlaps the next
+        assert chart.x_label_y + font * 1.2 <= chart.height  # below the plot, inside the box
+        for tick in chart.y_ticks:
+            assert chart.y_label_x - charts.text_width(tick.label, font) >= 0, tick
+            assert tick.at - font / 2 >= 0 and tick.at + font / 2 <= chart.height
+        bars = chart.bars
+        assert all(chart.left <= b.x and b.x + b.width <= chart.plot_right for b in bars)
+
+
+def test_the_empty_chart_says_so_and_keeps_a_sensible_scale():
+    chart = charts.throughput_chart([], NOW)
+    assert chart.empty and chart.empty_text == "no attempt finished in the last hour"
+    assert [t.label for t in chart.y_ticks] == ["0", "1"]
+    assert chart.total == "0 done, 0 retried, 0 dead"
+    wait = charts.wait_chart([], NOW)
+    assert wait.empty and wait.total == "nothing claimed"
+    for empty in (chart, wait):  # the message fits in the plot at its largest
+        width = charts.text_width(empty.empty_text, charts.EMPTY_FONT_NARROW)
+        assert empty.middle[0] - width / 2 >= empty.left, empty.empty_text
+        assert empty.middle[0] + width / 2 <= empty.plot_right, empty.empty_text
+    # Rollups older than an hour are not drawn.
+    old = [MinuteStats(MINUTE - timedelta(hours=2), "q", "t", claimed=55, done=55)]
+    assert charts.throughput_chart(old, NOW).empty and charts.wait_chart(old, NOW).empty
+
+
+def test_the_overview_says_which_counts_are_now_and_which_are_the_last_hour(ledger):
+    ledger.task(lambda ctx, n: None, name="report", queue="reports")
+    ledger.enqueue_many("report", [{"payload": {"n": n}, "key": f"r{n}"} for n in range(5)])
+    ledger.run_worker(["reports"], burst=True, handle_signals=False)
+    # The jobs finished two hours ago, as far as the rollups know.
+    ledger.backend.stats.minutes_prune(datetime.now(UTC) + timedelta(hours=1))
+    two_hours_ago = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=2)
+    ledger.backend.stats.minutes_add(
+        [MinuteStats(two_hours_ago, "reports", "report", claimed=5, wait_sum=1.0, done=5)]
+    )
+    with api_server(ledger, ServerSettings(snapshot_seconds=0)) as api:
+        page = login(api, api.key("read")).get("/").text
+    head = page[page.index("<thead>") : page.index("</thead>")]
+    assert re.search(r'<th colspan="8"[^>]*>Jobs in the ledger now</th>', head)
+    assert re.search(r'<th colspan="2"[^>]*>Last hour</th>', head)
+    row = page[page.index('<tr data-queue="reports"') :]
+    row = row[: row.index("</tr>")]
+    assert re.search(r'data-label="done" data-state="done">5<', row)
+    assert re.search(r'data-label="done, last hour" data-state="done-hour">0<', row)
+    assert "kept until they are pruned" in page
+    assert "no attempt finished in the last hour" in page
+
+
+def test_a_long_error_is_quoted_short_in_the_diagnosis_and_whole_below(ledger):
+    error = "provider refused: " + "/".join(f"segment{i}" for i in range(60))
+
+    @ledger.task(queue="mail")
+    def send(ctx) -> None:
+        raise Permanent(error)
+
+    job = ledger.enqueue(send, {}, key="long")
+    ledger.run_worker(["mail"], burst=True, handle_signals=False)
+    with api_server(ledger, ServerSettings(snapshot_seconds=0)) as api:
+        page = login(api, api.key("read")).get(f"/ui/jobs/{job.id}").text
+    diagnosis = page[page.index('<div class="diagnosis">') :]
+    diagnosis = diagnosis[: diagnosis.index("</div>")]
+    assert "(the whole error is below)" in diagnosis and error not in diagnosis
+    assert len(re.sub(r"<[^>]+>", "", diagnosis)) < len(error)
+    below = page[page.index("<h2>Last error</h2>") :]
+    assert error in below

@@ -196,3 +196,22 @@ def test_jobledger_serve_runs_the_delivery_loop(ledger, endpoint):
         server.stop()
     standardwebhooks.Webhook(sub.secret).verify(ep.requests[0].body, ep.requests[0].headers)
     assert f"push {sub.id} job {job_id}" in server.output
+
+
+def test_show_prints_a_push_jobs_error_once(cli, ledger, endpoint, push):  # noqa: F811
+    """A 400 with the body ``ok``: the job's error is ``HTTP 400: ok``, not ``HTTP 400: HTTP 400:
+    ok`` — the class (the status) is recorded once, beside the message (the body)."""
+    from ..support.endpoints import scripted
+    from .conftest import subscribe
+
+    ep = endpoint(scripted((400, {}, b"ok")))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_until(lambda: ledger.job(job_id).state is JobState.DEAD, what="the job to be dead")
+    [attempt] = ledger.history(job_id).attempts
+    assert (attempt.error_class, attempt.error_message) == ("HTTP 400", "ok")
+    shown = cli("show", "k1", "--url", ledger.url.raw)
+    assert shown.code == 0, shown.err
+    assert shown.out.count("HTTP 400: ok") == 2  # the job's last error, and the attempt's
+    assert "HTTP 400: HTTP 400" not in shown.out

@@ -93,3 +93,13 @@ def test_an_empty_ledger_says_so(db_url, capsys):
     Ledger(db_url).migrate()
     code, out, _ = run(capsys, "schedules", "--url", db_url)
     assert code == 0 and "no schedules in this ledger" in out and "leader: none yet" in out
+
+
+def test_schedules_lists_scheduler_cohorts_not_other_leader_leases(ticked, db_url, capsys):
+    """A relay's leader lease (``relay:<name>``) lives in the same table; it is no cohort."""
+    ticked.backend.leader.acquire("relay:default", "relay-host:1", 60)
+    code, out, err = run(capsys, "schedules", "--url", db_url, "--json")
+    assert code == 0, err
+    assert [lease["name"] for lease in json.loads(out)["leaders"]] == ["scheduler:default"]
+    code, out, _ = run(capsys, "schedules", "--url", db_url)
+    assert "cohort default" in out and "relay" not in out

@@ -116,6 +116,15 @@ def test_one_leader_at_a_time_and_takeover_only_after_expiry(ledger):
     assert a.leading == []
 
 
+def test_the_scheduling_authorities_are_the_schedulers_leases_only(ledger):
+    """The relay and the pruner lead through the same election; they are not cohorts."""
+    weekly_fan_out(ledger, 1)
+    scheduler(ledger, "a").run_once(T0)
+    ledger.backend.leader.acquire("relay:default", "relay-host", 30, T0)
+    ledger.backend.leader.acquire("maintenance:pruner", "worker-host", 30, T0)
+    assert [x.name for x in ledger.schedules.leaders(T0)] == [leader_name("default")]
+
+
 def test_a_released_lease_is_taken_at_once(ledger):
     weekly_fan_out(ledger, 1)
     a, b = scheduler(ledger, "a"), scheduler(ledger, "b")

@@ -15,188 +15,25 @@ types and the retry policy's ``Backoff`` value.
 
 from __future__ import annotations
 
-from .checks import (
-    DEFAULT_LEASE_SECONDS,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_QUEUE,
-    MAX_KEY_LENGTH,
-    MAX_LEASE_SECONDS,
-    MAX_PAYLOAD_BYTES,
-    encode_payload,
-    finite_number,
-    payload_digest,
-    validate_key,
-    validate_lease_seconds,
-    validate_max_attempts,
-    validate_name,
-    validate_queue_name,
-    validate_task_name,
-)
-from .groups import (
-    MAX_GROUP_LENGTH,
-    GroupLimits,
-    GroupState,
-    GroupStatus,
-    allowance,
-    group_status,
-    tokens_now,
-    validate_group,
-)
-from .jobs import (
-    Attempt,
-    AttemptOutcome,
-    ClaimedJob,
-    Enqueued,
-    Event,
-    FailResult,
-    Failure,
-    InsertResult,
-    JobFilter,
-    JobRow,
-    JobSpec,
-    JobState,
-    Lease,
-    NewJob,
-    OnConflict,
-    PruneResult,
-    PublishItem,
-    PublishOutcome,
-    PublishStatus,
-    RescueResult,
-    Tombstone,
-)
-from .keys import (
-    KEY_PREFIX,
-    MAX_KEY_NAME,
-    SCOPE_KINDS,
-    ApiKey,
-    digest,
-    parse_scope,
-    parse_scopes,
-)
-from .outbox import (
-    KeyClaim,
-    OutboxQueueStats,
-    OutboxReason,
-    OutboxRecord,
-    Route,
-)
-from .queues import (
-    DAY,
-    DEFAULT_RETENTION_SECONDS,
-    MAX_BACKOFF_SECONDS,
-    MAX_RETENTION_SECONDS,
-    MIN_RETENTION_SECONDS,
-    QueueInfo,
-    QueueSettings,
-)
-from .schedules import (
-    CatchUp,
-    LeaderLease,
-    ScheduleDefinition,
-    ScheduleRow,
-    TickRow,
-    TickState,
-)
-from .stats import (
-    MinuteStats,
-    QueueDepth,
-    QueueStats,
-)
-from .subscriptions import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_OVERLAP,
-    DEFAULT_TIMEOUT_SECONDS,
-    MAX_CONCURRENCY,
-    MAX_OVERLAP,
-    MAX_TIMEOUT_SECONDS,
-    MAX_URL_LENGTH,
-    Subscription,
-    SubscriptionState,
-    validate_url,
-)
+from . import checks, groups, jobs, keys, outbox, queues, schedules, stats, subscriptions
+from .checks import *  # noqa: F403
+from .groups import *  # noqa: F403
+from .jobs import *  # noqa: F403
+from .keys import *  # noqa: F403
+from .outbox import *  # noqa: F403
+from .queues import *  # noqa: F403
+from .schedules import *  # noqa: F403
+from .stats import *  # noqa: F403
+from .subscriptions import *  # noqa: F403
 
-__all__ = [
-    "ApiKey",
-    "Attempt",
-    "AttemptOutcome",
-    "CatchUp",
-    "ClaimedJob",
-    "DAY",
-    "DEFAULT_CONCURRENCY",
-    "DEFAULT_LEASE_SECONDS",
-    "DEFAULT_MAX_ATTEMPTS",
-    "DEFAULT_OVERLAP",
-    "DEFAULT_QUEUE",
-    "DEFAULT_RETENTION_SECONDS",
-    "DEFAULT_TIMEOUT_SECONDS",
-    "Enqueued",
-    "Event",
-    "FailResult",
-    "Failure",
-    "GroupLimits",
-    "GroupState",
-    "GroupStatus",
-    "InsertResult",
-    "JobFilter",
-    "JobRow",
-    "JobSpec",
-    "JobState",
-    "KEY_PREFIX",
-    "KeyClaim",
-    "LeaderLease",
-    "Lease",
-    "MAX_BACKOFF_SECONDS",
-    "MAX_CONCURRENCY",
-    "MAX_GROUP_LENGTH",
-    "MAX_KEY_LENGTH",
-    "MAX_KEY_NAME",
-    "MAX_LEASE_SECONDS",
-    "MAX_OVERLAP",
-    "MAX_PAYLOAD_BYTES",
-    "MAX_RETENTION_SECONDS",
-    "MAX_TIMEOUT_SECONDS",
-    "MAX_URL_LENGTH",
-    "MIN_RETENTION_SECONDS",
-    "MinuteStats",
-    "NewJob",
-    "OnConflict",
-    "OutboxQueueStats",
-    "OutboxReason",
-    "OutboxRecord",
-    "PruneResult",
-    "PublishItem",
-    "PublishOutcome",
-    "PublishStatus",
-    "QueueDepth",
-    "QueueInfo",
-    "QueueSettings",
-    "QueueStats",
-    "RescueResult",
-    "Route",
-    "SCOPE_KINDS",
-    "ScheduleDefinition",
-    "ScheduleRow",
-    "Subscription",
-    "SubscriptionState",
-    "TickRow",
-    "TickState",
-    "Tombstone",
-    "allowance",
-    "digest",
-    "encode_payload",
-    "finite_number",
-    "group_status",
-    "parse_scope",
-    "parse_scopes",
-    "payload_digest",
-    "tokens_now",
-    "validate_group",
-    "validate_key",
-    "validate_lease_seconds",
-    "validate_max_attempts",
-    "validate_name",
-    "validate_queue_name",
-    "validate_task_name",
-    "validate_url",
-]
+__all__ = sorted(
+    jobs.__all__
+    + stats.__all__
+    + schedules.__all__
+    + outbox.__all__
+    + groups.__all__
+    + queues.__all__
+    + keys.__all__
+    + subscriptions.__all__
+    + checks.__all__
+)

@@ -27,6 +27,7 @@ __all__ = [
     "validate_name",
     "validate_queue_name",
     "validate_task_name",
+    "validate_timeout_seconds",
 ]
 
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -126,6 +127,20 @@ def validate_lease_seconds(value: float) -> float:
         or not 0 < value <= MAX_LEASE_SECONDS
     ):
         raise ConfigError(f"lease_seconds must be > 0 and at most 7 days, got {value!r}")
+    return float(value)
+
+
+def validate_timeout_seconds(value: float | None) -> float | None:
+    """A run's bound: None (no bound) or more than 0 and at most 7 days."""
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_LEASE_SECONDS
+    ):
+        raise ConfigError(f"timeout must be > 0 seconds and at most 7 days, got {value!r}")
     return float(value)
 
 

@@ -76,6 +76,10 @@ class AttemptOutcome(enum.StrEnum):
     """The holder neither finished nor renewed in time; the rescuer closed the attempt."""
     RELEASED = "released"
     """The worker gave the job back unstarted (graceful shutdown); the attempt is not charged."""
+    TIMED_OUT = "timed_out"
+    """The attempt ran past its task's timeout and was abandoned: lease renewal stopped, and the
+    job went back to pending (budget left) or to dead (budget spent). Whatever the abandoned
+    handler writes afterwards is refused by the fence."""
 
 
 class Enqueued(NamedTuple):
@@ -254,6 +258,9 @@ class Failure:
     traceback: str | None = None
     pause_group_until: datetime | None = None
     """Set by ``Retry(scope="group")``: the job's whole group is not claimed before then."""
+    timed_out: bool = False
+    """The attempt ran past its timeout: it is closed as ``timed_out`` (retried or dead by the
+    budget like any transient failure)."""
 
 
 @dataclass(frozen=True, slots=True)

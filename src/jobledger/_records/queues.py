@@ -25,6 +25,7 @@ from .checks import (
     validate_max_attempts,
     validate_queue_name,
     validate_task_name,
+    validate_timeout_seconds,
 )
 
 __all__ = [
@@ -68,6 +69,9 @@ class QueueSettings:
     - ``retention_seconds``: how long finished jobs are kept, and so how long an
       Idempotency-Key is replayed (at least 24 hours, default 30 days).
     - ``require_key``: refuse publishes without an ``Idempotency-Key`` header.
+    - ``timeout_seconds``: the longest an attempt of the queue's jobs may run in a Python worker
+      (None: no bound) — for tasks that set no ``timeout`` of their own, and for the jobs
+      published over HTTP; an attempt past it is closed as ``timed_out`` (docs/concepts.md).
     """
 
     name: str
@@ -78,6 +82,7 @@ class QueueSettings:
     backoff_cap: float = 3600.0
     retention_seconds: float = DEFAULT_RETENTION_SECONDS
     require_key: bool = False
+    timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         validate_queue_name(self.name)
@@ -109,6 +114,7 @@ class QueueSettings:
         )
         if not isinstance(self.require_key, bool):
             raise ConfigError(f"require_key must be true or false, got {self.require_key!r}")
+        object.__setattr__(self, "timeout_seconds", validate_timeout_seconds(self.timeout_seconds))
 
     @property
     def backoff(self) -> Backoff:

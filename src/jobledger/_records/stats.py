@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-__all__ = ["MinuteStats", "QueueDepth", "QueueStats"]
+__all__ = ["Counts", "MinuteStats", "QueueDepth", "QueueStats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +60,16 @@ class MinuteStats:
     run_sum: float = 0.0
     """Seconds the handlers ran, summed over ``run_count`` attempts."""
     run_max: float = 0.0
+
+
+@dataclass
+class Counts:
+    """A set of counters that several threads add to (a worker's, a consumer's, a relay's
+    stats): subclasses declare the counters as ``int`` fields."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, **counts: int) -> None:
+        with self._lock:
+            for name, n in counts.items():
+                setattr(self, name, getattr(self, name) + n)

@@ -3,53 +3,21 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
 from .._faults import fault_point
-from .._records import ClaimedJob, Lease
 from ..backends.base import Backend
 from ..errors import LeaseLost
+from .leases import LeaseHold
 
 __all__ = ["JobContext"]
 
 T = TypeVar("T")
 
 log = logging.getLogger("jobledger.worker")
-
-
-class LeaseHold:
-    """The worker's record of one running job's lease, shared by its context and the worker's
-    heartbeat thread."""
-
-    __slots__ = (
-        "job",
-        "lease",
-        "lease_until",
-        "renewed_at",
-        "lost",
-        "started",
-        "released",
-        "finished",
-        "lock",
-        "started_at",
-    )
-
-    def __init__(self, job: ClaimedJob):
-        self.job = job
-        self.lease = Lease(job.id, job.lease_token, job.attempt)
-        self.lease_until = job.lease_until
-        self.renewed_at = time.monotonic()
-        self.lost = False
-        self.started = False
-        self.released = False
-        self.finished = False
-        self.started_at = 0.0
-        self.lock = threading.Lock()
 
 
 class JobContext:

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._records import ClaimedJob, RescueResult
-    from .worker import Worker
+    from .runtime import Runtime
 
 __all__ = ["WorkerObserver", "WorkerService"]
 
@@ -22,12 +22,12 @@ class WorkerObserver:
     (an exception is logged and swallowed).
     """
 
-    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+    def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         """Jobs were just claimed by ``worker``."""
 
     def on_outcome(
         self,
-        worker: Worker,
+        worker: Runtime,
         job: ClaimedJob,
         outcome: str,
         duration: float,
@@ -36,7 +36,7 @@ class WorkerObserver:
         """An attempt's outcome was written: ``done``, ``retry`` or ``dead``."""
 
     def on_outcomes(
-        self, worker: Worker, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
+        self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:
         """Outcomes written together (one batch of the worker's completer), each as
         ``(job, outcome, duration, error_class)``. By default ``on_outcome`` for each one;
@@ -44,13 +44,13 @@ class WorkerObserver:
         for job, outcome, duration, error_class in outcomes:
             self.on_outcome(worker, job, outcome, duration, error_class)
 
-    def on_heartbeat(self, worker: Worker, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
+    def on_heartbeat(self, worker: Runtime, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
         """Leases were renewed: each job with its new ``lease_until``."""
 
-    def on_lease_lost(self, worker: Worker, job: ClaimedJob, action: str) -> None:
+    def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
         """A write (``heartbeat``, ``complete``, ``fail``) was refused: the token was stale."""
 
-    def on_rescue(self, worker: Worker, rescued: Sequence[RescueResult]) -> None:
+    def on_rescue(self, worker: Runtime, rescued: Sequence[RescueResult]) -> None:
         """The worker's rescuer closed expired leases."""
 
 

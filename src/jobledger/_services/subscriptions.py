@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import math
 import secrets as _random
 from datetime import datetime, timedelta
@@ -20,7 +21,7 @@ from .._records.subscriptions import (
     SubscriptionState,
     validate_url,
 )
-from .._webhooks import generate_secret, secret_bytes
+from .._webhooks import SECRET_PREFIX, generate_secret, secret_bytes
 from ..errors import ConfigError
 from .base import Service
 
@@ -62,6 +63,17 @@ def _limits(
     return timeout, concurrency, rate_value, burst_value
 
 
+def _check_secret(secret: str) -> None:
+    """A secret to store: ``whsec_`` and 24 to 64 bytes in base64 exactly as an encoder writes
+    it (padded, no extra ``=``, unused bits zero), so that every verifier decodes it alike."""
+    key = secret_bytes(secret)
+    if SECRET_PREFIX + base64.b64encode(key).decode("ascii") != secret:
+        raise ConfigError(
+            "the webhook secret after 'whsec_' must be base64 as an encoder writes it "
+            "(padded with '=' to a multiple of 4 characters, no more)"
+        )
+
+
 def new_subscription_id() -> str:
     return "sub_" + _random.token_hex(6)
 
@@ -86,7 +98,7 @@ def create_subscription(
     if secret is None:
         secret = generate_secret()
     else:
-        secret_bytes(secret)
+        _check_secret(secret)
     timeout, workers, rate, burst_value = _limits(
         timeout_seconds, concurrency, rate_per_second, burst
     )
@@ -117,7 +129,7 @@ def rotate_secret(
     if secret is None:
         secret = generate_secret()
     else:
-        secret_bytes(secret)
+        _check_secret(secret)
     if not isinstance(overlap, timedelta) or not timedelta(0) <= overlap <= MAX_OVERLAP:
         raise ConfigError(f"the overlap must be between 0 and {MAX_OVERLAP.days} days")
     return backend.subscriptions.rotate(subscription_id, secret, overlap.total_seconds(), now)

@@ -81,8 +81,11 @@ class Backend(Protocol):
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def migrate(self) -> list[str]:
-        """Apply the migrations this database lacks, in order; return their names."""
+    def migrate(self, conn: Any = None) -> list[str]:
+        """Apply the migrations this database lacks, in order; return their names. Reads what
+        is applied without taking a write lock, so a migrated database is never locked for it.
+        ``conn``: the application's connection of the enqueue that is the ledger's first use
+        (see docs/backends.md, "The schema on first use")."""
         ...
 
     def schema_version(self) -> int:

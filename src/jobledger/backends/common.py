@@ -1,33 +1,26 @@
-"""Pieces both backends share: column lists, row mapping, filters, conflict checks."""
+"""Pieces both dialects share: filters, conflict checks, the claim's turns, publish verdicts."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._records import (
-    ClaimedJob,
     Failure,
     InsertResult,
     JobFilter,
-    JobRow,
     JobState,
     NewJob,
     PublishItem,
     PublishStatus,
     QueueDepth,
-    Subscription,
-    SubscriptionState,
 )
 from ..errors import KeyConflict
 
-JOB_COLUMNS = (
-    "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "
-    "attempt_limit, lease_seconds, lease_until, lease_token, leased_by, created_at, updated_at, "
-    "finished_at, last_error, last_error_class, last_traceback, correlation_id, group_name"
-)
+if TYPE_CHECKING:
+    from .shared.database import Database
 
 #: Orders a caller may ask ``History.find`` for.
 ORDERS = {
@@ -36,28 +29,6 @@ ORDERS = {
     "updated": "updated_at DESC, id DESC",
     "run_at": "run_at, id",
 }
-
-
-def claimed_job(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> ClaimedJob:
-    """A row of a claim's RETURNING list (id, queue, key, task, payload, attempts, lease_token,
-    lease_until, lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name)."""
-    payload = row[4]
-    return ClaimedJob(
-        id=row[0],
-        queue=row[1],
-        key=row[2],
-        task=row[3],
-        payload=json.loads(payload) if isinstance(payload, str) else payload,
-        attempt=row[5],
-        lease_token=str(row[6]),
-        lease_until=to_time(row[7]),  # type: ignore[arg-type]
-        lease_seconds=float(row[8]),
-        run_at=to_time(row[9]),  # type: ignore[arg-type]
-        priority=row[10],
-        correlation_id=row[11],
-        budget_left=row[12] - row[5],
-        group=row[13],
-    )
 
 
 def insert_values(job: NewJob, run_at: float, now: float) -> dict[str, Any]:
@@ -102,47 +73,10 @@ def claim_in_turns(
     return head + tail + more
 
 
-def job_row(row: Sequence[Any], to_time: Callable[[Any], datetime | None]) -> JobRow:
-    payload = row[4]
-    if isinstance(payload, str):
-        payload = json.loads(payload)
-    return JobRow(
-        id=row[0],
-        queue=row[1],
-        key=row[2],
-        task=row[3],
-        payload=payload,
-        state=JobState(row[5]),
-        priority=row[6],
-        run_at=to_time(row[7]),  # type: ignore[arg-type]
-        attempts=row[8],
-        max_attempts=row[9],
-        attempt_limit=row[10],
-        lease_seconds=float(row[11]),
-        lease_until=to_time(row[12]),
-        lease_token=None if row[13] is None else str(row[13]),
-        leased_by=row[14],
-        created_at=to_time(row[15]),  # type: ignore[arg-type]
-        updated_at=to_time(row[16]),  # type: ignore[arg-type]
-        finished_at=to_time(row[17]),
-        last_error=row[18],
-        last_error_class=row[19],
-        last_traceback=row[20],
-        correlation_id=row[21],
-        group=row[22],
-    )
-
-
-def filter_sql(
-    where: JobFilter,
-    param: Callable[[str], str],
-    to_db_time: Callable[[datetime], Any],
-    like: str = "LIKE",
-) -> tuple[str, dict[str, Any]]:
-    """The WHERE clause (without the keyword) and parameters for a ``JobFilter``.
-
-    ``param(name)`` renders a placeholder in the dialect's style.
-    """
+def filter_sql(where: JobFilter, db: Database) -> tuple[str, dict[str, Any]]:
+    """The WHERE clause (without the keyword) and parameters for a ``JobFilter``, in the
+    dialect of ``db`` (its placeholders, times and case-insensitive LIKE)."""
+    param, to_db_time, like = db.param, db.to_db, db.ilike
     clauses: list[str] = []
     params: dict[str, Any] = {}
     if where.queue is not None:
@@ -260,7 +194,7 @@ def queue_depths_from_rows(rows: Iterable[Sequence[Any]]) -> list[QueueDepth]:
             entry["pending"] = int(n)
             entry["due"] = int(m or 0)
             if first is not None:
-                entry["oldest_due_pending_seconds"] = max(0.0, _seconds(clock) - _seconds(first))
+                entry["oldest_due_pending_seconds"] = max(0.0, seconds(clock) - seconds(first))
         elif state == "leased":
             entry["leased"] = int(n)
             entry["expired_leases"] = int(m or 0)
@@ -269,18 +203,6 @@ def queue_depths_from_rows(rows: Iterable[Sequence[Any]]) -> list[QueueDepth]:
     return [QueueDepth(**fields[q]) for q in sorted(fields)]
 
 
-def _seconds(value: datetime | float) -> float:
+def seconds(value: datetime | float) -> float:
+    """A time (epoch seconds, or a datetime) as epoch seconds."""
     return value if isinstance(value, float | int) else value.timestamp()
-
-
-#: The columns of ``subscription_select`` that are times.
-_SUBSCRIPTION_TIMES = (11, 13, 14, 15, 16, 17, 18)
-
-
-def subscription_row(row: Sequence[Any], to_time: Callable[[Any], Any]) -> Subscription:
-    """A row of ``subscription_select`` (the dataclass's fields, in order) as a record."""
-    values = list(row)
-    for i in _SUBSCRIPTION_TIMES:
-        values[i] = to_time(values[i])
-    values[8] = SubscriptionState(values[8])
-    return Subscription(*values)

@@ -3,7 +3,7 @@
 ``BrokerConsumer`` is a ``Worker`` whose jobs come from a broker instead of a polling claim:
 everything after the claim — runner threads, async handlers, lease renewal, fenced and batched
 outcome writes, the rescuer, graceful shutdown — is the polling worker's own code. For each
-message it claims the job **by key** in the ledger (``backend.jobs.claim_keys``: one transaction for the
+message it claims the job **by key** in the ledger (``job_claim_keys``: one transaction for the
 messages received together; the same lease and token as any claim, and an attempt opened), runs
 the handler, writes the outcome, and only then acknowledges the message. What it does with a
 message depends on the job, never on the message:
@@ -37,14 +37,14 @@ import random
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from .._faults import fault_point
 from .._ledger import Ledger
-from .._records import JobRow, JobState
-from .._runtime.context import LeaseHold
+from .._records import Counts, JobRow, JobState
+from .._runtime.leases import LeaseHold
 from .._runtime.worker import Worker, WorkerStats
 from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, JobledgerError
 from .base import Delivery, Subscriber, subscriber_for
@@ -58,7 +58,7 @@ DeliveryHook = Callable[[Delivery, str], None]
 
 
 @dataclass
-class DeliveryStats:
+class DeliveryStats(Counts):
     """What a consumer did with the messages it received."""
 
     received: int = 0
@@ -79,12 +79,6 @@ class DeliveryStats:
     malformed: int = 0
     ledger_errors: int = 0
     """Times a claim failed because the ledger was unreachable (the message was kept)."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
 
 
 class BrokerConsumer(Worker):
@@ -175,8 +169,8 @@ class BrokerConsumer(Worker):
                 next_rescue = time.monotonic() + self.rescue_interval
             self._stopping.wait(min(self.rescue_interval, 0.5))
 
-    def _finished(self, holds: list[LeaseHold]) -> None:
-        super()._finished(holds)
+    def finished(self, holds: list[LeaseHold]) -> None:
+        super().finished(holds)
         for hold in holds:
             with self._acks_lock:
                 delivery = self._acks.pop((hold.job.id, hold.job.lease_token), None)
@@ -330,9 +324,7 @@ class BrokerConsumer(Worker):
             return
         wanted = [(d.envelope.queue, d.envelope.key) for d in valid if d.envelope is not None]
         try:
-            claims = await asyncio.to_thread(
-                self.backend.jobs.claim_keys, wanted, self.name, self._now()
-            )
+            claims, holds = await asyncio.to_thread(self.claim_keys, wanted)
         except BackendUnavailable as exc:
             log.warning("consumer %s: cannot claim %d job(s): %s", self.name, len(valid), exc)
             for delivery in valid:
@@ -340,13 +332,11 @@ class BrokerConsumer(Worker):
                 self._outcome(delivery, "ledger_error")
                 self._later(delivery, 0.5 + random.random())
             return
-        jobs = []
         for delivery, claim in zip(valid, claims, strict=True):
             if claim.job is not None:
                 with self._acks_lock:
                     self._acks[(claim.job.id, claim.job.lease_token)] = delivery
                 self._outcome(delivery, "claimed")
-                jobs.append(claim.job)
                 continue
             outcome, wait = self._decide(claim.current, claim.paused_until)
             self._outcome(delivery, outcome)
@@ -354,7 +344,7 @@ class BrokerConsumer(Worker):
                 self._later(delivery, wait)
             else:
                 await delivery.ack()
-        self._dispatch(jobs)
+        self._dispatch(holds)
 
     def _decide(
         self, job: JobRow | None, paused_until: datetime | None = None

@@ -15,20 +15,28 @@ never reordered, what was not is tried again in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from .._faults import fault_point
 from .._ledger import Ledger
-from .._records import LeaderLease, OutboxRecord
+from .._records import Counts, OutboxRecord
 from .._runtime.worker import default_worker_name
 from ..backends.base import Backend
-from ..errors import BackendUnavailable, BrokerUnavailable, ConfigError, LeadershipLost
+from ..errors import (
+    BackendUnavailable,
+    BrokerUnavailable,
+    ConfigError,
+    JobledgerError,
+    LeadershipLost,
+)
+from ..maintenance.leader import LeaderElection
 from .base import Publisher, describe, publisher_for
 from .urls import BrokerURL
 
@@ -38,7 +46,7 @@ log = logging.getLogger("jobledger.relay")
 
 
 @dataclass
-class RelayStats:
+class RelayStats(Counts):
     """What one relay did."""
 
     published: int = 0
@@ -51,12 +59,6 @@ class RelayStats:
     leadership_lost: int = 0
     """Times the relay's lease was taken over before it could mark what it had published."""
     pruned: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def add(self, **counts: int) -> None:
-        with self._lock:
-            for name, n in counts.items():
-                setattr(self, name, getattr(self, name) + n)
 
 
 class Relay:
@@ -113,11 +115,19 @@ class Relay:
         self.clock = clock
         self.stats = RelayStats()
         self._stopping = threading.Event()
-        self._lease: LeaderLease | None = None
-        self._renewed = 0.0
+        self._election = LeaderElection(
+            lambda: self.backend.leader,
+            self.lease_name,
+            self.holder,
+            lease_seconds,
+            self._now,
+            label=f"relay {name} ({self.holder})",
+            what="the outbox",
+        )
         self._connected = False
         self._next_prune = 0.0
         self._state = "idle"
+        self._last_error: str | None = None
 
     def __repr__(self) -> str:
         return f"Relay(to={self.url.redacted!r}, name={self.name!r})"
@@ -141,8 +151,10 @@ class Relay:
         return self.stats
 
     def drain(self, timeout: float = 30.0) -> RelayStats:
-        """Publish everything due now, then return (waiting up to ``timeout`` for the lease
-        and the broker). Raises ``BrokerUnavailable`` when that takes longer."""
+        """Publish everything due now, then return — within ``timeout`` seconds, clean-up
+        included. Raises ``BrokerUnavailable`` when it could not: another relay holds the lease,
+        or the broker did not take everything (the message says what is left)."""
+        started = time.monotonic()
         try:
             asyncio.run(asyncio.wait_for(self._run(drain=True), timeout))
         except TimeoutError:
@@ -150,12 +162,28 @@ class Relay:
                 f"another relay holds the lease {self.lease_name!r}"
                 if self._state == "standby"
                 else f"the broker at {self.url.redacted} did not take everything"
+                + (f" ({self._last_error})" if self._last_error else "")
             )
             raise BrokerUnavailable(
-                f"the relay did not publish everything due within {timeout:g} s: {why} "
-                f"(published {self.stats.published})"
+                f"the relay did not publish everything due within {timeout:g} s: {why}; "
+                f"published {self.stats.published}, {self._left()} "
+                f"(gave up after {time.monotonic() - started:.1f} s)"
             ) from None
         return self.stats
+
+    def _left(self) -> str:
+        """What is still due, per queue, for a report (or why that cannot be said)."""
+        try:
+            stats = self.backend.outbox.stats(self._now())
+        except JobledgerError as exc:
+            return f"what is still due is unknown ({exc})"
+        due = {
+            s.queue: s.due for s in stats if s.due and (not self.queues or s.queue in self.queues)
+        }
+        if not due:
+            return "nothing is still due"
+        listed = ", ".join(f"{q} {n}" for q, n in sorted(due.items()))
+        return f"{sum(due.values())} records still due ({listed})"
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -175,6 +203,7 @@ class Relay:
                     failures = 0
                 except (BrokerUnavailable, BackendUnavailable) as exc:
                     failures += 1
+                    self._last_error = str(exc)
                     self.stats.add(failures=1)
                     delay = min(5.0, 0.05 * 2 ** min(failures, 7)) * (0.5 + random.random() / 2)
                     log.warning("relay: %s; retrying in %.1f s", exc, delay)
@@ -190,12 +219,19 @@ class Relay:
                     return
                 await self._sleep(self.poll_interval)
         finally:
-            await self._disconnect()
-            await self._release()
+            # Bounded, so that a cancelled drain ends on time even when the broker or the
+            # database hangs.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._disconnect()), 2.0)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.to_thread(self._election.release, self._now()), 2.0)
             log.info("relay %s stopped: %s", self.name, self.stats)
 
     async def _sleep(self, seconds: float) -> None:
-        await asyncio.to_thread(self._stopping.wait, seconds)
+        # Cancellable (a drain's timeout ends it at once) and quick to see stop().
+        deadline = time.monotonic() + seconds
+        while not self._stopping.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     async def _turn(self) -> str:
         """One batch: ``busy`` when there may be more to publish at once, ``idle`` when nothing
@@ -225,7 +261,7 @@ class Relay:
         return "busy" if len(records) == self.batch_size else "idle"
 
     async def _mark(self, records: list[OutboxRecord], duplicates: int) -> None:
-        lease = self._lease
+        lease = self._election.lease
         assert lease is not None
         try:
             await asyncio.to_thread(
@@ -241,7 +277,7 @@ class Relay:
                 self.name,
                 len(records),
             )
-            self._lease = None
+            self._election.lost()
             return
         self.stats.add(published=len(records), duplicates=duplicates)
         log.debug(
@@ -254,38 +290,13 @@ class Relay:
     # -- leadership ------------------------------------------------------------------------------
 
     async def _lead(self) -> bool:
-        now = time.monotonic()
-        if self._lease is not None and now - self._renewed < self.lease_seconds / 3:
-            return True
-        if self._lease is not None:
-            renewed = await asyncio.to_thread(
-                self.backend.leader.renew, self._lease, self.lease_seconds, self._now()
-            )
-            if renewed is None:
-                self.stats.add(leadership_lost=1)
-                log.warning("relay %s lost its lease; standing by", self.name)
-        else:
-            renewed = await asyncio.to_thread(
-                self.backend.leader.acquire,
-                self.lease_name,
-                self.holder,
-                self.lease_seconds,
-                self._now(),
-            )
-            if renewed is not None:
-                log.info("relay %s (%s) leads (term %d)", self.name, self.holder, renewed.term)
-        self._lease = renewed
-        self._renewed = now
-        return renewed is not None
-
-    async def _release(self) -> None:
-        if self._lease is None:
-            return
-        lease, self._lease = self._lease, None
-        try:
-            await asyncio.to_thread(self.backend.leader.release, lease, self._now())
-        except BackendUnavailable as exc:
-            log.warning("could not release the relay's lease (it will expire): %s", exc)
+        """Hold the relay's leader lease (``maintenance.leader``: renewed a third through,
+        taken only when free or expired)."""
+        was = self._election.lease
+        lease = await asyncio.to_thread(self._election.hold, self._now())
+        if was is not None and (lease is None or lease.token != was.token):
+            self.stats.add(leadership_lost=1)
+        return lease is not None
 
     async def _disconnect(self) -> None:
         if self._connected:

@@ -6,34 +6,47 @@ Each one records who acted and why in the job's history (``--actor``, ``--reason
 from __future__ import annotations
 
 import dataclasses
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
-from .._ledger import DEFAULT_KEEP_KEYS
-from .._records import JobFilter, JobState
-from .base import cli, json_option, open_ledger, url_option
+from .base import JobRef, job_option, jobs_option, open_ledger
 from .params import (
     DURATION,
     JSON_OBJECT,
     WHEN,
     actor_option,
-    console,
     echo_json,
+    exclusive,
     format_duration,
-    queue_option,
+    json_option,
+    recorded_actor,
+    table,
+    to_terminal,
+    url_option,
 )
-from .views import filter_options, job_dict
+from .views import filter_options, job_dict, job_filter
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from .._records import JobRow
 
 _SHOWN = 20
 
+# jobledger._ledger.DEFAULT_KEEP_KEYS, in days (a test checks it): written here so that the
+# option costs no import of the ledger.
+_KEEP_KEYS_DAYS = 365
 
-@cli.command()
+
+@click.command()
 @url_option
-@click.argument("jobs", nargs=-1)
+@jobs_option
 @filter_options
 @click.option(
     "--cancelled",
@@ -46,14 +59,15 @@ _SHOWN = 20
     "--limit", type=click.IntRange(1), default=None, help="At most this many (a canary batch)."
 )
 @click.option("--dry-run", is_flag=True, help="Show what would move; move nothing.")
-@actor_option
+@recorded_actor("each job's history")
 @click.option("--reason", required=True, help="Why; recorded in each job's history.")
 @click.option(
     "--rate",
     type=click.FloatRange(0),
     default=20.0,
     show_default=True,
-    help="Jobs per second, so a big dead-letter set does not stampede the downstream (0: no limit).",
+    help="Jobs per second, so a big dead-letter set does not stampede the downstream (0: no "
+    "limit). Ctrl-C stops it between two batches and says how many moved.",
 )
 @click.option(
     "--budget",
@@ -64,14 +78,8 @@ _SHOWN = 20
 @json_option
 def redrive(
     url: str,
-    jobs: tuple[str, ...],
-    queue: str | None,
-    task: str | None,
-    key_prefix: str | None,
-    group: str | None,
-    error_contains: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    jobs: list[JobRef],
+    selection: dict[str, Any],
     include_cancelled: bool,
     everything: bool,
     limit: int | None,
@@ -84,53 +92,50 @@ def redrive(
 ) -> None:
     """Put dead jobs back to pending with a fresh retry budget, keeping their history.
 
-    Select them by JOBS (ids or keys) and/or the filters; --all selects every dead job. A
-    redriven job keeps its key and recorded effects, so an effect that already happened is not
-    repeated. Try --dry-run first, then a --limit canary, then the rest.
+    Select them by JOBS (keys or ids; --id N and --key K say which) and/or the filters; --all
+    selects every dead job, and takes no other selection. A redriven job keeps its key and
+    recorded effects, so an effect that already happened is not repeated. Try --dry-run first,
+    then a --limit canary, then the rest.
 
     \b
     jobledger redrive -q digests --error "HTTP 503" --since 6h --dry-run --reason "provider outage"
     jobledger redrive -q digests --error "HTTP 503" --since 6h --reason "provider outage" --rate 5
     """
-    has_filter = any(
-        v is not None for v in (queue, task, key_prefix, group, error_contains, since, until)
-    )
-    if not (jobs or has_filter or everything):
+    filtered = any(v is not None for v in selection.values())
+    if everything and (jobs or filtered):
         raise click.UsageError(
-            "name the jobs (ids or keys), give a filter (--queue, --task, --error, …), "
+            "--all selects every dead job; give it without jobs or filters (--queue, …)"
+        )
+    if not (jobs or everything or filtered):
+        raise click.UsageError(
+            "name the jobs (keys or ids), give a filter (--queue, --task, --error, …), "
             "or pass --all to redrive every dead job"
         )
+    from .._records import JobState
+
     ledger = open_ledger(url)
-    ids = [ledger.find(ref, queue).id for ref in jobs] if jobs else None
+    queue = selection["queue"]
+    ids = [JobRef(j.ref, j.job_id, j.key, queue).find(ledger).id for j in jobs]
     states = (JobState.DEAD, JobState.CANCELLED) if include_cancelled else (JobState.DEAD,)
-    where = JobFilter(
-        queue=queue,
-        states=states,
-        task=task,
-        key_prefix=key_prefix,
-        group=group,
-        error_contains=error_contains,
-        since=since,
-        until=until,
-        limit=limit,
-    )
-    matched = ledger.jobs(dataclasses.replace(where, ids=tuple(ids) if ids else None))
+    where = job_filter(selection, states=states, limit=limit, ids=tuple(ids) if ids else None)
+    matched = ledger.jobs(where)
     by_id = {j.id: j for j in matched}
     if dry_run or not matched:
-        result_ids, skipped = [j.id for j in matched], []
+        result_ids, skipped, left = [j.id for j in matched], [], []
     else:
-        with _progress(as_json or len(matched) <= _SHOWN, "redriving") as progress:
-            task_id = progress.add_task("redrive", total=len(matched))
+        quiet = as_json or len(matched) <= _SHOWN
+        with _progress(quiet, "redriving", len(matched)) as (bar, task_id), _ctrl_c() as stop:
             result = ledger.redrive(
                 actor=actor,
                 reason=reason,
                 ids=list(by_id),
-                where=JobFilter(states=states),
+                where=job_filter({}, states=states),
                 rate=rate or None,
                 budget=budget,
-                progress=lambda done, total: progress.update(task_id, completed=done),
+                progress=lambda done, total: bar.update(task_id, completed=done),
+                stop=stop,
             )
-        result_ids, skipped = result.ids, result.skipped
+        result_ids, skipped, left = result.ids, result.skipped, result.left
     if as_json:
         echo_json(
             {
@@ -139,96 +144,159 @@ def redrive(
                 "skipped": skipped,
                 "jobs": [job_dict(by_id[i], traceback=False) for i in result_ids],
             }
+            | ({"interrupted": True, "left": left} if left else {})
         )
+        if left:
+            raise SystemExit(130)
         return
-    out = console()
+    if left:
+        click.echo(
+            f"interrupted: moved {len(result_ids)} of {len(matched)} job(s) back to pending "
+            f"before it stopped; {len(left)} not reached are still as they were",
+            err=True,
+        )
     verb = "would move" if dry_run else "moved"
-    out.print(
+    click.echo(
         f"{verb} {len(result_ids)} job(s) back to pending"
-        + ("" if dry_run else f" (actor {actor}, reason: {reason})"),
-        markup=False,
+        + ("" if dry_run else f" (actor {actor}, reason: {reason})")
     )
     if skipped:
-        out.print(f"skipped {len(skipped)} that were no longer dead: {skipped[:_SHOWN]}")
+        click.echo(f"skipped {len(skipped)} that were no longer dead: {skipped[:_SHOWN]}")
     if result_ids:
-        table = Table()
-        for name in ("id", "queue", "key", "task", "attempts", "last error"):
-            table.add_column(name)
-        for job_id in result_ids[:_SHOWN]:
-            j = by_id[job_id]
-            table.add_row(
-                str(j.id), j.queue, j.key, j.task, str(j.attempts), (j.last_error or "")[:80]
-            )
-        out.print(table)
+        table(
+            ["id", "queue", "key", "task", "attempts", "last error"],
+            (
+                [str(j.id), j.queue, j.key, j.task, str(j.attempts), (j.last_error or "")[:80]]
+                for j in (by_id[i] for i in result_ids[:_SHOWN])
+            ),
+        )
         if len(result_ids) > _SHOWN:
-            out.print(f"… and {len(result_ids) - _SHOWN} more (--json lists them all)")
+            click.echo(f"… and {len(result_ids) - _SHOWN} more (--json lists them all)")
+    if left:
+        raise SystemExit(130)
 
 
-def _progress(quiet: bool, what: str) -> Progress:
+@contextmanager
+def _ctrl_c() -> Iterator[threading.Event]:
+    """An event that Ctrl-C (SIGINT) sets while the block runs, so that the work inside stops
+    at its next safe point; a second Ctrl-C interrupts at once."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, on_signal)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def _progress(quiet: bool, what: str, total: int | None = None) -> Iterator[tuple[Any, Any]]:
+    """A progress bar on a terminal (and not ``quiet``); ``(bar, task)`` to update."""
+    if quiet or not to_terminal():
+        yield _NoBar(), None
+        return
+    bar = _bar(what)
+    with bar:
+        yield bar, bar.add_task(what, total=total)
+
+
+def _bar(what: str) -> Progress:
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from .params import console
+
     return Progress(
         TextColumn(what),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
         console=console(),
-        disable=quiet,
         transient=True,
     )
 
 
-@cli.command()
-@url_option
-@click.argument("job")
-@click.option(
-    "--done", "state", flag_value="done", help="The outside world shows it happened: mark done."
-)
-@click.option(
-    "--pending", "state", flag_value="pending", help="Run it again, with a fresh retry budget."
-)
-@click.option("--note", required=True, help="What you checked and found; recorded.")
-@actor_option
-@queue_option
-@json_option
-def resolve(
-    url: str, job: str, state: str | None, note: str, actor: str, queue: str | None, as_json: bool
-) -> None:
-    """Repair one dead or pending job — by KEY or ID — after checking the outside world.
+class _NoBar:
+    def update(self, task: Any, **fields: Any) -> None:
+        pass
 
-    --done: the effect did happen (the provider shows the message sent), so the job must not
-    run again. --pending: it did not, run it again now. Recorded with --actor and --note.
-    """
-    if state is None:
-        raise click.UsageError("say what the job becomes: --done or --pending")
-    ledger = open_ledger(url)
-    row = ledger.resolve(job, actor=actor, note=note, state=state, queue=queue)
+
+def _changed(row: JobRow, as_json: bool, what: str) -> None:
+    """What an operator's action made of one job: the row as JSON, or one line."""
     if as_json:
         echo_json({"job": job_dict(row, traceback=False)})
-        return
-    click.echo(f"job {row.id} ({row.queue}/{row.key}) is now {row.state.value}; note recorded")
+    else:
+        click.echo(f"job {row.id} ({row.queue}/{row.key}) {what}")
 
 
-@cli.command()
+@click.command()
 @url_option
-@click.argument("job")
+@job_option
+@click.option("--done", is_flag=True, help="The outside world shows it happened: mark done.")
+@click.option("--pending", is_flag=True, help="Run it again, with a fresh retry budget.")
+@click.option("--note", required=True, help="What you checked and found; recorded.")
+@actor_option
+@json_option
+def resolve(
+    url: str,
+    job: JobRef,
+    done: bool,
+    pending: bool,
+    note: str,
+    actor: str,
+    as_json: bool,
+) -> None:
+    """Repair one dead or pending job — by KEY or ID, or --id N / --key K — after checking the
+    outside world.
+
+    --done: the effect did happen (the provider shows the message sent), so the job must not
+    run again. --pending: it did not, run it again now. One of the two; recorded with --actor
+    and --note.
+    """
+    exclusive(**{"--done": done, "--pending": pending})
+    if not (done or pending):
+        raise click.UsageError("say what the job becomes: --done or --pending")
+    ledger = open_ledger(url)
+    target = job.find(ledger)
+    state = "done" if done else "pending"
+    row = ledger.resolve(target.id, actor=actor, note=note, state=state)
+    _changed(row, as_json, f"is now {row.state.value}; note recorded")
+
+
+@click.command()
+@url_option
+@job_option
 @click.option("--reason", required=True, help="Why; recorded in the job's history.")
 @actor_option
-@queue_option
 @json_option
-def cancel(url: str, job: str, reason: str, actor: str, queue: str | None, as_json: bool) -> None:
-    """Withdraw one pending job — by KEY or ID — so that it never runs.
+def cancel(
+    url: str,
+    job: JobRef,
+    reason: str,
+    actor: str,
+    as_json: bool,
+) -> None:
+    """Withdraw one pending job — by KEY or ID, or --id N / --key K — so that it never runs.
 
     Only pending jobs can be cancelled. A mistaken cancel is undone with
     `jobledger redrive JOB --cancelled --reason …`.
     """
     ledger = open_ledger(url)
-    row = ledger.cancel(job, actor=actor, reason=reason, queue=queue)
-    if as_json:
-        echo_json({"job": job_dict(row, traceback=False)})
-        return
-    click.echo(f"job {row.id} ({row.queue}/{row.key}) is cancelled")
+    target = job.find(ledger)
+    _changed(ledger.cancel(target.id, actor=actor, reason=reason), as_json, "is cancelled")
 
 
-@cli.command()
+@click.command()
 @url_option
 @click.argument("task")
 @click.option("--key", required=True, help="The job's business identity, e.g. 4187:2026-W33.")
@@ -265,8 +333,7 @@ def enqueue(
     same key with another payload is refused. The job gets the default budget (10 attempts) and
     lease (60 s): workers renew leases while a handler runs.
     """
-    if delay is not None and run_at is not None:
-        raise click.UsageError("give --delay or --run-at, not both")
+    exclusive(**{"--delay": delay, "--run-at": run_at})
     ledger = open_ledger(url)
     [result] = ledger.enqueue_many(
         task,
@@ -295,7 +362,7 @@ def enqueue(
         click.echo(f"nothing created: job {result.id} already has key {key!r} in queue {queue!r}")
 
 
-@cli.command()
+@click.command()
 @url_option
 @click.option(
     "--older-than",
@@ -306,7 +373,7 @@ def enqueue(
 @click.option(
     "--keep-keys",
     type=DURATION,
-    default=f"{DEFAULT_KEEP_KEYS.days}d",
+    default=f"{_KEEP_KEYS_DAYS}d",
     show_default=True,
     help="How long after a pruned job finished its key keeps blocking duplicates (0: free at once).",
 )
@@ -345,8 +412,7 @@ def prune(
     """
     ledger = open_ledger(url)
     keep = keep_keys.total_seconds() or None
-    with _progress(as_json or dry_run, "pruning") as progress:
-        task_id = progress.add_task("prune", total=None)
+    with _progress(as_json or dry_run, "pruning") as (bar, task_id):
         result = ledger.prune(
             older_than,
             include_dead=include_dead,
@@ -354,7 +420,7 @@ def prune(
             queue=queue,
             batch=batch,
             dry_run=dry_run,
-            progress=lambda r: progress.update(task_id, completed=r.jobs),
+            progress=lambda r: bar.update(task_id, completed=r.jobs),
         )
     if as_json:
         echo_json(dataclasses.asdict(result) | {"dry_run": dry_run})

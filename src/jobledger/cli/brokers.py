@@ -3,43 +3,30 @@ list, republish, prune): delivery through a message broker."""
 
 from __future__ import annotations
 
-import json
-import re
 import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from ..brokers.consumer import BrokerConsumer
-from ..brokers.outbox import Outbox, record_dict, route_dict, stats_dict
-from ..brokers.relay import Relay
-from ..brokers.urls import BrokerURL
-from .base import cli, json_option, load_app, open_ledger, split_csv, url_option
-from .logs import setup_logging
-from .schedules import _default_actor
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def _duration(value: str) -> float:
-    match = _DURATION.match(value)
-    if not match:
-        raise click.BadParameter(f"{value!r} is not a duration such as 30s, 15m, 6h or 7d")
-    return float(match[1]) * _UNITS[match[2]]
-
-
-def _broker_url(value: str) -> BrokerURL:
-    return BrokerURL.parse(value)  # a ConfigError becomes one line on stderr
-
-
-def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+from .base import JobRef, load_app, open_ledger
+from .params import (
+    DURATION,
+    app_url_option,
+    concurrency,
+    echo_json,
+    grace_option,
+    json_option,
+    log_level_option,
+    migrate_option,
+    no_scheduler,
+    recorded_actor,
+    rescue_interval_option,
+    split_csv,
+    table,
+    url_option,
+)
 
 
 @contextmanager
@@ -59,15 +46,11 @@ def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-_log_level = click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
+def _stamp(value: datetime | None) -> str:
+    return "—" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--to",
     "to",
@@ -111,12 +94,22 @@ _log_level = click.option(
 )
 @click.option(
     "--keep-published",
+    type=DURATION,
     default="1d",
     show_default=True,
     help="Prune records published longer ago than this (e.g. 6h, 7d; 0 keeps them).",
 )
 @click.option("--once", is_flag=True, help="Publish what is due now, then exit.")
-@_log_level
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0.1),
+    default=30.0,
+    show_default=True,
+    help="With --once: the longest it keeps trying (the broker down, another relay leading), "
+    "clean-up included; then it exits 2 and says what is still due.",
+)
+@migrate_option
+@log_level_option
 def relay(
     to: str,
     url: str,
@@ -125,34 +118,41 @@ def relay(
     batch_size: int,
     poll_interval: float,
     lease_seconds: float,
-    keep_published: str,
+    keep_published: timedelta,
     once: bool,
+    timeout: float,
+    migrate: bool,
     log_level: str,
 ) -> None:
     """Publish the ledger's outbox to a broker, in order, marking each record published only
     after the broker confirmed it (publisher confirms on RabbitMQ, JetStream acknowledgements,
     the XADD reply on Redis).
 
-    Runs until SIGTERM or Ctrl-C (or, with --once, until nothing is due). A relay killed
-    between the broker's confirmation and the mark publishes those records again when it
-    restarts; consumers skip the repeats. Only one relay of a --name publishes at a time.
+    Runs until SIGTERM or Ctrl-C. With --once (e.g. from cron) it publishes what is due
+    now and exits 0, or after --timeout seconds exits 2 with one line saying why (the broker,
+    or another relay holding the lease) and how many records are still due, per queue. A relay
+    killed between the broker's confirmation and the mark publishes those records again when
+    it restarts; consumers skip the repeats. Only one relay of a --name publishes at a time.
     """
+    from ..brokers.relay import Relay
+    from ..brokers.urls import BrokerURL
+    from .logs import setup_logging
+
     setup_logging(log_level)
-    keep = _duration(keep_published)
-    ledger = open_ledger(url)
+    broker = BrokerURL.parse(to)  # a ConfigError becomes one line on stderr
+    ledger = open_ledger(url, migrate=migrate)
     runner = Relay(
         ledger,
-        _broker_url(to),
+        broker,
         queues=split_csv(queues) or None,
         name=name,
         batch_size=batch_size,
         poll_interval=poll_interval,
         lease_seconds=lease_seconds,
-        keep_published=timedelta(seconds=keep) if keep > 0 else None,
+        keep_published=keep_published or None,
     )
     with _signals_stop(lambda _: runner.stop()):
-        stats = runner.drain(timeout=max(60.0, lease_seconds * 2)) if once else runner.run()
-    ledger.close()
+        stats = runner.drain(timeout=timeout) if once else runner.run()
     click.echo(
         f"relay done: published {stats.published} ({stats.duplicates} already at the broker), "
         f"{stats.failures} failed batches, lease lost {stats.leadership_lost} times",
@@ -160,17 +160,10 @@ def relay(
     )
 
 
-@cli.command()
+@click.command()
 @click.argument("app")
-@click.option(
-    "--from",
-    "source",
-    required=True,
-    help="Broker URL, the same as the relay's --to.",
-)
-@click.option(
-    "--url", envvar="JOBLEDGER_URL", default=None, help="Override the ledger's database URL."
-)
+@click.option("--from", "source", required=True, help="Broker URL, the same as the relay's --to.")
+@app_url_option
 @click.option(
     "-q",
     "--queues",
@@ -178,34 +171,12 @@ def relay(
     help="Queues to consume (comma-separated or repeated). Default: every queue of the app's "
     "tasks; each must be routed (jobledger outbox route).",
 )
-@click.option(
-    "-c",
-    "--concurrency",
-    type=click.IntRange(1, 1000),
-    default=4,
-    show_default=True,
-    help="Jobs run at once (and messages held unacknowledged).",
-)
-@click.option(
-    "--grace",
-    type=click.FloatRange(0),
-    default=30.0,
-    show_default=True,
-    help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
-)
-@click.option(
-    "--rescue-interval",
-    type=click.FloatRange(0.01),
-    default=None,
-    help="Seconds between scans for expired leases.",
-)
-@click.option(
-    "--no-scheduler",
-    is_flag=True,
-    help="Do not run the app's schedules in this consumer (by default it takes part in "
-    "scheduling, like a worker).",
-)
-@_log_level
+@concurrency(" (and messages held unacknowledged)")
+@grace_option
+@rescue_interval_option
+@no_scheduler("consumer")
+@migrate_option
+@log_level_option
 def consume(
     app: str,
     source: str,
@@ -215,6 +186,7 @@ def consume(
     grace: float,
     rescue_interval: float | None,
     no_scheduler: bool,
+    migrate: bool,
     log_level: str,
 ) -> None:
     """Run the task handlers of APP (MODULE:LEDGER) for the messages of a broker.
@@ -225,9 +197,13 @@ def consume(
     acknowledged without running anything, so redeliveries and repeats are harmless. SIGTERM or
     Ctrl-C stops taking messages and lets running jobs finish within --grace seconds.
     """
+    from ..brokers.consumer import BrokerConsumer
+    from ..brokers.urls import BrokerURL
+    from .logs import setup_logging
+
     setup_logging(log_level)
-    parsed = _broker_url(source)
-    ledger = load_app(app, url)
+    parsed = BrokerURL.parse(source)
+    ledger = load_app(app, url, migrate=migrate)
     if no_scheduler:
         ledger.schedules.run_in_workers = False
     consumer = BrokerConsumer(
@@ -242,14 +218,13 @@ def consume(
     # waiting for them.
     with _signals_stop(lambda times: consumer.stop(graceful=times == 1)):
         consumer.run()
-    ledger.close()
     click.echo(f"consumer done: {consumer.summary()}", err=True)
 
 
 # -- jobledger outbox ----------------------------------------------------------------------------
 
 
-@cli.group()
+@click.group()
 def outbox() -> None:
     """Route queues to a broker, and see what the relay still owes it.
 
@@ -259,9 +234,15 @@ def outbox() -> None:
     """
 
 
+def _outbox(url: str):  # type: ignore[no-untyped-def]
+    from ..brokers.outbox import Outbox
+
+    return Outbox(open_ledger(url))
+
+
 @outbox.command()
 @click.argument("queue")
-@click.option("--actor", default=_default_actor, help="Who routes it (default: user@host).")
+@recorded_actor("the route")
 @click.option("--note", default=None, help="Why; kept with the route.")
 @url_option
 def route(queue: str, actor: str, note: str | None, url: str) -> None:
@@ -271,9 +252,7 @@ def route(queue: str, actor: str, note: str | None, url: str) -> None:
     the queue's jobs (the ledger fences them against consumers), which is how a queue moves from
     polling to a broker without a stop.
     """
-    ledger = open_ledger(url, write=True)
-    result = Outbox(ledger).route(queue, actor=actor, note=note)
-    ledger.close()
+    result = _outbox(url).route(queue, actor=actor, note=note)
     if result.created:
         click.echo(f"routed {queue} to the broker; {result.backfilled} pending job(s) queued")
     else:
@@ -286,9 +265,7 @@ def route(queue: str, actor: str, note: str | None, url: str) -> None:
 def unroute(queue: str, url: str) -> None:
     """Stop delivering QUEUE through a broker. Records not yet published are discarded; its
     pending jobs are left to polling workers."""
-    ledger = open_ledger(url, write=True)
-    discarded = Outbox(ledger).unroute(queue)
-    ledger.close()
+    discarded = _outbox(url).unroute(queue)
     click.echo(f"unrouted {queue}; discarded {discarded} unpublished record(s)")
 
 
@@ -298,44 +275,51 @@ def unroute(queue: str, url: str) -> None:
 def status(url: str, as_json: bool) -> None:
     """Show the routed queues and, per queue, the records not yet published, how many are due,
     and how long the oldest due one has waited (the relay's lag)."""
-    ledger = open_ledger(url)
-    box = Outbox(ledger)
+    from ..brokers.outbox import route_dict, stats_dict
+
+    box = _outbox(url)
     routes, stats = box.routes(), box.status()
-    ledger.close()
     if as_json:
-        _echo_json(
+        echo_json(
             {"routes": [route_dict(r) for r in routes], "outbox": [stats_dict(s) for s in stats]}
         )
         return
-    console = Console()
     if not routes:
-        console.print("no queue is routed to a broker (jobledger outbox route QUEUE)")
+        click.echo("no queue is routed to a broker (jobledger outbox route QUEUE)")
     by_queue = {s.queue: s for s in stats}
-    table = Table(title="outbox", title_justify="left")
-    for column in ("queue", "routed", "unpublished", "due", "oldest due", "last published"):
-        table.add_column(column)
-    for queue in sorted({r.queue for r in routes} | set(by_queue)):
+    routed = {r.queue: r for r in routes}
+    rows = []
+    for queue in sorted(set(routed) | set(by_queue)):
         s = by_queue.get(queue)
-        routed = next((r for r in routes if r.queue == queue), None)
-        table.add_row(
-            queue,
-            f"by {routed.routed_by}" if routed else "no (leftover records)",
-            str(s.unpublished if s else 0),
-            str(s.due if s else 0),
-            "—" if s is None or s.oldest_due_seconds is None else f"{s.oldest_due_seconds:.1f} s",
-            "—" if s is None or s.last_published_at is None else _stamp(s.last_published_at),
+        r = routed.get(queue)
+        rows.append(
+            [
+                queue,
+                f"by {r.routed_by}" if r else "no (leftover records)",
+                str(s.unpublished if s else 0),
+                str(s.due if s else 0),
+                "—"
+                if s is None or s.oldest_due_seconds is None
+                else f"{s.oldest_due_seconds:.1f} s",
+                _stamp(s.last_published_at if s else None),
+            ]
         )
-    if routes or stats:
-        console.print(table)
-
-
-def _stamp(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    if rows:
+        table(
+            ["queue", "routed", "unpublished", "due", "oldest due", "last published"],
+            rows,
+            title="outbox",
+            right=("unpublished", "due"),
+        )
 
 
 @outbox.command("list")
 @click.option("--queue", default=None, help="Only this queue's records.")
-@click.option("--job", "job_ref", default=None, help="Only this job's records (id or key).")
+@click.option("--job", "job_ref", default=None, help="Only this job's records (key or id).")
+@click.option(
+    "--job-id", type=click.IntRange(1), default=None, help="Only the records of this job id."
+)
+@click.option("--job-key", default=None, help="Only the records of the job with this key.")
 @click.option("--unpublished", is_flag=True, help="Only records not yet published.")
 @click.option(
     "-n",
@@ -348,66 +332,77 @@ def _stamp(value: datetime) -> str:
 @url_option
 @json_option
 def list_(
-    queue: str | None, job_ref: str | None, unpublished: bool, limit: int, url: str, as_json: bool
+    queue: str | None,
+    job_ref: str | None,
+    job_id: int | None,
+    job_key: str | None,
+    unpublished: bool,
+    limit: int,
+    url: str,
+    as_json: bool,
 ) -> None:
     """List outbox records, newest first: why each was written (enqueue, retry, redrive, …),
     when it is due, and when it was published."""
+    from ..brokers.outbox import Outbox, record_dict
+
     ledger = open_ledger(url)
-    job_id = ledger.find(job_ref, queue).id if job_ref is not None else None
+    ref = JobRef(job_ref, job_id, job_key, queue)
+    if ref.given:
+        job_id = ref.find(ledger).id
     records = Outbox(ledger).records(
         job_id=job_id, queue=queue, unpublished=unpublished, limit=limit
     )
-    ledger.close()
     if as_json:
-        _echo_json([record_dict(r) for r in records])
+        echo_json([record_dict(r) for r in records])
         return
-    table = Table(title="outbox records", title_justify="left")
-    for column in ("id", "queue", "key", "job", "reason", "due", "published"):
-        table.add_column(column, overflow="fold")
-    for r in records:
-        table.add_row(
-            str(r.id),
-            r.queue,
-            r.key,
-            str(r.job_id),
-            r.reason.value,
-            _stamp(r.available_at),
-            "—" if r.published_at is None else _stamp(r.published_at),
-        )
-    Console().print(table if records else "no outbox records")
+    table(
+        ["id", "queue", "key", "job", "reason", "due", "published"],
+        (
+            [
+                str(r.id),
+                r.queue,
+                r.key,
+                str(r.job_id),
+                r.reason.value,
+                _stamp(r.available_at),
+                _stamp(r.published_at),
+            ]
+            for r in records
+        ),
+        title="outbox records",
+        empty="no outbox records",
+    )
 
 
 @outbox.command()
 @click.argument("queue")
 @click.option(
     "--due-for",
+    type=DURATION,
     default="5m",
     show_default=True,
     help="Only jobs due for longer than this (e.g. 30s, 10m, 1h).",
 )
 @url_option
-def republish(queue: str, due_for: str, url: str) -> None:
+def republish(queue: str, due_for: timedelta, url: str) -> None:
     """Publish again the pending jobs of QUEUE due for longer than --due-for that have no
     unpublished record: after the broker lost messages (a Redis restarted without an
     append-only file, a queue purged by hand). Consumers skip any delivered twice."""
-    ledger = open_ledger(url, write=True)
-    written = Outbox(ledger).republish(queue, due_for=_duration(due_for))
-    ledger.close()
+    written = _outbox(url).republish(queue, due_for=due_for.total_seconds())
     click.echo(f"wrote {written} record(s) for {queue}; the relay publishes them")
 
 
 @outbox.command()
 @click.option(
     "--older-than",
+    type=DURATION,
     default="1d",
     show_default=True,
     help="Delete records published longer ago than this (e.g. 6h, 7d).",
 )
 @url_option
-def prune(older_than: str, url: str) -> None:
+def prune(older_than: timedelta, url: str) -> None:
     """Delete published outbox records older than --older-than (the relay does this itself,
     see its --keep-published)."""
-    ledger = open_ledger(url, write=True)
-    pruned = Outbox(ledger).prune(timedelta(seconds=_duration(older_than)))
-    ledger.close()
+    pruned = _outbox(url).prune(older_than)
     click.echo(f"pruned {pruned} published record(s)")

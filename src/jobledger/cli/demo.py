@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from ..testing.demo.story import DemoReport, Snapshot, run_demo
-from .base import cli, json_option
-from .params import console, echo_json
+from .params import console, echo_json, json_option
+
+if TYPE_CHECKING:
+    from ..testing.demo.story import DemoReport, Snapshot
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--url",
     default=None,
@@ -47,6 +47,16 @@ def demo(url: str | None, customers: int, workers: int, keep: bool, as_json: boo
     with SIGKILL and restarted. The report shows what happened — and that no customer got a
     message twice. Exits 1 if the story did not come out as it must.
     """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from ..testing.demo.story import run_demo
+
     out = console()
     bar = Progress(
         TextColumn("[bold]digests[/]"),
@@ -85,6 +95,8 @@ def demo(url: str | None, customers: int, workers: int, keep: bool, as_json: boo
 
 
 def _print_report(r: DemoReport) -> None:
+    from rich.table import Table
+
     out = console()
     table = Table(title=f"weekly digest {r.week} — report", title_justify="left", show_header=False)
     table.add_column("what")

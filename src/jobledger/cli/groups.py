@@ -8,24 +8,28 @@ as a whole. See docs/groups.md for the concept, docs/operations.md for the runbo
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
-from rich.text import Text
 
-from .._records import GroupLimits, GroupStatus
 from ..errors import ConfigError
-from .base import cli, json_option, open_ledger, url_option
+from .base import open_ledger
 from .params import (
     DURATION,
-    console,
+    Cell,
     default_actor,
     echo_json,
+    exclusive,
     format_duration,
     format_time,
     iso_time,
+    json_option,
+    table,
+    url_option,
 )
+
+if TYPE_CHECKING:
+    from .._records import GroupLimits, GroupStatus
 
 #: The longest pause the CLI (and the HTTP API) sets at once: a year. A group that must stay
 #: off longer is paused again; ``resume`` lifts a pause at any time.
@@ -50,13 +54,11 @@ def describe_limits(limits: GroupLimits) -> str:
     return ", ".join(parts)
 
 
-def _until(status: GroupStatus, now: datetime) -> Text:
+def _until(status: GroupStatus, now: datetime) -> Cell:
     if status.paused_until is None:
-        return Text("-")
+        return "-"
     left = (status.paused_until - now).total_seconds()
-    return Text(
-        f"{format_time(status.paused_until)} (in {format_duration(left)})", style="bold yellow"
-    )
+    return (f"{format_time(status.paused_until)} (in {format_duration(left)})", "bold yellow")
 
 
 class _Limit(click.ParamType):  # type: ignore[type-arg]
@@ -99,7 +101,7 @@ class _Later(click.ParamType):  # type: ignore[type-arg]
         return when
 
 
-@cli.group()
+@click.group()
 def groups() -> None:
     """The groups (tenants) of a queue: their jobs, limits and pauses.
 
@@ -146,32 +148,34 @@ def list_groups(url: str, queue: str, as_json: bool) -> None:
             }
         )
         return
-    out = console()
     title = f"groups of {queue} — {describe_limits(limits)}"
     if not rows:
-        out.print(f"{title}\nno group of queue {queue!r} has pending or leased jobs or a pause")
+        click.echo(f"{title}\nno group of queue {queue!r} has pending or leased jobs or a pause")
         return
-    table = Table(title=title, title_justify="left")
-    for name in ("group", "pending", "due", "leased", "paused until", "reason", "tokens"):
-        numeric = name in ("pending", "due", "leased", "tokens")
-        table.add_column(name, justify="right" if numeric else "left")
-    table.add_column("last served")
     cap = limits.max_leased
-    for g in rows:
-        full = cap is not None and g.leased >= cap
-        table.add_row(
-            Text(g.name, style="bold yellow" if g.paused_until else ""),
-            str(g.pending),
-            str(g.due),
-            Text(f"{g.leased}/{cap}" if cap is not None else str(g.leased), "cyan" if full else ""),
-            _until(g, now),
-            g.paused_reason or "",
-            "-" if g.tokens is None else f"{g.tokens:.1f}",
-            "never"
-            if g.served_at is None
-            else f"{format_duration((now - g.served_at).total_seconds())} ago",
-        )
-    out.print(table)
+    table(
+        ["group", "pending", "due", "leased", "paused until", "reason", "tokens", "last served"],
+        (
+            [
+                (g.name, "bold yellow" if g.paused_until else ""),
+                str(g.pending),
+                str(g.due),
+                (
+                    f"{g.leased}/{cap}" if cap is not None else str(g.leased),
+                    "cyan" if cap is not None and g.leased >= cap else "",
+                ),
+                _until(g, now),
+                g.paused_reason or "",
+                "-" if g.tokens is None else f"{g.tokens:.1f}",
+                "never"
+                if g.served_at is None
+                else f"{format_duration((now - g.served_at).total_seconds())} ago",
+            ]
+            for g in rows
+        ),
+        title=title,
+        right=("pending", "due", "leased", "tokens"),
+    )
 
 
 @groups.command("limits", short_help="Show or set the per-group limits of a queue.")
@@ -268,7 +272,7 @@ def _lifted(value: int | float | str) -> float | None:
 @click.option(
     "--reason",
     default=None,
-    help="Why, shown beside the pause (default: 'paused by' JOBLEDGER_ACTOR or your login name).",
+    help="Why, shown beside the pause (default: 'paused by' JOBLEDGER_ACTOR, else login@host).",
 )
 @json_option
 def pause(
@@ -290,7 +294,8 @@ def pause(
     jobledger groups pause digests acme --for 15m --reason "acme's API answers 429"
     jobledger groups pause digests acme --until 2026-08-10T06:00:00Z
     """
-    if (duration is None) == (until is None):
+    exclusive(**{"--for": duration, "--until": until})
+    if duration is None and until is None:
         raise click.UsageError("give --for DURATION or --until TIME, one of them")
     now = datetime.now(UTC)
     target = until if until is not None else now + (duration or timedelta())

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from ..testing.history import check_paths, ledger_records
-from .base import cli, json_option, open_ledger
+from .base import open_ledger
+from .params import json_option
 
 
-@cli.group()
+@click.group()
 def history() -> None:
     """Histories of runs under faults (JSON lines) and their checker.
 
@@ -48,14 +48,12 @@ def check_command(
     writes the ledger lacks, refused writes it applied, and keys with more than one job.
     Exit status 1 when any violation is found.
     """
+    from ..testing.history import check_paths, ledger_records
+
     groups = [list(paths)] if together else [[p] for p in paths]
     live = None
     if url:
-        ledger = open_ledger(url)
-        try:
-            live = [{"event": "snapshot", "expect_final": False}, *ledger_records(ledger.backend)]
-        finally:
-            ledger.close()
+        live = [{"event": "snapshot", "expect_final": False}, *ledger_records(open_ledger(url))]
     reports = [
         check_paths(group, ", ".join(str(p) for p in group), extra_records=live) for group in groups
     ]

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-import json
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from .._records import ApiKey
-from .._services.keys import create_api_key
-from .base import cli, json_option, open_ledger, url_option
+from .base import open_ledger
+from .params import (
+    echo_json,
+    format_time,
+    json_flag,
+    json_option,
+    listing,
+    rate_options,
+    url_option,
+)
+
+if TYPE_CHECKING:
+    from .._records import ApiKey
 
 
 def _when(value: object) -> str | None:
@@ -29,14 +37,15 @@ def key_json(key: ApiKey) -> dict[str, object]:
     }
 
 
-@cli.group()
+@click.group()
 def keys() -> None:
     """API keys for the HTTP API: create (shown once), list, revoke.
 
     A key carries scopes: publish:QUEUE and consume:QUEUE (QUEUE may be * for every queue),
     read (look at everything, change nothing: the dashboard read-only, /metrics), or admin
-    (everything: declaring queues, redrive, resolve, the dashboard's actions). Only a SHA-256 digest of each
-    key is stored, so a lost key cannot be shown again: revoke it and create another.
+    (everything: declaring queues, redrive, resolve, the dashboard's actions). Only a SHA-256
+    digest of each key is stored, so a lost key cannot be shown again: revoke it and create
+    another.
     """
 
 
@@ -50,20 +59,12 @@ def keys() -> None:
     required=True,
     help="publish:QUEUE, consume:QUEUE, read or admin; repeat for several.",
 )
-@click.option(
-    "--rate",
-    type=click.FloatRange(min=0.001),
-    default=None,
-    help="Messages per second this key may publish (shared by all servers). Default: the "
-    "server's --default-rate, else no limit.",
+@rate_options(
+    "Messages per second this key may publish (shared by all servers). Default: the server's "
+    "--default-rate, else no limit.",
+    "Messages it may publish at once before --rate applies (default: the rate; needs --rate).",
 )
-@click.option(
-    "--burst",
-    type=click.FloatRange(min=1),
-    default=None,
-    help="Messages it may publish at once before --rate applies (default: the rate).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the key and its record as JSON.")
+@json_flag(help="Print the key and its record as JSON.")
 def create(
     url: str,
     name: str,
@@ -73,15 +74,10 @@ def create(
     as_json: bool,
 ) -> None:
     """Create an API key and print it — the only time it is shown."""
-    ledger = open_ledger(url, write=True)
-    try:
-        key, record = create_api_key(
-            ledger.backend, name, list(scopes), rate_per_second=rate, burst=burst
-        )
-    finally:
-        ledger.close()
+    ledger = open_ledger(url)
+    key, record = ledger.keys.create(name, list(scopes), rate_per_second=rate, burst=burst)
     if as_json:
-        click.echo(json.dumps({"key": key, **key_json(record)}))
+        echo_json({"key": key, **key_json(record)})
         return
     click.echo(key)
     click.echo(
@@ -96,26 +92,27 @@ def create(
 @json_option
 def list_keys(url: str, as_json: bool) -> None:
     """List API keys (never the keys themselves): id, name, scopes, limits, state."""
-    ledger = open_ledger(url)
-    try:
-        records = ledger.backend.api.keys()
-    finally:
-        ledger.close()
-    if as_json:
-        click.echo(json.dumps([key_json(k) for k in records]))
-        return
-    table = Table("id", "name", "scopes", "rate/s", "burst", "created", "revoked")
-    for k in records:
-        table.add_row(
-            k.id,
-            k.name,
-            " ".join(k.scopes),
-            "" if k.rate_per_second is None else f"{k.rate_per_second:g}",
-            "" if k.burst is None else f"{k.burst:g}",
-            _when(k.created_at),
-            _when(k.revoked_at) or "",
-        )
-    Console().print(table)
+    listing(
+        open_ledger(url).keys.list(),
+        as_json,
+        key_json,
+        ["id", "name", "scopes", "rate/s", "burst", "created", "revoked"],
+        _row,
+        right=("rate/s", "burst"),
+        empty="no API keys (jobledger keys create)",
+    )
+
+
+def _row(k: ApiKey) -> list[str]:
+    return [
+        k.id,
+        k.name,
+        " ".join(k.scopes),
+        "" if k.rate_per_second is None else f"{k.rate_per_second:g}",
+        "" if k.burst is None else f"{k.burst:g}",
+        format_time(k.created_at),
+        "" if k.revoked_at is None else format_time(k.revoked_at),
+    ]
 
 
 @keys.command("revoke")
@@ -123,9 +120,5 @@ def list_keys(url: str, as_json: bool) -> None:
 @click.argument("key_id")
 def revoke(url: str, key_id: str) -> None:
     """Revoke the key with id KEY_ID (from 'keys list'); it stops working at once."""
-    ledger = open_ledger(url, write=True)
-    try:
-        record = ledger.backend.api.key_revoke(key_id)
-    finally:
-        ledger.close()
+    record = open_ledger(url).keys.revoke(key_id)
     click.echo(f"revoked key {record.id} ({record.name})")

@@ -1,41 +1,21 @@
-"""Logging for CLI processes: ``--log-level`` and ``--log-format json|console``.
-
-Commands that run for a long time (worker, serve, scheduler, push) take both options through
-``log_options`` and call ``setup_logging`` first thing.
-"""
+"""Logging for CLI processes that run for a long time (worker, serve, scheduler, push, relay,
+consume): they take ``params.log_options`` and call ``setup_logging`` first thing."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from ..observability.logs import LOG_FORMATS, configure_logging
+from ..observability.logs import configure_logging
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-__all__ = ["announce", "log_format_option", "setup_logging"]
+__all__ = ["announce", "setup_logging"]
 
 
 def setup_logging(level: str = "info", fmt: str | None = "console") -> None:
     configure_logging(level, fmt)
-
-
-def log_format_option(fn: F) -> F:
-    """``--log-format json|console`` (default console, or ``JOBLEDGER_LOG_FORMAT``)."""
-    return click.option(
-        "--log-format",
-        type=click.Choice(LOG_FORMATS),
-        envvar="JOBLEDGER_LOG_FORMAT",
-        default="console",
-        show_default=True,
-        show_envvar=True,
-        help="json: one JSON object per line (every attempt outcome with job id, key, queue, "
-        "task, attempt, outcome, duration, error class, correlation id); console: readable lines.",
-    )(fn)
 
 
 def announce(message: str, fmt: str | None, logger: str = "jobledger", **fields: Any) -> None:

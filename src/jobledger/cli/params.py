@@ -1,8 +1,12 @@
-"""Option types and output helpers shared by the operator commands.
+"""Option types, the options several commands share, and the ways of printing.
 
 Durations (``30d``, ``1h30m``, ``45s``, ``2w``; a bare number is seconds), points in time (ISO 8601,
-or a duration meaning "that long ago"), JSON objects, and the two ways of printing: a rich table
-for people, ``--json`` for programs.
+or a duration meaning "that long ago"), JSON objects; the options that several commands take
+(``--url``, ``--json``, ``--actor``, a job by KEY, ``--id`` or ``--key``, the log and worker
+options); and output: tables for people (plain aligned columns when stdout is not a terminal, so
+that ``| grep`` and ``| cat`` see one row per line, whole), ``--json`` for programs.
+
+This module imports only click: ``rich`` is imported when a table goes to a terminal.
 """
 
 from __future__ import annotations
@@ -11,22 +15,30 @@ import getpass
 import json
 import os
 import re
-import shutil
+import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
 from ..errors import ConfigError
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The database a command uses without --url or JOBLEDGER_URL (``Ledger()``'s default too).
+DEFAULT_URL = "sqlite:///jobledger.db"
 
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)([wdhms]))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
+
+
+# -- values ------------------------------------------------------------------------------------
 
 
 def parse_duration(text: str) -> timedelta:
@@ -67,21 +79,8 @@ def format_duration(seconds: float | None) -> str:
 
 
 def format_time(value: datetime | None) -> str:
+    """A time in UTC to the second, ``-`` for none."""
     return "-" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-class Duration(click.ParamType):  # type: ignore[type-arg]
-    """A duration option: ``30d``, ``12h``, ``1h30m``, ``45s``, ``2w`` or seconds."""
-
-    name = "duration"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, timedelta):
-            return value
-        try:
-            return parse_duration(str(value))
-        except ConfigError as exc:
-            self.fail(str(exc), param, ctx)
 
 
 def iso_time(text: str) -> datetime | None:
@@ -93,16 +92,42 @@ def iso_time(text: str) -> datetime | None:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-class When(click.ParamType):  # type: ignore[type-arg]
+class _Type(click.ParamType):  # type: ignore[type-arg]
+    """A parameter type whose ``parse`` raises ``ConfigError``; a value of ``kind`` passes."""
+
+    kind: type | tuple[type, ...] = ()
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, self.kind):
+            return value
+        try:
+            return self.parse(str(value))
+        except ConfigError as exc:
+            self.fail(str(exc), param, ctx)
+
+    def parse(self, text: str) -> Any:
+        raise NotImplementedError
+
+
+class Duration(_Type):
+    """A duration option: ``30d``, ``12h``, ``1h30m``, ``45s``, ``2w`` or seconds."""
+
+    name = "duration"
+    kind = timedelta
+
+    def parse(self, text: str) -> timedelta:
+        return parse_duration(text)
+
+
+class When(_Type):
     """A point in time: ISO 8601 (UTC when it has no offset), ``now``, or a duration meaning
     that long ago (``2h`` = two hours ago)."""
 
     name = "time"
+    kind = datetime
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, datetime):
-            return value
-        text = str(value).strip()
+    def parse(self, text: str) -> datetime:
+        text = text.strip()
         if text.lower() == "now":
             return datetime.now(UTC)
         try:
@@ -111,33 +136,28 @@ class When(click.ParamType):  # type: ignore[type-arg]
             pass
         when = iso_time(text)
         if when is None:
-            self.fail(
+            raise ConfigError(
                 f"{text!r} is not a time; write an ISO 8601 time (2026-08-10T06:00:00Z), "
-                "'now', or a duration meaning that long ago (2h, 3d)",
-                param,
-                ctx,
+                "'now', or a duration meaning that long ago (2h, 3d)"
             )
         return when
 
 
-class JsonObject(click.ParamType):  # type: ignore[type-arg]
+class JsonObject(_Type):
     """A JSON object given on the command line, e.g. ``'{"customer_id": 4187}'``."""
 
     name = "json"
+    kind = dict
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, dict):
-            return value
+    def parse(self, text: str) -> dict[str, Any]:
         try:
-            parsed = json.loads(value, parse_constant=_no_constant)
+            parsed = json.loads(text, parse_constant=_no_constant)
         except ValueError as exc:
-            self.fail(f"not valid JSON ({exc}): {str(value)[:80]!r}", param, ctx)
+            raise ConfigError(f"not valid JSON ({exc}): {text[:80]!r}") from None
         if not isinstance(parsed, dict):
-            self.fail(
-                f"must be a JSON object such as '{{\"customer_id\": 4187}}', "
-                f"got {type(parsed).__name__}",
-                param,
-                ctx,
+            raise ConfigError(
+                "must be a JSON object such as '{\"customer_id\": 4187}', "
+                f"got {type(parsed).__name__}"
             )
         return parsed
 
@@ -151,36 +171,212 @@ WHEN = When()
 JSON_OBJECT = JsonObject()
 
 
+def split_csv(values: Iterable[str]) -> list[str]:
+    """``-q a,b -q c`` → ``["a", "b", "c"]``."""
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
 def default_actor() -> str:
-    """Who is acting: ``JOBLEDGER_ACTOR``, else the login name."""
+    """Who is acting: ``JOBLEDGER_ACTOR``, else ``login@host``."""
     actor = os.environ.get("JOBLEDGER_ACTOR")
     if actor:
         return actor
     try:
-        return getpass.getuser()
+        user = getpass.getuser()
     except (KeyError, OSError):
-        return "unknown"
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
 
 
-def actor_option(fn: F) -> F:
+# -- options several commands share --------------------------------------------------------------
+
+
+def options(*decorators: Callable[[F], F]) -> Callable[[F], F]:
+    """Several option decorators as one, applied in the order given (first is topmost)."""
+
+    def apply(fn: F) -> F:
+        for decorator in reversed(decorators):
+            fn = decorator(fn)
+        return fn
+
+    return apply
+
+
+def database_url(note: str) -> Callable[[F], F]:
+    """``--url``, from ``JOBLEDGER_URL``, else the default; ``note`` says what becomes of a
+    database that does not exist."""
+    return click.option(
+        "--url",
+        envvar="JOBLEDGER_URL",
+        default=DEFAULT_URL,
+        show_default=True,
+        show_envvar=True,
+        help=f"Database URL: sqlite:///path or postgresql://user@host/db. {note}",
+    )
+
+
+url_option = database_url("Never created: `jobledger migrate` creates it.")
+
+app_url_option = click.option(
+    "--url",
+    envvar="JOBLEDGER_URL",
+    default=None,
+    help="Override the app's database URL (default: JOBLEDGER_URL, else the app's own).",
+)
+
+migrate_option = click.option(
+    "--migrate",
+    is_flag=True,
+    help="Create or upgrade the schema first, as `jobledger migrate` would (by default a "
+    "missing database or schema is an error, so that a mistyped URL makes no new ledger).",
+)
+
+
+def json_flag(help: str = "Print JSON instead of a table.") -> Callable[[F], F]:  # noqa: A002
+    """``--json`` with its help text."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+json_option = json_flag()
+
+
+def recorded_actor(what: str) -> Callable[[F], F]:
+    """``--actor``: who is acting, recorded in ``what``."""
     return click.option(
         "--actor",
         default=default_actor,
-        show_default="JOBLEDGER_ACTOR, else your login name",
-        help="Who is acting; recorded in the job's history.",
-    )(fn)
+        show_default="JOBLEDGER_ACTOR, else login@host",
+        help=f"Who is acting; recorded in {what}.",
+    )
 
 
-def queue_option(fn: F) -> F:
+actor_option = recorded_actor("the job's history")
+
+
+def logging_options(formats: bool = True) -> Callable[[F], F]:
+    """``--log-level`` and (with ``formats``) ``--log-format json|console``."""
+    level = click.option(
+        "--log-level",
+        type=click.Choice(["debug", "info", "warning", "error"]),
+        default="info",
+        show_default=True,
+        help="Least severe log messages shown.",
+    )
+    # The formats of jobledger.observability.logs.LOG_FORMATS (a test checks it), written here
+    # so that a command's options cost no import.
+    fmt = click.option(
+        "--log-format",
+        type=click.Choice(["console", "json"]),
+        envvar="JOBLEDGER_LOG_FORMAT",
+        default="console",
+        show_default=True,
+        show_envvar=True,
+        help="json: one JSON object per line (every attempt outcome with job id, key, queue, "
+        "task, attempt, outcome, duration, error class, correlation id); console: readable "
+        "lines.",
+    )
+    return options(level, fmt) if formats else level
+
+
+log_options = logging_options()
+log_level_option = logging_options(formats=False)
+
+queues_option = click.option(
+    "-q",
+    "--queues",
+    multiple=True,
+    help="Queues to work on (comma-separated or repeated). Default: every queue of the app's "
+    "tasks.",
+)
+
+
+def concurrency(held: str = "") -> Callable[[F], F]:
     return click.option(
-        "--queue", "-q", default=None, help="The job's queue, when its key exists in several."
-    )(fn)
+        "-c",
+        "--concurrency",
+        type=click.IntRange(1, 1000),
+        default=4,
+        show_default=True,
+        help=f"Jobs run at once{held}.",
+    )
+
+
+concurrency_option = concurrency()
+
+grace_option = click.option(
+    "--grace",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
+)
+
+rescue_interval_option = click.option(
+    "--rescue-interval",
+    type=click.FloatRange(0.01),
+    default=None,
+    help="Seconds between scans for expired leases.",
+)
+
+
+def no_scheduler(what: str) -> Callable[[F], F]:
+    return click.option(
+        "--no-scheduler",
+        is_flag=True,
+        help=f"Do not run the app's schedules in this {what} (by default it takes part in "
+        "scheduling: it ticks them while it holds the leader lease).",
+    )
+
+
+def metrics_options(what: str) -> Callable[[F], F]:
+    """``--metrics-port`` and ``--metrics-host``: Prometheus metrics of ``what``."""
+    return options(
+        click.option(
+            "--metrics-port",
+            type=click.IntRange(0, 65535),
+            default=None,
+            help=f"Serve Prometheus metrics ({what}, and the ledger's gauges) on this port at "
+            "/metrics; 0 picks a free port (the log says which).",
+        ),
+        click.option(
+            "--metrics-host",
+            default="127.0.0.1",
+            show_default=True,
+            help="Address the metrics port listens on (0.0.0.0 for every interface).",
+        ),
+    )
+
+
+def rate_options(rate: str, burst: str, *, prefix: str = "") -> Callable[[F], F]:
+    """``--rate`` (per second, > 0) and ``--burst`` (>= 1), or ``--PREFIX-rate``…"""
+    return options(
+        click.option(f"--{prefix}rate", type=click.FloatRange(min=0.001), default=None, help=rate),
+        click.option(f"--{prefix}burst", type=click.FloatRange(min=1), default=None, help=burst),
+    )
+
+
+def exclusive(**given: Any) -> None:
+    """Refuse options that say contradictory things: at most one of ``given`` may be set
+    (not None, not False, not empty). The names are the options' (``--done``…)."""
+    named = [name for name, v in given.items() if v is not None and v is not False and v != ()]
+    if len(named) > 1:
+        raise click.UsageError(
+            f"{' and '.join(named)} contradict each other: give one of them, not both"
+        )
+
+
+# -- output ------------------------------------------------------------------------------------
 
 
 def console() -> Console:
-    """A console on the current stdout; wide when it is not a terminal, so tables survive pipes."""
-    width = None if sys.stdout.isatty() else max(160, shutil.get_terminal_size().columns)
-    return Console(highlight=False, width=width, soft_wrap=False)
+    """A rich console on the current stdout (for a terminal; see ``table``)."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def to_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def echo_json(data: Any) -> None:
@@ -195,3 +391,68 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "value"):  # enums
         return value.value
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+Cell = str | tuple[str, str]
+"""A table cell: its text, or ``(text, style)`` with a rich style for terminals."""
+
+
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Cell]],
+    *,
+    title: str | None = None,
+    right: Iterable[str] = (),
+    empty: str | None = None,
+) -> None:
+    """Print a table. On a terminal: a rich table (styles, wrapping to the width). Elsewhere
+    (a pipe, a file): the title, then the header and one line per row, columns aligned by
+    spaces, nothing cut, no box drawing, so that ``| grep`` keeps whole rows. ``right``: the
+    columns aligned right. ``empty``: printed instead when there are no rows."""
+    rows = [list(r) for r in rows]
+    if not rows and empty is not None:
+        click.echo(empty)
+        return
+    right = set(right)
+    if to_terminal():
+        from rich.table import Table
+        from rich.text import Text
+
+        t = Table(title=title, title_justify="left")
+        for name in columns:
+            t.add_column(name, justify="right" if name in right else "left")
+        for row in rows:
+            t.add_row(*(Text(c) if isinstance(c, str) else Text(c[0], style=c[1]) for c in row))
+        console().print(t)
+        return
+    if title:
+        click.echo(title)
+    lines = [list(columns)] + [[_plain(c) for c in row] for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
+    for line in lines:
+        cells = [
+            cell.rjust(w) if name in right else cell.ljust(w)
+            for cell, w, name in zip(line, widths, columns, strict=True)
+        ]
+        click.echo("  ".join(cells).rstrip())
+
+
+def listing(
+    records: Sequence[Any],
+    as_json: bool,
+    as_dict: Callable[[Any], Any],
+    columns: Sequence[str],
+    as_row: Callable[[Any], Sequence[Cell]],
+    **how: Any,
+) -> None:
+    """Print ``records``: with ``as_json`` a JSON list (``as_dict`` of each), else a ``table``
+    (``as_row`` of each; ``how``: its title, right-aligned columns, text when empty)."""
+    if as_json:
+        echo_json([as_dict(r) for r in records])
+        return
+    table(columns, [as_row(r) for r in records], **how)
+
+
+def _plain(cell: Cell) -> str:
+    text = cell if isinstance(cell, str) else cell[0]
+    return " ".join(text.split("\n"))

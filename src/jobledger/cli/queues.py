@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import re
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from .._records import DEFAULT_RETENTION_SECONDS, QueueInfo, QueueSettings
-from ..errors import ConfigError
-from .base import cli, json_option, open_ledger, url_option
+from .base import open_ledger
+from .params import DURATION, echo_json, json_flag, json_option, listing, url_option
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+if TYPE_CHECKING:
+    from .._records import QueueInfo
 
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``24h``, ``30d`` → seconds."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([smhd]?)\s*", text)
-    if not match:
-        raise ConfigError(f"expected a duration such as 86400, 24h or 30d, got {text!r}")
-    return float(match[1]) * _UNITS[match[2] or "s"]
+# jobledger._records.DEFAULT_RETENTION_SECONDS, in days (a test checks it).
+_RETENTION_DAYS = 30
 
 
 def queue_json(info: QueueInfo) -> dict[str, object]:
@@ -34,12 +27,13 @@ def queue_json(info: QueueInfo) -> dict[str, object]:
         "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
         "retention_seconds": s.retention_seconds,
         "require_idempotency_key": s.require_key,
+        "timeout_seconds": s.timeout_seconds,
         "created_at": info.created_at.isoformat(),
         "updated_at": info.updated_at.isoformat(),
     }
 
 
-@cli.group()
+@click.group()
 def queues() -> None:
     """Declared queues: what jobs published over HTTP get (attempts, lease, backoff, retention).
 
@@ -82,7 +76,8 @@ def queues() -> None:
 )
 @click.option(
     "--retention",
-    default=f"{DEFAULT_RETENTION_SECONDS / 86400:g}d",
+    type=DURATION,
+    default=f"{_RETENTION_DAYS}d",
     show_default=True,
     help="How long finished jobs are kept and Idempotency-Keys replayed (at least 24h).",
 )
@@ -92,7 +87,15 @@ def queues() -> None:
     show_default=True,
     help="Refuse publishes without an Idempotency-Key.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the queue as JSON.")
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default=None,
+    help="The longest an attempt may run in a Python worker (e.g. 30s, 5m) for tasks that set "
+    "no timeout of their own and for jobs published over HTTP; past it the attempt is "
+    "timed_out and retried. Default: no bound.",
+)
+@json_flag(help="Print the queue as JSON.")
 def create(
     url: str,
     name: str,
@@ -101,11 +104,14 @@ def create(
     lease_seconds: float,
     backoff_base: float,
     backoff_cap: float,
-    retention: str,
+    retention: timedelta,
     require_key: bool,
+    timeout: timedelta | None,
     as_json: bool,
 ) -> None:
     """Declare queue NAME (or replace its settings)."""
+    from .._records import QueueSettings
+
     settings = QueueSettings(
         name=name,
         task=task,
@@ -113,16 +119,13 @@ def create(
         lease_seconds=lease_seconds,
         backoff_base=backoff_base,
         backoff_cap=backoff_cap,
-        retention_seconds=parse_duration(retention),
+        retention_seconds=retention.total_seconds(),
         require_key=require_key,
+        timeout_seconds=None if timeout is None else timeout.total_seconds(),
     )
-    ledger = open_ledger(url, write=True)
-    try:
-        info, created = ledger.backend.api.queue_put(settings)
-    finally:
-        ledger.close()
+    info, created = open_ledger(url).queue_settings.declare(settings)
     if as_json:
-        click.echo(json.dumps({"created": created, **queue_json(info)}))
+        echo_json({"created": created, **queue_json(info)})
         return
     click.echo(f"{'declared' if created else 'updated'} queue {info.name}")
 
@@ -132,24 +135,24 @@ def create(
 @json_option
 def list_queues(url: str, as_json: bool) -> None:
     """List declared queues and their settings."""
-    ledger = open_ledger(url)
-    try:
-        infos = ledger.backend.api.queues()
-    finally:
-        ledger.close()
-    if as_json:
-        click.echo(json.dumps([queue_json(i) for i in infos]))
-        return
-    table = Table("name", "task", "attempts", "lease s", "backoff s", "retention", "key required")
-    for info in infos:
-        s = info.settings
-        table.add_row(
-            s.name,
-            s.task,
-            str(s.max_attempts),
-            f"{s.lease_seconds:g}",
-            f"{s.backoff_base:g}..{s.backoff_cap:g}",
-            f"{s.retention_seconds / 86400:g}d",
-            "yes" if s.require_key else "no",
-        )
-    Console().print(table)
+    listing(
+        open_ledger(url).queue_settings.list(),
+        as_json,
+        queue_json,
+        ["name", "task", "attempts", "lease s", "backoff s", "retention", "key required"],
+        _row,
+        empty="no declared queues (jobledger queues create NAME)",
+    )
+
+
+def _row(info: QueueInfo) -> list[str]:
+    s = info.settings
+    return [
+        s.name,
+        s.task,
+        str(s.max_attempts),
+        f"{s.lease_seconds:g}",
+        f"{s.backoff_base:g}..{s.backoff_cap:g}",
+        f"{s.retention_seconds / 86400:g}d",
+        "yes" if s.require_key else "no",
+    ]

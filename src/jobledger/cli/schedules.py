@@ -2,36 +2,34 @@
 
 from __future__ import annotations
 
-import getpass
-import json
 import signal
-import socket
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from ..errors import ConfigError
-from ..scheduling.schedule import ScheduleStatus, leader_dict, tick_dict
-from .base import cli, json_option, load_app, open_ledger, url_option
-from .logs import log_format_option, setup_logging
+from .base import load_app, open_ledger
+from .params import (
+    app_url_option,
+    echo_json,
+    json_option,
+    log_options,
+    migrate_option,
+    recorded_actor,
+    table,
+    url_option,
+)
 
-
-def _default_actor() -> str:
-    try:
-        user = getpass.getuser()
-    except Exception:  # noqa: BLE001 - no user name in this environment
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
+if TYPE_CHECKING:
+    from .._records import LeaderLease
+    from ..scheduling.schedule import ScheduleStatus
 
 
 def _when(value: datetime | None, now: datetime) -> str:
     if value is None:
         return "—"
     seconds = (value - now).total_seconds()
-    stamp = _stamp(value)
     if abs(seconds) < 60:
         rel = "now"
     elif abs(seconds) < 3600:
@@ -42,18 +40,14 @@ def _when(value: datetime | None, now: datetime) -> str:
         rel = f"{abs(seconds) / 86400:.1f} d"
     if rel != "now":
         rel = f"in {rel}" if seconds > 0 else f"{rel} ago"
-    return f"{stamp} ({rel})"
+    return f"{_stamp(value)} ({rel})"
 
 
 def _stamp(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
 
 
-def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-@cli.group(invoke_without_command=True)
+@click.group(invoke_without_command=True)
 @url_option
 @json_option
 @click.pass_context
@@ -71,12 +65,13 @@ def schedules(ctx: click.Context, url: str, as_json: bool) -> None:
     ctx.obj["url"] = url
     if ctx.invoked_subcommand is not None:
         return
+    from ..scheduling.schedule import leader_dict
+
     ledger = open_ledger(url)
     statuses = ledger.schedules.status()
     leaders = ledger.schedules.leaders()
-    ledger.close()
     if as_json:
-        _echo_json(
+        echo_json(
             {
                 "schedules": [s.to_dict() for s in statuses],
                 "leaders": [leader_dict(lease) for lease in leaders],
@@ -86,24 +81,18 @@ def schedules(ctx: click.Context, url: str, as_json: bool) -> None:
     _print_status(statuses, leaders)
 
 
-def _print_status(statuses: list[ScheduleStatus], leaders: list[Any]) -> None:
-    console = Console()
+def _print_status(statuses: list[ScheduleStatus], leaders: list[LeaderLease]) -> None:
     now = leaders[0].now if leaders else datetime.now(UTC)
-    if not statuses:
-        console.print("no schedules in this ledger (a scheduler records them when it leads)")
-    else:
-        table = Table(title="schedules", title_justify="left")
-        table.add_column("name", no_wrap=True)
-        for column in ("cron, zone", "enqueues", "next tick", "last tick, jobs", "state"):
-            table.add_column(column, overflow="fold")
-        for status in statuses:
-            row, last = status.row, status.last_tick
-            state = "paused" if row.paused else "active"
-            if status.leader is not None and status.leader.valid and not status.declared_by_leader:
-                state += ", not declared by the leader"
-            if last is not None and last.error:
-                state += f", last tick failing: {last.error[:80]}"
-            table.add_row(
+    rows = []
+    for status in statuses:
+        row, last = status.row, status.last_tick
+        state = "paused" if row.paused else "active"
+        if status.leader is not None and status.leader.valid and not status.declared_by_leader:
+            state += ", not declared by the leader"
+        if last is not None and last.error:
+            state += f", last tick failing: {last.error[:80]}"
+        rows.append(
+            [
                 row.name,
                 f"{row.cron}\n{row.time_zone}",
                 row.target.removeprefix("task ") + (", per entity" if row.fan_out else ""),
@@ -112,19 +101,25 @@ def _print_status(statuses: list[ScheduleStatus], leaders: list[Any]) -> None:
                 if last is None
                 else f"{_stamp(last.tick_time)} {last.state.value}\n{last.jobs_created} created",
                 state,
-            )
-        console.print(table)
+            ]
+        )
+    table(
+        ["name", "cron, zone", "enqueues", "next tick", "last tick, jobs", "state"],
+        rows,
+        title="schedules",
+        empty="no schedules in this ledger (a scheduler records them when it leads)",
+    )
     if not leaders:
-        console.print("leader: none yet (no scheduler has run)")
+        click.echo("leader: none yet (no scheduler has run)")
     for lease in leaders:
         cohort = lease.name.removeprefix("scheduler:")
         if lease.valid:
-            console.print(
+            click.echo(
                 f"cohort {cohort}: led by {lease.holder} (term {lease.term}) since "
                 f"{_when(lease.acquired_at, now)}, lease until {_when(lease.until, now)}"
             )
         else:
-            console.print(
+            click.echo(
                 f"cohort {cohort}: NO LEADER — the lease of {lease.holder} (term {lease.term}) "
                 f"expired {_when(lease.until, now)}"
             )
@@ -153,45 +148,46 @@ def ticks(ctx: click.Context, name: str | None, limit: int, url: str, as_json: b
     times it was started (more than once when a scheduler died half-way), and how many jobs it
     created, found existing (keys already enqueued), or found with a different payload.
     """
-    ledger = open_ledger(_url(ctx, url))
-    rows = ledger.schedules.ticks(name, limit)
-    ledger.close()
+    from ..scheduling.schedule import tick_dict
+
+    rows = open_ledger(_url(ctx, url)).schedules.ticks(name, limit)
     if as_json:
-        _echo_json([tick_dict(t) for t in rows])
+        echo_json([tick_dict(t) for t in rows])
         return
-    table = Table(title=f"ticks of {name}" if name else "ticks", title_justify="left")
-    if name is None:
-        table.add_column("schedule", no_wrap=True)
-    table.add_column("tick", no_wrap=True)
-    for column in ("state", "leader (term)", "runs", "created", "existed"):
-        table.add_column(column, overflow="fold")
-    table.add_column("note", overflow="fold")
-    for t in rows:
-        note = t.error or (f"{t.conflicts} key(s) with another payload" if t.conflicts else "")
-        cells = [
-            _stamp(t.tick_time),
-            t.state.value,
-            f"{t.leader} ({t.term})",
-            str(t.runs),
-            str(t.jobs_created),
-            str(t.jobs_existing),
-            note,
-        ]
-        table.add_row(*([t.schedule] if name is None else []), *cells)
-    Console().print(table if rows else "no ticks recorded")
+    columns = ["tick", "state", "leader (term)", "runs", "created", "existed", "note"]
+    table(
+        columns if name else ["schedule", *columns],
+        (
+            [
+                *([] if name else [t.schedule]),
+                _stamp(t.tick_time),
+                t.state.value,
+                f"{t.leader} ({t.term})",
+                str(t.runs),
+                str(t.jobs_created),
+                str(t.jobs_existing),
+                t.error or (f"{t.conflicts} key(s) with another payload" if t.conflicts else ""),
+            ]
+            for t in rows
+        ),
+        title=f"ticks of {name}" if name else "ticks",
+        right=("runs", "created", "existed"),
+        empty="no ticks recorded",
+    )
+
+
+_note = click.option("--note", default=None, help="Why; shown with the schedule.")
 
 
 @schedules.command()
 @click.argument("name")
-@click.option("--actor", default=_default_actor, help="Who pauses it (default: user@host).")
-@click.option("--note", default=None, help="Why; shown with the schedule.")
+@recorded_actor("the schedule")
+@_note
 @url_option
 @click.pass_context
 def pause(ctx: click.Context, name: str, actor: str, note: str | None, url: str) -> None:
     """Pause schedule NAME: it makes no ticks until resumed. A tick already running finishes."""
-    ledger = open_ledger(_url(ctx, url))
-    row = ledger.schedules.pause(name, actor=actor, note=note)
-    ledger.close()
+    row = open_ledger(_url(ctx, url)).schedules.pause(name, actor=actor, note=note)
     click.echo(f"paused {row.name} (by {row.pause_changed_by})")
 
 
@@ -203,8 +199,8 @@ def pause(ctx: click.Context, name: str, actor: str, note: str | None, url: str)
     help="Skip the ticks missed while paused and carry on from now (default: the schedule's "
     "catch-up policy decides).",
 )
-@click.option("--actor", default=_default_actor, help="Who resumes it (default: user@host).")
-@click.option("--note", default=None, help="Why; shown with the schedule.")
+@recorded_actor("the schedule")
+@_note
 @url_option
 @click.pass_context
 def resume(
@@ -212,20 +208,17 @@ def resume(
 ) -> None:
     """Resume paused schedule NAME. Ticks it missed meanwhile are caught up by its catch-up
     policy (skip, latest, all), or skipped with --skip-missed."""
-    ledger = open_ledger(_url(ctx, url))
-    before = ledger.schedules.row(name)
-    row = ledger.schedules.resume(name, actor=actor, note=note, skip_missed=skip_missed)
-    ledger.close()
+    book = open_ledger(_url(ctx, url)).schedules
+    before = book.row(name)
+    row = book.resume(name, actor=actor, note=note, skip_missed=skip_missed)
     skipped = row.skipped_ticks - before.skipped_ticks
     extra = f"; skipped {skipped} missed tick(s)" if skip_missed else ""
     click.echo(f"resumed {row.name}{extra}")
 
 
-@cli.command()
+@click.command()
 @click.argument("app")
-@click.option(
-    "--url", envvar="JOBLEDGER_URL", default=None, help="Override the ledger's database URL."
-)
+@app_url_option
 @click.option(
     "--cohort",
     "cohorts",
@@ -245,19 +238,15 @@ def resume(
     default=None,
     help="Seconds between passes (default 1): a tick runs at most this late.",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
-@log_format_option
+@migrate_option
+@log_options
 def scheduler(
     app: str,
     url: str | None,
     cohorts: tuple[str, ...],
     lease_seconds: float | None,
     poll_interval: float | None,
+    migrate: bool,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -269,18 +258,19 @@ def scheduler(
     when the scheduling authority should live apart from the workers. SIGTERM or Ctrl-C stops
     after the current batch and releases the lease so another scheduler takes over at once.
     """
+    from .logs import setup_logging
+
     setup_logging(log_level, log_format)
-    ledger = load_app(app, url)
+    ledger = load_app(app, url, migrate=migrate)
     if not len(ledger.schedules):
         raise ConfigError(f"{app} declares no schedules (use @ledger.schedule)")
     runner = ledger.scheduler(
         cohorts=list(cohorts) or None, lease_seconds=lease_seconds, poll_interval=poll_interval
     )
 
-    def on_signal(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: Any) -> None:
         runner.stop()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     runner.run()
-    ledger.close()

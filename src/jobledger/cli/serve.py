@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import click
 
-from .base import cli, open_ledger, url_option
-from .logs import announce, log_format_option, setup_logging
-from .subscriptions import _networks, push_options
+from .base import open_ledger
+from .params import log_options, migrate_option, rate_options, split_csv, url_option
+from .subscriptions import push_options
 
 
-@cli.command()
+@click.command()
 @url_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
@@ -21,17 +22,10 @@ from .subscriptions import _networks, push_options
     show_default=True,
     help="Port to listen on (0: any free port; the log says which).",
 )
-@click.option(
-    "--default-rate",
-    type=click.FloatRange(min=0.001),
-    default=None,
-    help="Publish limit (messages/s) for keys created without --rate. Default: none.",
-)
-@click.option(
-    "--default-burst",
-    type=click.FloatRange(min=1),
-    default=None,
-    help="Messages a key without its own limit may publish at once (default: the rate).",
+@rate_options(
+    "Publish limit (messages/s) for keys created without --rate. Default: none.",
+    "Messages a key without its own limit may publish at once (default: the rate).",
+    prefix="default-",
 )
 @click.option(
     "--rescue-interval",
@@ -40,14 +34,7 @@ from .subscriptions import _networks, push_options
     show_default=True,
     help="Seconds between scans for leases that expired (consumers that died).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="Least severe log messages shown.",
-)
-@log_format_option
+@log_options
 @click.option(
     "--public-metrics",
     is_flag=True,
@@ -67,6 +54,7 @@ from .subscriptions import _networks, push_options
     show_default=True,
     help="Log one line per request (method, path, status; never headers or keys).",
 )
+@migrate_option
 def serve(
     url: str,
     host: str,
@@ -78,9 +66,10 @@ def serve(
     log_format: str,
     public_metrics: bool,
     push: bool,
-    push_ca_file: str | None,
     push_allow: tuple[str, ...],
+    push_ca_file: str | None,
     access_log: bool,
+    migrate: bool,
 ) -> None:
     """Serve the HTTP API: publish with Idempotency-Key, pull consumers, queues, dead letters.
 
@@ -90,31 +79,31 @@ def serve(
     database to scale out: idempotency, in-flight detection and rate limits hold across them.
     The dashboard is at / (log in with a read or admin key) and Prometheus metrics at
     /metrics. Unless --no-push, the server also delivers push subscriptions (see 'jobledger
-    push'). SIGTERM or Ctrl-C stops the server gracefully. See docs/http-api.md,
+    push'). The database must be migrated (`jobledger migrate`, or --migrate); a port already
+    in use is an error. SIGTERM or Ctrl-C stops the server gracefully. See docs/http-api.md,
     docs/observability.md and docs/push.md.
     """
     import uvicorn
 
     from ..http import ServerSettings, create_app
+    from ..push import PushSettings
+    from .logs import setup_logging
 
     setup_logging(log_level, log_format)
-    from ..push import PushSettings
-
-    push_settings = (
-        PushSettings(allow_networks=_networks(push_allow), ca_file=push_ca_file) if push else None
-    )
     settings = ServerSettings(
         default_rate=default_rate,
         default_burst=default_burst,
         rescue_interval=rescue_interval,
         public_metrics=public_metrics,
-        push=push_settings,
+        push=PushSettings(allow_networks=tuple(split_csv(push_allow)), ca_file=push_ca_file)
+        if push
+        else None,
     )
-    ledger = open_ledger(url, write=True)
+    ledger = open_ledger(url, migrate=migrate)
+    listener = _listen(host, port)
     try:
-        app = create_app(ledger, settings)
         config = uvicorn.Config(
-            app,
+            create_app(ledger, settings),
             host=host,
             port=port,
             log_level=log_level,
@@ -123,16 +112,30 @@ def serve(
             lifespan="on",
             server_header=False,
         )
-        _announcing_server()(config, ledger.url.redacted, log_format).run()
-
+        _announcing_server()(config, ledger.url.redacted, log_format).run(sockets=[listener])
     finally:
-        ledger.close()
+        listener.close()
 
 
-def _announcing_server() -> type:
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, bound here so that a port in use (or an address this
+    host does not have) is one line and exit code 2, before anything starts."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise click.ClickException(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _announcing_server() -> Any:
     """uvicorn's server class, saying where it listens once it does — whatever the log level,
     so that ``--port 0`` is usable. (uvicorn is imported only when serving.)"""
     import uvicorn
+
+    from .logs import announce
 
     class Server(uvicorn.Server):
         def __init__(self, config: uvicorn.Config, database: str, log_format: str = "console"):

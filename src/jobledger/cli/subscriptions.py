@@ -2,30 +2,40 @@
 
 from __future__ import annotations
 
-import json
 import signal
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from .._records import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_OVERLAP,
-    DEFAULT_TIMEOUT_SECONDS,
-    Subscription,
-    SubscriptionState,
+from .base import open_ledger
+from .params import (
+    Duration,
+    echo_json,
+    format_time,
+    json_flag,
+    json_option,
+    listing,
+    log_options,
+    metrics_options,
+    migrate_option,
+    options,
+    recorded_actor,
+    split_csv,
+    url_option,
 )
-from .._services.subscriptions import create_subscription, rotate_secret
-from .base import cli, json_option, open_ledger, url_option
-from .logs import log_format_option, setup_logging
-from .params import Duration, format_time
-from .schedules import _default_actor
+
+if TYPE_CHECKING:
+    from .._records import Subscription
+
+# The defaults of jobledger._records.subscriptions (a test checks them): written here so that
+# the options cost no import.
+DEFAULT_TIMEOUT_SECONDS = 15.0
+DEFAULT_CONCURRENCY = 4
+DEFAULT_OVERLAP_HOURS = 24
 
 
-@cli.group()
+@click.group()
 def subscriptions() -> None:
     """Push subscriptions: every job of a queue POSTed to a URL, signed per Standard Webhooks.
 
@@ -37,7 +47,7 @@ def subscriptions() -> None:
 
 def _show_secret(sub: Subscription, as_json: bool, what: str) -> None:
     if as_json:
-        click.echo(json.dumps({**sub.public(), "secret": sub.secret}))
+        echo_json({**sub.public(), "secret": sub.secret})
         return
     click.echo(sub.secret)
     click.echo(
@@ -45,6 +55,9 @@ def _show_secret(sub: Subscription, as_json: bool, what: str) -> None:
         "its deliveries; give it to the endpoint now: it is not shown again.",
         err=True,
     )
+
+
+_secret_json = json_flag(help="Print the subscription and secret as JSON.")
 
 
 @subscriptions.command("create")
@@ -58,7 +71,9 @@ def _show_secret(sub: Subscription, as_json: bool, what: str) -> None:
     default=None,
     help="Deliveries per second, shared by every delivering process. Default: no limit.",
 )
-@click.option("--burst", type=click.FloatRange(min=1), default=None, help="Default: the rate.")
+@click.option(
+    "--burst", type=click.FloatRange(min=1), default=None, help="Default: the rate (needs --rate)."
+)
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True, max=60),
@@ -73,7 +88,7 @@ def _show_secret(sub: Subscription, as_json: bool, what: str) -> None:
     show_default=True,
     help="Requests in flight at once, per delivering process.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the subscription and secret as JSON.")
+@_secret_json
 def create(
     url: str,
     queue: str,
@@ -86,9 +101,7 @@ def create(
     as_json: bool,
 ) -> None:
     """Subscribe a URL to a queue and print the signing secret — the only time it is shown."""
-    ledger = open_ledger(url, write=True)
-    sub = create_subscription(
-        ledger.backend,
+    sub = open_ledger(url).subscriptions.create(
         queue,
         endpoint,
         secret=secret,
@@ -105,62 +118,66 @@ def _limits(sub: Subscription) -> str:
     return f"{sub.concurrency} at once{rate}, {sub.timeout_seconds:g} s"
 
 
+def _health(sub: Subscription) -> str:
+    if sub.state.value != "active" and sub.state_reason:
+        return f"{sub.health}: {sub.state_reason}"
+    if sub.consecutive_failures:
+        return f"{sub.health} ×{sub.consecutive_failures}: {sub.last_error}"
+    return sub.health
+
+
 @subscriptions.command("list")
 @url_option
 @json_option
 def list_subscriptions(url: str, as_json: bool) -> None:
     """Every subscription: queue, URL, state, health, last status and error (never secrets)."""
+    listing(
+        open_ledger(url).subscriptions.list(),
+        as_json,
+        lambda s: s.public(),
+        ["id", "queue", "url", "health", "limits", "delivered", "failed", "last"],
+        _row,
+        right=("delivered", "failed"),
+        empty="no subscriptions",
+    )
+
+
+def _row(s: Subscription) -> list[str]:
+    last = "-"
+    if s.last_attempt_at is not None:
+        last = f"{format_time(s.last_attempt_at)} {s.last_status or ''}".strip()
+    return [s.id, s.queue, s.url, _health(s), _limits(s), str(s.delivered), str(s.failed), last]
+
+
+_change = options(
+    url_option,
+    click.argument("subscription_id"),
+    click.option("--reason", default=None, help="Why; kept on the subscription."),
+    recorded_actor("the subscription"),
+)
+
+
+def _set_state(url: str, subscription_id: str, state: str, actor: str, reason: Any) -> None:
+    from .._records import SubscriptionState
+
     ledger = open_ledger(url)
-    subs = ledger.backend.subscriptions.all()
-    if as_json:
-        click.echo(json.dumps([s.public() for s in subs]))
-        return
-    if not subs:
-        click.echo("no subscriptions")
-        return
-    table = Table("id", "queue", "url", "health", "limits", "delivered", "failed", "last")
-    for s in subs:
-        last = "-"
-        if s.last_attempt_at is not None:
-            last = f"{format_time(s.last_attempt_at)} {s.last_status or ''}".strip()
-        health = s.health
-        if s.state is not SubscriptionState.ACTIVE and s.state_reason:
-            health = f"{health}: {s.state_reason}"
-        elif s.consecutive_failures:
-            health = f"{health} ×{s.consecutive_failures}: {s.last_error}"
-        table.add_row(
-            s.id, s.queue, s.url, health, _limits(s), str(s.delivered), str(s.failed), last
-        )
-    Console().print(table)
-
-
-def _state(
-    url: str, subscription_id: str, state: SubscriptionState, actor: str, reason: Any
-) -> None:
-    ledger = open_ledger(url, write=True)
-    sub = ledger.backend.subscriptions.set_state(subscription_id, state, actor, reason)
-    verb = "paused" if state is SubscriptionState.PAUSED else "resumed"
+    sub = ledger.subscriptions.set_state(subscription_id, SubscriptionState(state), actor, reason)
+    verb = "paused" if state == "paused" else "resumed"
     click.echo(f"{verb} subscription {sub.id} (queue {sub.queue} → {sub.url})")
 
 
 @subscriptions.command("pause")
-@url_option
-@click.argument("subscription_id")
-@click.option("--reason", default=None, help="Why; kept on the subscription.")
-@click.option("--actor", default=_default_actor, help="Who (default: user@host).")
+@_change
 def pause(url: str, subscription_id: str, reason: str | None, actor: str) -> None:
     """Stop delivering SUBSCRIPTION_ID's jobs; they wait in the queue until it is resumed."""
-    _state(url, subscription_id, SubscriptionState.PAUSED, actor, reason)
+    _set_state(url, subscription_id, "paused", actor, reason)
 
 
 @subscriptions.command("resume")
-@url_option
-@click.argument("subscription_id")
-@click.option("--reason", default=None, help="Why; kept on the subscription.")
-@click.option("--actor", default=_default_actor, help="Who (default: user@host).")
+@_change
 def resume(url: str, subscription_id: str, reason: str | None, actor: str) -> None:
     """Deliver SUBSCRIPTION_ID's jobs again: after a pause, or after 410 Gone disabled it."""
-    _state(url, subscription_id, SubscriptionState.ACTIVE, actor, reason)
+    _set_state(url, subscription_id, "active", actor, reason)
 
 
 @subscriptions.command("rotate")
@@ -170,18 +187,17 @@ def resume(url: str, subscription_id: str, reason: str | None, actor: str) -> No
 @click.option(
     "--overlap",
     type=Duration(),
-    default=DEFAULT_OVERLAP,
-    show_default="24h",
+    default=f"{DEFAULT_OVERLAP_HOURS}h",
+    show_default=True,
     help="How long the old secret keeps signing beside the new one (0: stop now).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the subscription and secret as JSON.")
+@_secret_json
 def rotate(
     url: str, subscription_id: str, secret: str | None, overlap: timedelta, as_json: bool
 ) -> None:
     """Give SUBSCRIPTION_ID a new secret and print it; deliveries carry both signatures
     (space-separated) during the overlap, so the endpoint can switch without a failure."""
-    ledger = open_ledger(url, write=True)
-    sub = rotate_secret(ledger.backend, subscription_id, secret=secret, overlap=overlap)
+    sub = open_ledger(url).subscriptions.rotate(subscription_id, secret=secret, overlap=overlap)
     _show_secret(sub, as_json, "rotated")
 
 
@@ -190,32 +206,31 @@ def rotate(
 @click.argument("subscription_id")
 def delete(url: str, subscription_id: str) -> None:
     """Delete SUBSCRIPTION_ID. The queue's jobs stay, waiting for another consumer."""
-    ledger = open_ledger(url, write=True)
-    sub = ledger.backend.subscriptions.delete(subscription_id)
+    sub = open_ledger(url).subscriptions.delete(subscription_id)
     click.echo(f"deleted subscription {sub.id} (queue {sub.queue} → {sub.url})")
 
 
-def push_options(fn: Any) -> Any:
-    """The delivery loop's options, shared by ``push`` and ``serve``."""
-    fn = click.option(
-        "--push-ca-file",
-        "push_ca_file",
-        type=click.Path(exists=True, dir_okay=False),
-        default=None,
-        help="A PEM file of extra certificate authorities deliveries trust.",
-    )(fn)
-    fn = click.option(
+push_options = options(
+    click.option(
         "--push-allow-network",
         "push_allow",
         multiple=True,
         envvar="JOBLEDGER_PUSH_ALLOW_NETWORKS",
         help="A network deliveries may reach although it is private (127.0.0.1, "
         "10.0.0.0/8); repeat for several. Plain http:// goes only to these.",
-    )(fn)
-    return fn
+    ),
+    click.option(
+        "--push-ca-file",
+        "push_ca_file",
+        type=click.Path(exists=True, dir_okay=False),
+        default=None,
+        help="A PEM file of extra certificate authorities deliveries trust.",
+    ),
+)
+"""The delivery loop's options, shared by ``push`` and ``serve``."""
 
 
-@cli.command("push")
+@click.command("push")
 @url_option
 @push_options
 @click.option(
@@ -224,33 +239,19 @@ def push_options(fn: Any) -> Any:
     default=None,
     help="Longest pause between looks at an idle queue (default 1 s PostgreSQL, 0.25 s SQLite).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="Least severe log messages shown (one line per delivery at info).",
-)
-@log_format_option
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics (deliveries by status class, the ledger's gauges) on this "
-    "port at /metrics.",
-)
-@click.option(
-    "--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port."
-)
+@log_options
+@metrics_options("deliveries by status class")
+@migrate_option
 def push(
     url: str,
-    push_ca_file: str | None,
     push_allow: tuple[str, ...],
+    push_ca_file: str | None,
     poll_interval: float | None,
     log_level: str,
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    migrate: bool,
 ) -> None:
     """Run the push delivery loop alone: POST every active subscription's jobs, signed.
 
@@ -259,11 +260,14 @@ def push(
     the database). SIGTERM or Ctrl-C stops it after the requests in flight.
     """
     from ..push import PushService, PushSettings
+    from .logs import setup_logging
 
     settings = PushSettings(
-        allow_networks=_networks(push_allow), ca_file=push_ca_file, poll_interval=poll_interval
+        allow_networks=tuple(split_csv(push_allow)),
+        ca_file=push_ca_file,
+        poll_interval=poll_interval,
     )
-    ledger = open_ledger(url, write=True)
+    ledger = open_ledger(url, migrate=migrate)
     setup_logging(log_level, log_format)
     if metrics_port is not None:
         from ..observability.metrics import MetricsServer, metrics_for
@@ -281,7 +285,3 @@ def push(
     signal.signal(signal.SIGINT, on_signal)
     click.echo(f"jobledger push delivering from {ledger.url.redacted}", err=True)
     service.run()
-
-
-def _networks(values: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(part.strip() for value in values for part in value.split(",") if part.strip())

@@ -3,27 +3,38 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
-from typing import Any
+import functools
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
-from rich.table import Table
-from rich.text import Text
 
-from .._ledger import JobHistory
-from .._records import JobFilter, JobRow, JobState, QueueStats
-from .base import cli, json_option, open_ledger, url_option
+from .base import JobRef, job_option, open_ledger
 from .params import (
     DURATION,
     WHEN,
-    console,
+    Cell,
     echo_json,
     format_duration,
     format_time,
-    queue_option,
+    json_option,
+    options,
+    table,
+    url_option,
 )
 
-STATES = [s.value for s in JobState]
+if TYPE_CHECKING:
+    from .._ledger import JobHistory
+    from .._records import JobFilter, JobRow, QueueStats
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The job states, in the order of jobledger._records.JobState (a test checks it).
+STATES = ["pending", "leased", "done", "dead", "cancelled"]
+
+_STATE_STYLE = {"done": "green", "dead": "red", "leased": "cyan", "cancelled": "dim"}
 
 
 def job_dict(job: JobRow, traceback: bool = True) -> dict[str, Any]:
@@ -35,11 +46,20 @@ def job_dict(job: JobRow, traceback: bool = True) -> dict[str, Any]:
 
 
 def attempts_per_done(stats: QueueStats) -> float | None:
-    done = stats.counts.get(JobState.DONE.value, 0)
-    return stats.attempts.get(JobState.DONE.value, 0) / done if done else None
+    done = stats.counts.get("done", 0)
+    return stats.attempts.get("done", 0) / done if done else None
 
 
-@cli.command()
+def error_text(error_class: str | None, message: str | None) -> str:
+    """``Class: message``, the class once even when the message starts with it."""
+    if not message:
+        return error_class or "-"
+    if not error_class or message.startswith(f"{error_class}:") or message == error_class:
+        return message
+    return f"{error_class}: {message}"
+
+
+@click.command()
 @url_option
 @click.option(
     "--late-after",
@@ -75,7 +95,7 @@ def status(url: str, late_after: timedelta, queues: tuple[str, ...], as_json: bo
                     {
                         "queue": s.queue,
                         "counts": {state: s.counts.get(state, 0) for state in STATES},
-                        "dead": s.counts.get(JobState.DEAD.value, 0),
+                        "dead": s.counts.get("dead", 0),
                         "oldest_due_pending_seconds": s.oldest_due_pending_seconds,
                         "late_pending": s.late_pending,
                         "lease_expiries_last_hour": s.lease_expiries_last_hour,
@@ -86,64 +106,78 @@ def status(url: str, late_after: timedelta, queues: tuple[str, ...], as_json: bo
             }
         )
         return
-    out = console()
-    if not stats:
-        out.print(f"no jobs in {ledger.url.redacted}")
-        return
-    table = Table(title=f"jobledger status — {ledger.url.redacted}", title_justify="left")
-    table.add_column("queue")
-    for state in STATES:
-        table.add_column(state, justify="right")
-    table.add_column("oldest due", justify="right")
-    table.add_column(f"late (>{format_duration(late_after.total_seconds())})", justify="right")
-    table.add_column("expired 1h", justify="right")
-    table.add_column("att/done", justify="right")
+    late = f"late (>{format_duration(late_after.total_seconds())})"
+    columns = ["queue", *STATES, "oldest due", late, "expired 1h", "att/done"]
+    rows = []
     for s in stats:
         ratio = attempts_per_done(s)
-        dead = s.counts.get(JobState.DEAD.value, 0)
-        table.add_row(
-            s.queue,
-            *[
-                Text(str(s.counts.get(state, 0)), style="red" if state == "dead" and dead else "")
-                for state in STATES
-            ],
-            format_duration(s.oldest_due_pending_seconds),
-            Text(str(s.late_pending), style="yellow" if s.late_pending else ""),
-            Text(
-                str(s.lease_expiries_last_hour),
-                style="yellow" if s.lease_expiries_last_hour else "",
-            ),
-            "-" if ratio is None else f"{ratio:.2f}",
+        rows.append(
+            [
+                s.queue,
+                *[
+                    _count(s.counts.get(state, 0), "red" if state == "dead" else "")
+                    for state in STATES
+                ],
+                format_duration(s.oldest_due_pending_seconds),
+                _count(s.late_pending, "yellow"),
+                _count(s.lease_expiries_last_hour, "yellow"),
+                "-" if ratio is None else f"{ratio:.2f}",
+            ]
         )
-    out.print(table)
+    table(
+        columns,
+        rows,
+        title=f"jobledger status — {ledger.url.redacted}",
+        right=columns[1:],
+        empty=f"no jobs in {ledger.url.redacted}",
+    )
 
 
-def filter_options(fn: Any) -> Any:
-    """The selection options shared by ``jobs`` and ``redrive``."""
-    options = [
-        click.option("--queue", "-q", default=None, help="Only this queue."),
-        click.option("--task", default=None, help="Only jobs of this task."),
-        click.option("--key-prefix", default=None, help="Only keys starting with this."),
-        click.option("--group", default=None, help="Only jobs of this group (a tenant)."),
-        click.option(
-            "--error", "error_contains", default=None, help="Only jobs whose last error has this."
-        ),
-        click.option(
-            "--since",
-            type=WHEN,
-            default=None,
-            help="Only jobs last changed at or after this time (ISO 8601, or e.g. 2h for 2 hours ago).",
-        ),
-        click.option(
-            "--until", type=WHEN, default=None, help="Only jobs last changed before this time."
-        ),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+def _count(n: int, style: str) -> Cell:
+    return (str(n), style) if n and style else str(n)
 
 
-@cli.command()
+_filters = options(
+    click.option("--queue", "-q", default=None, help="Only this queue."),
+    click.option("--task", default=None, help="Only jobs of this task."),
+    click.option("--key-prefix", default=None, help="Only keys starting with this."),
+    click.option("--group", default=None, help="Only jobs of this group (a tenant)."),
+    click.option(
+        "--error", "error_contains", default=None, help="Only jobs whose last error has this."
+    ),
+    click.option(
+        "--since",
+        type=WHEN,
+        default=None,
+        help="Only jobs last changed at or after this time (ISO 8601, or e.g. 2h for 2 hours ago).",
+    ),
+    click.option(
+        "--until", type=WHEN, default=None, help="Only jobs last changed before this time."
+    ),
+)
+_FILTERS = ("queue", "task", "key_prefix", "group", "error_contains", "since", "until")
+
+
+def filter_options(fn: F) -> F:
+    """The selection options shared by ``jobs`` and ``redrive``: the command gets
+    ``selection``, a dict of the ``JobFilter`` fields given (None for the others)."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kw: Any) -> Any:
+        chosen = {name: kw.pop(name) for name in _FILTERS}
+        return fn(*args, selection=chosen, **kw)
+
+    return cast(F, _filters(command))
+
+
+def job_filter(selection: dict[str, Any], **more: Any) -> JobFilter:
+    """A ``JobFilter`` from the ``filter_options`` a command was given (and ``more``)."""
+    from .._records import JobFilter
+
+    return JobFilter(**selection, **more)
+
+
+@click.command()
 @url_option
 @filter_options
 @click.option(
@@ -171,13 +205,7 @@ def filter_options(fn: Any) -> Any:
 @json_option
 def jobs(
     url: str,
-    queue: str | None,
-    task: str | None,
-    key_prefix: str | None,
-    group: str | None,
-    error_contains: str | None,
-    since: datetime | None,
-    until: datetime | None,
+    selection: dict[str, Any],
     states: tuple[str, ...],
     limit: int,
     order: str,
@@ -189,16 +217,12 @@ def jobs(
 
         jobledger jobs -q digests -s dead --error template --since 1d
     """
+    from .._records import JobState
+
     ledger = open_ledger(url)
-    where = JobFilter(
-        queue=queue,
+    where = job_filter(
+        selection,
         states=tuple(JobState(s) for s in states) or None,
-        task=task,
-        key_prefix=key_prefix,
-        group=group,
-        error_contains=error_contains,
-        since=since,
-        until=until,
         limit=limit + 1,
     )
     rows = ledger.jobs(where, order=order)
@@ -207,46 +231,28 @@ def jobs(
     if as_json:
         echo_json({"jobs": [job_dict(j, traceback=False) for j in rows], "more": more})
         return
-    out = console()
-    if not rows:
-        out.print("no jobs match")
-        return
-    table = Table()
-    for name in (
-        "id",
-        "queue",
-        "key",
-        "task",
-        "state",
-        "attempts",
-        "run at",
-        "updated",
-        "last error",
-    ):
-        table.add_column(name, justify="right" if name in ("id", "attempts") else "left")
-    for j in rows:
-        table.add_row(
-            str(j.id),
-            j.queue,
-            j.key,
-            j.task,
-            Text(j.state.value, style=_STATE_STYLE.get(j.state, "")),
-            f"{j.attempts}/{j.attempt_limit}",
-            format_time(j.run_at),
-            format_time(j.updated_at),
-            (j.last_error or "")[:80],
-        )
-    out.print(table)
+    columns = ["id", "queue", "key", "task", "state", "attempts", "run at", "updated", "last error"]
+    table(
+        columns,
+        (
+            [
+                str(j.id),
+                j.queue,
+                j.key,
+                j.task,
+                (j.state.value, _STATE_STYLE.get(j.state.value, "")),
+                f"{j.attempts}/{j.attempt_limit}",
+                format_time(j.run_at),
+                format_time(j.updated_at),
+                (j.last_error or "")[:80],
+            ]
+            for j in rows
+        ),
+        right=("id", "attempts"),
+        empty="no jobs match",
+    )
     if more:
-        out.print(f"showing the first {limit}; narrow the filters or raise --limit")
-
-
-_STATE_STYLE = {
-    JobState.DONE: "green",
-    JobState.DEAD: "red",
-    JobState.LEASED: "cyan",
-    JobState.CANCELLED: "dim",
-}
+        click.echo(f"showing the first {limit}; narrow the filters or raise --limit")
 
 
 def timeline(history: JobHistory) -> list[dict[str, Any]]:
@@ -266,7 +272,7 @@ def timeline(history: JobHistory) -> list[dict[str, Any]]:
             }
         )
         if a.finished_at is not None:
-            error = f"{a.error_class}: {a.error_message}" if a.error_class else None
+            error = error_text(a.error_class, a.error_message) if a.error_class else None
             items.append(
                 {
                     "at": a.finished_at,
@@ -286,7 +292,7 @@ def timeline(history: JobHistory) -> list[dict[str, Any]]:
                 "detail": None if f["detail"] is None else str(f["detail"]),
             }
         )
-    if job.finished_at is not None and job.state is not JobState.PENDING:
+    if job.finished_at is not None and job.state.value != "pending":
         items.append(
             {"at": job.finished_at, "what": f"now {job.state.value}", "who": None, "detail": None}
         )
@@ -294,20 +300,21 @@ def timeline(history: JobHistory) -> list[dict[str, Any]]:
     return items
 
 
-@cli.command()
+@click.command()
 @url_option
-@click.argument("job")
-@queue_option
+@job_option
 @click.option("--traceback", is_flag=True, help="Also print the last traceback.")
 @json_option
-def show(url: str, job: str, queue: str | None, traceback: bool, as_json: bool) -> None:
-    """Show one job — by KEY or by ID — and its history as a timeline: each attempt (worker,
-    start, outcome, error), operator actions (who, why) and recorded effects.
+def show(url: str, job: JobRef, traceback: bool, as_json: bool) -> None:
+    """Show one job — by KEY or ID, or --id N / --key K — and its history as a timeline: each
+    attempt (worker, start, outcome, error), operator actions (who, why), recorded effects.
 
-    A job that was pruned is reported with when it was pruned and until when its key stays taken.
+    A bare JOB of digits that is one job's id and another's key is refused: say which with
+    --id or --key. A job that was pruned is reported with when it was pruned and until when
+    its key stays taken.
     """
     ledger = open_ledger(url)
-    row = ledger.find(job, queue)
+    row = job.find(ledger)
     history = ledger.history(row.id)
     items = timeline(history)
     if as_json:
@@ -322,14 +329,7 @@ def show(url: str, job: str, queue: str | None, traceback: bool, as_json: bool) 
         )
         return
     j = history.job
-    out = console()
-    out.print(
-        Text.assemble(
-            (f"job {j.id} ", "bold"),
-            f"{j.queue}/{j.key}  task {j.task}  ",
-            (j.state.value, _STATE_STYLE.get(j.state, "bold")),
-        )
-    )
+    click.echo(f"job {j.id} {j.queue}/{j.key}  task {j.task}  {j.state.value}")
     lines = [
         ("attempts", f"{j.attempts} of {j.attempt_limit} allowed (budget left {j.budget_left})"),
         ("run at", format_time(j.run_at)),
@@ -339,25 +339,23 @@ def show(url: str, job: str, queue: str | None, traceback: bool, as_json: bool) 
         ("priority", str(j.priority)),
         ("group", j.group or "-"),
         ("payload", _short(j.payload)),
-        ("last error", f"{j.last_error_class}: {j.last_error}" if j.last_error else "-"),
+        ("last error", error_text(j.last_error_class, j.last_error) if j.last_error else "-"),
         ("correlation", j.correlation_id or "-"),
     ]
     for name, value in lines:
-        out.print(f"  {name:<12} {value}", markup=False)
-    table = Table(title="timeline (UTC)", title_justify="left")
-    for name in ("when", "what", "who", "detail"):
-        table.add_column(name)
-    for item in items:
-        table.add_row(
-            format_time(item["at"]), item["what"], item["who"] or "", (item["detail"] or "")[:120]
-        )
-    out.print(table)
+        click.echo(f"  {name:<12} {value}")
+    table(
+        ["when", "what", "who", "detail"],
+        (
+            [format_time(i["at"]), i["what"], i["who"] or "", (i["detail"] or "")[:120]]
+            for i in items
+        ),
+        title="timeline (UTC)",
+    )
     if traceback and j.last_traceback:
-        out.print(j.last_traceback, markup=False)
+        click.echo(j.last_traceback)
 
 
 def _short(payload: dict[str, Any], limit: int = 200) -> str:
-    import json
-
     text = json.dumps(payload, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "…"

@@ -4,26 +4,48 @@ from __future__ import annotations
 
 import click
 
-from .._ledger import Ledger
-from ..testing.history import ENV
-from ..testing.history import install as install_history
-from .base import cli, load_app, split_csv, url_option
-from .logs import announce, log_format_option, setup_logging
-from .supervise import supervise
+from .base import load_app
+from .params import (
+    app_url_option,
+    concurrency_option,
+    database_url,
+    grace_option,
+    log_options,
+    metrics_options,
+    migrate_option,
+    no_scheduler,
+    queues_option,
+    rescue_interval_option,
+    split_csv,
+)
+
+# jobledger.testing.history.ENV (a test checks it): written here so that the worker's options
+# cost no import of the history recorder.
+HISTORY_ENV = "JOBLEDGER_HISTORY"
 
 
-@cli.command()
-@url_option
+@click.command()
+@database_url(
+    "Created when missing: the SQLite file (its directory must exist), the PostgreSQL schema "
+    "(the database must exist)."
+)
 def migrate(url: str) -> None:
     """Create or upgrade the jobledger schema in the database.
 
-    Applies the numbered migrations the database lacks, in order, and prints their names. Safe
-    to run again (and from several processes at once): applied migrations are skipped.
+    Creates the SQLite file (its directory must exist) or the PostgreSQL schema named by
+    ?schema= (the database must exist), applies the numbered migrations it lacks, in order, and
+    prints their names. Safe to run again (and from several processes at once): applied
+    migrations are skipped. The only command that creates anything, with --migrate of the
+    commands that offer it.
     """
+    from .._ledger import Ledger
+
     ledger = Ledger(url, auto_migrate=False)
-    applied = ledger.migrate()
-    version = ledger.backend.schema_version()
-    ledger.close()
+    try:
+        applied = ledger.migrate()
+        version = ledger.schema_version()
+    finally:
+        ledger.close()
     if applied:
         click.echo(
             f"applied {', '.join(applied)}; {ledger.url.redacted} is at schema version {version}"
@@ -32,25 +54,11 @@ def migrate(url: str) -> None:
         click.echo(f"{ledger.url.redacted} is up to date (schema version {version})")
 
 
-@cli.command()
+@click.command()
 @click.argument("app")
-@click.option(
-    "--url", envvar="JOBLEDGER_URL", default=None, help="Override the ledger's database URL."
-)
-@click.option(
-    "-q",
-    "--queues",
-    multiple=True,
-    help="Queues to work on (comma-separated or repeated). Default: every queue of the app's tasks.",
-)
-@click.option(
-    "-c",
-    "--concurrency",
-    type=click.IntRange(1, 1000),
-    default=4,
-    show_default=True,
-    help="Jobs run at once.",
-)
+@app_url_option
+@queues_option
+@concurrency_option
 @click.option(
     "--batch-size",
     type=click.IntRange(1, 1000),
@@ -74,25 +82,14 @@ def migrate(url: str) -> None:
     help="Worker processes on this host, each with CONCURRENCY threads (use the cores).",
 )
 @click.option("--burst", is_flag=True, help="Run what is due, then exit.")
-@click.option(
-    "--grace",
-    type=click.FloatRange(0),
-    default=30.0,
-    show_default=True,
-    help="Seconds running jobs get to finish after SIGTERM/SIGINT.",
-)
+@grace_option
 @click.option(
     "--poll-interval",
     type=click.FloatRange(0.001),
     default=None,
     help="Longest sleep between claims when idle (default 1 s on PostgreSQL with LISTEN, 0.25 s on SQLite).",
 )
-@click.option(
-    "--rescue-interval",
-    type=click.FloatRange(0.01),
-    default=None,
-    help="Seconds between scans for expired leases.",
-)
+@rescue_interval_option
 @click.option(
     "--name",
     default=None,
@@ -101,7 +98,7 @@ def migrate(url: str) -> None:
 @click.option(
     "--history",
     "history_path",
-    envvar=ENV,
+    envvar=HISTORY_ENV,
     default=None,
     show_envvar=True,
     type=click.Path(dir_okay=True, file_okay=True),
@@ -109,32 +106,10 @@ def migrate(url: str) -> None:
     "rescues) as JSON lines to this file, or to a new file in this directory. "
     "Checked by `jobledger history check`.",
 )
-@click.option(
-    "--no-scheduler",
-    is_flag=True,
-    help="Do not run the app's schedules in this worker (by default a worker takes part in "
-    "scheduling: it ticks them while it holds the leader lease).",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics (this worker's, and the ledger's gauges) on this port at "
-    "/metrics while the worker runs; 0 picks a free port (the log says which).",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the metrics port listens on (0.0.0.0 for every interface).",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
-@log_format_option
+@no_scheduler("worker")
+@metrics_options("this worker's")
+@migrate_option
+@log_options
 def worker(
     app: str,
     url: str | None,
@@ -152,6 +127,7 @@ def worker(
     no_scheduler: bool,
     metrics_port: int | None,
     metrics_host: str,
+    migrate: bool,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -162,11 +138,26 @@ def worker(
     lease token, and rescues expired leases of crashed workers. SIGTERM or Ctrl-C stops
     claiming and lets running jobs finish within --grace seconds; a second signal stops at once.
 
+    The database must exist and be migrated (`jobledger migrate`), unless --migrate: a worker
+    started on a mistyped URL exits 2 and creates nothing.
+
     --processes N starts N such worker processes under this one (each with CONCURRENCY threads),
     so that Python uses more than one core; signals are passed on to all of them.
     """
+    from .logs import announce, setup_logging
+
     setup_logging(log_level, log_format)
     if processes > 1:
+        if metrics_port is not None:
+            raise click.UsageError(
+                "--metrics-port cannot be shared by --processes children; run each worker "
+                "process with its own port, or scrape the server's /metrics"
+            )
+        from .supervise import supervise
+
+        # Open the app's ledger here first: a missing database or schema, or an app that does
+        # not import, is one error before any child starts (and --migrate migrates once).
+        load_app(app, url, migrate=migrate).close()
         child = ["worker", app, "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
         child += ["--prefetch", str(prefetch), "--grace", str(grace), "--log-level", log_level]
         child += ["--log-format", log_format]
@@ -176,21 +167,20 @@ def worker(
         child += ["--rescue-interval", str(rescue_interval)] if rescue_interval else []
         child += ["--no-scheduler"] if no_scheduler else []
         child += ["--history", history_path] if history_path else []
-        if metrics_port is not None:
-            raise click.UsageError(
-                "--metrics-port cannot be shared by --processes children; run each worker "
-                "process with its own port, or scrape the server's /metrics"
-            )
         # The URL goes to the children in their environment, not on their command line.
         status = supervise(child, processes, burst, env={"JOBLEDGER_URL": url} if url else None)
         click.echo(f"{processes} worker processes done", err=True)
         raise SystemExit(status)
-    ledger = load_app(app, url)
+    ledger = load_app(app, url, migrate=migrate)
     if metrics_port is not None:
         from ..observability.metrics import install_metrics
 
         install_metrics(ledger, metrics_port, metrics_host)
-    recorder = install_history(ledger, history_path) if history_path else None
+    recorder = None
+    if history_path:
+        from ..testing.history import install as install_history
+
+        recorder = install_history(ledger, history_path)
     if no_scheduler:
         ledger.schedules.run_in_workers = False
     stats = ledger.run_worker(
@@ -206,16 +196,14 @@ def worker(
     )
     if recorder is not None:
         recorder.close()
-    announce(
-        f"worker done: claimed {stats.claimed}, completed {stats.completed}, retried {stats.retried}, "
-        f"dead {stats.dead}, released {stats.released}, lease lost {stats.lease_lost}, rescued {stats.rescued}",
-        log_format,
-        "jobledger.worker",
-        claimed=stats.claimed,
-        completed=stats.completed,
-        retried=stats.retried,
-        dead=stats.dead,
-        released=stats.released,
-        lease_lost=stats.lease_lost,
-        rescued=stats.rescued,
-    )
+    counts = {
+        "claimed": stats.claimed,
+        "completed": stats.completed,
+        "retried": stats.retried,
+        "dead": stats.dead,
+        "released": stats.released,
+        "lease_lost": stats.lease_lost,
+        "rescued": stats.rescued,
+    }
+    summary = ", ".join(f"{what.replace('_', ' ')} {n}" for what, n in counts.items())
+    announce(f"worker done: {summary}", log_format, "jobledger.worker", **counts)

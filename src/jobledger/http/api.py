@@ -325,12 +325,16 @@ async def _serve(state: ServerState, op: Operation, request: Request) -> Respons
         call.query[name] = _parse_text(param.schema, values[-1], f"/{name}", errors)
     header_errors: list[tuple[str, str]] = []
     for name, param in op.headers.items():
-        value = request.headers.get(name)
-        if value is None:
+        values = request.headers.getlist(name)
+        if not values:
             if param.required:
                 header_errors.append((name, "is a required header"))
             continue
-        call.headers[name] = param.schema.check(value, name, header_errors)
+        if len(values) > 1:
+            # Which one the client meant cannot be known; a proxy may have added one.
+            header_errors.append((name, f"was sent {len(values)} times; send it once"))
+            continue
+        call.headers[name] = param.schema.check(values[0], name, header_errors)
     if header_errors:
         raise Problem(
             "invalid-header",

@@ -18,14 +18,16 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._ledger import Ledger
+from .._runtime.worker import default_worker_name
 from .api import RouteGroup, build_routes
 from .observe import observe
 from .openapi import openapi_document
-from .problems import Problem, problem_response
+from .problems import NOSNIFF, Problem, problem_response
 from .routes import DEFAULT_GROUPS
-from .state import Rescuer, ServerSettings, ServerState, Service
+from .state import ServerSettings, ServerState, Service
 from .wakeups import Wakeups
 
 __all__ = ["create_app"]
@@ -51,6 +53,31 @@ async def _http_exception(request: Request, exc: Exception) -> Response:
     kind = _HTTP_KINDS.get(exc.status_code, "internal-error")
     detail = exc.detail if exc.status_code != 404 else f"no route for {request.url.path}"
     return problem_response(Problem(kind, str(detail), headers=dict(exc.headers or {})))
+
+
+class NoSniff:
+    """Adds ``X-Content-Type-Options: nosniff`` to every response that has none: routes,
+    Starlette's own 404s and 405s, static files, the dashboard."""
+
+    _HEADER = (NOSNIFF[0].lower().encode(), NOSNIFF[1].encode())
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_nosniff(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if all(name.lower() != self._HEADER[0] for name, _ in headers):
+                    headers.append(self._HEADER)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_nosniff)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -79,7 +106,8 @@ def create_app(
         await run_in_threadpool(ledger.health.check)  # open (and check) the database now
         state.wakeups = Wakeups(ledger.listening, asyncio.get_running_loop())
         services: list[Service] = [
-            Rescuer(ledger.rescue, state.settings.rescue_interval, observe(state).rescued)
+            ledger.rescuer(state.settings.rescue_interval, observe(state).rescued),
+            ledger.pruner(f"serve:{default_worker_name()}"),
         ]
         for group in groups:
             for factory in group.services:
@@ -103,7 +131,7 @@ def create_app(
 
     app = Starlette(
         routes=routes,
-        middleware=list(middleware),
+        middleware=[Middleware(NoSniff), *middleware],
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
         lifespan=lifespan,
     )

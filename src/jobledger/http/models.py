@@ -15,7 +15,7 @@ from .._records import (
     JobState,
     QueueInfo,
 )
-from .problems import Problem
+from .problems import invalid
 from .schema import AnyObject, Array, Boolean, Integer, Number, Object, String
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
@@ -26,7 +26,45 @@ GROUP_PATTERN = r"^[^\u0000-\u001f\u007f]{1,200}$"
 #: A group named in a path cannot hold "/" (Starlette matches paths decoded), nor be "." or "..".
 GROUP_PATH_PATTERN = r"^(?!\.\.?$)[^\u0000-\u001f\u007f/]{1,200}$"
 MAX_ID = 2**63 - 1
+"""The largest job id: PostgreSQL's bigint (SQLite's INTEGER holds the same)."""
 STATES = tuple(s.value for s in JobState)
+
+
+def _decimals_up_to(limit: int) -> str:
+    """A regular expression (a group, unanchored) matching exactly the decimal numbers 1 to
+    ``limit``, without leading zeros: the shorter numbers, then for each digit of ``limit`` the
+    numbers that share its prefix and are smaller at that digit, then ``limit`` itself."""
+    digits = str(limit)
+    alternatives = [f"[1-9][0-9]{{0,{len(digits) - 2}}}"] if len(digits) > 1 else []
+    for i, digit in enumerate(digits):
+        low, high = (1 if i == 0 else 0), int(digit) - 1
+        if high >= low:
+            rest = len(digits) - i - 1
+            alternatives.append(
+                digits[:i]
+                + (f"[{low}-{high}]" if high > low else str(low))
+                + (f"[0-9]{{{rest}}}" if rest else "")
+            )
+    alternatives.append(digits)
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+#: The shortest lease a consumer may ask for (receive, extend) or a queue may give: a lease
+#: must outlive the round trip of its receive and its ack, or every delivery expires before it
+#: can be acked and only burns the message's attempts (see docs/http-api.md).
+MIN_LEASE_SECONDS = 1.0
+
+#: A message id as text: 1 to ``MAX_ID``, digits only.
+ID_DIGITS = _decimals_up_to(MAX_ID)
+
+
+def parse_id(text: str) -> int | None:
+    """A message id from text (a form field, a path segment), or None when the text is not one
+    (not digits, or beyond the id range)."""
+    if not text.isascii() or not text.isdigit() or not 0 < int(text) <= MAX_ID:
+        return None
+    return int(text)
+
 
 QUEUE_NAME = String(
     min_length=1,
@@ -59,8 +97,9 @@ GROUP_NAME = String(
     example="customer-4187",
 )
 MESSAGE_ID = String(
-    pattern=r"^[1-9][0-9]{0,18}$",
-    description="The job's id (digits). Opaque to clients: compare, do not compute.",
+    pattern=f"^{ID_DIGITS}$",
+    description="The job's id: digits, 1 to 9223372036854775807. Opaque to clients: compare, "
+    "do not compute.",
     example="42",
 )
 MESSAGE_ID_PARAM = Integer(minimum=1, maximum=MAX_ID, description="The message (job) id.")
@@ -101,6 +140,7 @@ QUEUE = Object(
         ),
         "retention_seconds": Number(minimum=86400),
         "require_idempotency_key": Boolean(),
+        "timeout_seconds": Number(exclusive_minimum=0, nullable=True),
         "created_at": TIME,
         "updated_at": TIME,
         "counts": COUNTS,
@@ -321,10 +361,10 @@ def parse_time(value: str | None, field: str) -> datetime | None:
     except ValueError:
         parsed = None
     if parsed is None or parsed.tzinfo is None:
-        raise Problem(
-            "validation-failed",
+        raise invalid(
             f"{field} must be an RFC 3339 time with an offset, e.g. 2026-08-10T06:00:00Z",
-            errors=[{"pointer": f"/{field}", "detail": "not an RFC 3339 date-time"}],
+            f"/{field}",
+            "not an RFC 3339 date-time",
         )
     return parsed
 
@@ -343,6 +383,7 @@ def queue_json(info: QueueInfo, counts: dict[str, int], oldest: float | None) ->
         "backoff": {"base_seconds": s.backoff_base, "cap_seconds": s.backoff_cap},
         "retention_seconds": s.retention_seconds,
         "require_idempotency_key": s.require_key,
+        "timeout_seconds": s.timeout_seconds,
         "created_at": iso(info.created_at),
         "updated_at": iso(info.updated_at),
         "counts": {state: counts.get(state, 0) for state in STATES},

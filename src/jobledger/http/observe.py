@@ -11,9 +11,10 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from .._records import ClaimedJob, JobRow, MinuteStats, RescueResult
+from .._records import ClaimedJob, MinuteStats, RescueResult
+from ..maintenance.rollups import RollupFlusher
 from ..observability.metrics import Metrics, metrics_for
-from ..observability.rollup import MinuteStatsFlusher, MinuteStatsRecorder, install_rollups
+from ..observability.rollup import MinuteStatsRecorder, install_rollups
 from ..observability.snapshot import SnapshotCache
 
 if TYPE_CHECKING:
@@ -51,19 +52,27 @@ class ServerObservability:
         self.metrics.claimed(jobs)
         self.rollups.claimed(jobs)
 
-    def finished(self, job: JobRow, outcome: str) -> None:
-        """A consumer's ack (``done``) or nack (``retry`` or ``dead``) of ``job``'s attempt."""
-        self.metrics.finished(job.queue, job.task, outcome, None, job.attempts)
-        self.rollups.finished(job.queue, job.task, outcome, None)
-
     def stale(self, queue: str, action: str) -> None:
         self.metrics.stale_write(queue, action)
+
+    # The runtime's recorder tells pull consumers' outcomes here (``PullLeases``).
+
+    def outcomes(self, observed: list[tuple[ClaimedJob, str, float, str | None]]) -> None:
+        for job, outcome, _, _ in observed:
+            self.metrics.finished(job.queue, job.task, outcome, None, job.attempt)
+            self.rollups.finished(job.queue, job.task, outcome, None)
+
+    def lease_lost(self, job: ClaimedJob, action: str) -> None:
+        self.stale(job.queue, action)
+
+    def count(self, **counts: int) -> None:
+        """Counts are the metrics' (above)."""
 
     def rescued(self, rescued: list[RescueResult]) -> None:
         self.metrics.rescued(rescued)
 
-    def flusher(self) -> MinuteStatsFlusher:
-        return MinuteStatsFlusher(self.rollups, self.state.ledger.minute_stats)
+    def flusher(self) -> RollupFlusher:
+        return RollupFlusher(self.rollups, self.state.ledger.minute_stats)
 
     # -- reading -----------------------------------------------------------------------------------
 

@@ -13,9 +13,20 @@ from typing import Any
 
 from starlette.responses import Response
 
-__all__ = ["PROBLEM_MEDIA_TYPE", "PROBLEM_TYPES", "Problem", "problem_response"]
+__all__ = [
+    "NOSNIFF",
+    "PROBLEM_MEDIA_TYPE",
+    "PROBLEM_TYPES",
+    "Problem",
+    "invalid",
+    "problem_response",
+]
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
+
+#: On every response: a browser must never guess another type than the one sent (a 404's
+#: detail repeats the path it was asked for; read as HTML, that would be a reflected script).
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
 
 #: Every kind of problem the API answers: name → (status, title).
 PROBLEM_TYPES: dict[str, tuple[int, str]] = {
@@ -72,10 +83,18 @@ class Problem(Exception):
         }
 
 
+def invalid(detail: str, pointer: str, why: str) -> Problem:
+    """A 422 naming the field at fault (a JSON pointer): for the rules a request's schema cannot
+    state, such as one field's bound depending on another's."""
+    return Problem("validation-failed", detail, errors=[{"pointer": pointer, "detail": why}])
+
+
 def problem_response(problem: Problem) -> Response:
+    """The problem as a response. It carries ``NOSNIFF`` itself, because an unexpected error's
+    answer is made outside every middleware."""
     return Response(
         json.dumps(problem.body(), ensure_ascii=False, separators=(",", ":")),
         status_code=problem.status,
         media_type=PROBLEM_MEDIA_TYPE,
-        headers=problem.headers,
+        headers={**problem.headers, NOSNIFF[0]: NOSNIFF[1]},
     )

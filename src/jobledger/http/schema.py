@@ -357,6 +357,21 @@ class Array(Schema):
 #: Payloads nest at most this deep: deeper JSON is refused before it reaches the database.
 MAX_DEPTH = 64
 
+#: Any JSON value whose strings, keys included, hold no U+0000: what a payload's members are.
+JSON_VALUE: dict[str, Any] = {
+    "description": "Any JSON value; its strings (object keys too) may not contain U+0000.",
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": ["number", "boolean", "null"]},
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
+        },
+    ],
+}
+
 
 @dataclass
 class AnyObject(Schema):
@@ -369,6 +384,14 @@ class AnyObject(Schema):
 
     def json_schema(self) -> dict[str, Any]:
         return {"type": "object", "additionalProperties": True}
+
+    def _render(self, components: dict[str, Any]) -> dict[str, Any]:
+        components.setdefault("JsonValue", JSON_VALUE)
+        return {
+            "type": "object",
+            "propertyNames": {"pattern": NO_NUL},
+            "additionalProperties": {"$ref": "#/components/schemas/JsonValue"},
+        }
 
     def _check(self, value: Any, path: str, errors: list[tuple[str, str]]) -> Any:
         if not isinstance(value, dict):

@@ -1,23 +1,22 @@
-"""What the server shares between requests: settings, the ledger, wake-ups, keys in flight, and
-the services that run beside the routes (the rescuer; later push delivery)."""
+"""What the server shares between requests: settings, the ledger, wake-ups, keys in flight, pull
+consumers' leases, and the services that run beside the routes (the rescuer, push delivery)."""
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import BackendUnavailable, ConfigError
+from ..errors import ConfigError
 from .wakeups import Wakeups
 
 if TYPE_CHECKING:
     from .._ledger import Ledger
-    from .._records import RescueResult
+    from .._runtime.pull import PullLeases
     from ..push import PushSettings
 
-__all__ = ["InFlight", "Rescuer", "ServerSettings", "ServerState", "Service"]
+__all__ = ["InFlight", "ServerSettings", "ServerState", "Service"]
 
 log = logging.getLogger("jobledger.http")
 
@@ -135,52 +134,6 @@ class Service(Protocol):
     def stop(self) -> None: ...
 
 
-class Rescuer:
-    """Moves expired leases back to pending (or to dead) every ``interval`` seconds, so that a
-    pull consumer that received messages and died does not hold them forever. Idempotent: any
-    number of servers and workers may run it at once."""
-
-    def __init__(
-        self,
-        rescue: Callable[[], list[RescueResult]],
-        interval: float,
-        on_rescue: Callable[[list[RescueResult]], None] | None = None,
-    ):
-        self._rescue = rescue
-        self._interval = interval
-        self._on_rescue = on_rescue
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="jobledger-rescuer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5.0)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                rescued = self._rescue()
-                if rescued and self._on_rescue is not None:
-                    self._on_rescue(rescued)
-                for r in rescued:
-                    log.warning(
-                        "lease expired: job %d (%s/%s) attempt %d -> %s",
-                        r.job_id,
-                        r.queue,
-                        r.key,
-                        r.attempt,
-                        r.state.value,
-                    )
-            except BackendUnavailable as exc:
-                log.warning("rescue failed: %s", exc)
-            except Exception:  # a bug: keep the server up, say so loudly
-                log.exception("rescue failed")
-
-
 ServiceFactory = Callable[["ServerState"], "Service | None"]
 
 
@@ -193,6 +146,7 @@ class ServerState:
         self.in_flight = InFlight()
         self.wakeups: Wakeups | None = None
         self.services: list[Service] = []
+        self._pull: PullLeases | None = None
         self.observability: Any = None
         """The server's metrics, ledger snapshots and rollups (``jobledger.http.observe``)."""
 
@@ -201,3 +155,12 @@ class ServerState:
         if self.settings.poll_interval is not None:
             return self.settings.poll_interval
         return 1.0 if self.ledger.listening.supported else 0.25
+
+    @property
+    def pull(self) -> PullLeases:
+        """Pull consumers' leases, over the runtime (``jobledger._runtime.pull``)."""
+        if self._pull is None:
+            from .observe import observe
+
+            self._pull = self.ledger.pull_leases(observe(self))
+        return self._pull

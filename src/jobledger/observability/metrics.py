@@ -30,9 +30,9 @@ from .rollup import claim_wait
 from .snapshot import STATES, SnapshotCache
 
 if TYPE_CHECKING:
-    from .._ledger import Ledger
     from .._records import ClaimedJob, RescueResult
-    from .._runtime.worker import Worker
+    from .._runtime.runtime import Runtime
+    from .host import ObservedLedger
 
 __all__ = [
     "LedgerCollector",
@@ -180,23 +180,19 @@ class _MetricsObserver(WorkerObserver):
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
 
-    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+    def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         self.metrics.claimed(jobs)
 
-    def on_outcome(
-        self,
-        worker: Worker,
-        job: ClaimedJob,
-        outcome: str,
-        duration: float,
-        error_class: str | None,
+    def on_outcomes(
+        self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:
-        self.metrics.finished(job.queue, job.task, outcome, duration, job.attempt)
+        for job, outcome, duration, _ in outcomes:
+            self.metrics.finished(job.queue, job.task, outcome, duration, job.attempt)
 
-    def on_lease_lost(self, worker: Worker, job: ClaimedJob, action: str) -> None:
+    def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
         self.metrics.stale_write(job.queue, action)
 
-    def on_rescue(self, worker: Worker, rescued: Sequence[RescueResult]) -> None:
+    def on_rescue(self, worker: Runtime, rescued: Sequence[RescueResult]) -> None:
         self.metrics.rescued(rescued)
 
     def on_push_delivery(self, report: Any) -> None:
@@ -311,11 +307,11 @@ class LedgerCollector:
         yield age
 
 
-_BY_LEDGER: weakref.WeakKeyDictionary[Ledger, Metrics] = weakref.WeakKeyDictionary()
+_BY_LEDGER: weakref.WeakKeyDictionary[ObservedLedger, Metrics] = weakref.WeakKeyDictionary()
 _BY_LEDGER_LOCK = threading.Lock()
 
 
-def metrics_for(ledger: Ledger) -> Metrics:
+def metrics_for(ledger: ObservedLedger) -> Metrics:
     """The ``Metrics`` of ``ledger`` in this process, created (and its worker observer
     installed) on first use."""
     with _BY_LEDGER_LOCK:
@@ -356,7 +352,7 @@ class MetricsServer:
 
 
 def install_metrics(
-    ledger: Ledger,
+    ledger: ObservedLedger,
     port: int,
     host: str = "127.0.0.1",
     live_seconds: float = 5.0,

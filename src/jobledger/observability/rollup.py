@@ -16,25 +16,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .._records import MinuteStats
 from .._runtime.hooks import WorkerObserver
 from ..errors import JobledgerError
+from ..maintenance.rollups import RollupFlusher
 
 if TYPE_CHECKING:
-    from .._ledger import Ledger
     from .._records import ClaimedJob
-    from .._runtime.worker import Worker
+    from .._runtime.runtime import Runtime
     from .._services.stats import MinuteStatsBook
+    from .host import ObservedLedger
 
-__all__ = ["MinuteStatsFlusher", "MinuteStatsRecorder", "install_rollups", "rollups_of"]
+__all__ = ["MinuteStatsRecorder", "install_rollups", "rollups_of"]
 
 log = logging.getLogger("jobledger.observability")
 
 #: How long rollups are kept; older rows are deleted by the writers.
-KEEP = timedelta(days=2)
 #: Counts not written after this long (the database was down) are dropped, not kept forever.
 MAX_BACKLOG_MINUTES = 120
 
@@ -79,7 +79,6 @@ class MinuteStatsRecorder(WorkerObserver):
         self._clock = clock
         self._lock = threading.Lock()
         self._rows: dict[tuple[int, str, str], _Sums] = {}
-        self._last_prune = 0.0
 
     def _add(self, minute: int, queue: str, task: str, values: dict[str, Any]) -> None:
         ident = (minute, queue, task)
@@ -123,21 +122,11 @@ class MinuteStatsRecorder(WorkerObserver):
             values.update(run_count=len(runs), run_sum=sum(runs), run_max=max(runs))
         self._add(self._minute(), queue, task, values)
 
-    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+    def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         self.claimed(jobs)
 
-    def on_outcome(
-        self,
-        worker: Worker,
-        job: ClaimedJob,
-        outcome: str,
-        duration: float,
-        error_class: str | None,
-    ) -> None:
-        self.finished(job.queue, job.task, outcome, duration)
-
     def on_outcomes(
-        self, worker: Worker, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
+        self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:
         durations: dict[tuple[str, str, str], list[float]] = {}
         for job, outcome, duration, _ in outcomes:
@@ -172,8 +161,8 @@ class MinuteStatsRecorder(WorkerObserver):
 
     def flush(self, store: MinuteStatsBook) -> int:
         """Write what accumulated; keep it for the next flush if the database is unavailable.
-        Once an hour, delete rollups older than two days. Returns the rows written, or -1 when
-        the write failed."""
+        Returns the rows written, or -1 when the write failed. (Old rollups are deleted by the
+        pruner, ``jobledger.maintenance.pruner``.)"""
         rows = self.take()
         if rows:
             try:
@@ -182,54 +171,10 @@ class MinuteStatsRecorder(WorkerObserver):
                 self.put_back(rows)
                 log.warning("could not write %d per-minute stats rows: %s", len(rows), exc)
                 return -1
-        now = self._clock()
-        if now - self._last_prune > 3600:
-            self._last_prune = now
-            try:
-                store.prune(datetime.fromtimestamp(now, UTC) - KEEP)
-            except JobledgerError as exc:
-                log.warning("could not prune per-minute stats: %s", exc)
         return len(rows)
 
 
-class MinuteStatsFlusher:
-    """Flushes a recorder every ``interval`` seconds on a thread of its own, and once more when
-    stopped (a worker's or a server's service)."""
-
-    def __init__(
-        self, recorder: MinuteStatsRecorder, store: MinuteStatsBook, interval: float = 5.0
-    ):
-        self._recorder = recorder
-        self._store = store
-        self._interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="jobledger-rollups", daemon=True)
-        self._healthy = True
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(1.0)
-        if self._healthy and not self._thread.is_alive():
-            # A last flush, unless the database was failing: never hold up a shutdown for it.
-            self._flush()
-
-    def _flush(self) -> None:
-        try:
-            self._healthy = self._recorder.flush(self._store) >= 0
-        except Exception:  # a bug: never take the worker down with it
-            self._healthy = False
-            log.exception("writing per-minute stats failed")
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            self._flush()
-
-
-def install_rollups(ledger: Ledger, interval: float = 5.0) -> MinuteStatsRecorder:
+def install_rollups(ledger: ObservedLedger, interval: float = 5.0) -> MinuteStatsRecorder:
     """Give ``ledger``'s workers a recorder (an observer) and a flusher (a worker service).
     Idempotent: a ledger has at most one recorder."""
     existing = rollups_of(ledger)
@@ -238,15 +183,15 @@ def install_rollups(ledger: Ledger, interval: float = 5.0) -> MinuteStatsRecorde
     recorder = MinuteStatsRecorder()
     ledger.observers.append(recorder)
 
-    def flusher(worker: Worker) -> MinuteStatsFlusher:
-        return MinuteStatsFlusher(recorder, ledger.minute_stats, interval)
+    def flusher(worker: Runtime) -> RollupFlusher:
+        return RollupFlusher(recorder, ledger.minute_stats, interval)
 
     flusher.recorder = recorder  # type: ignore[attr-defined]
     ledger.worker_services.append(flusher)
     return recorder
 
 
-def rollups_of(ledger: Ledger) -> MinuteStatsRecorder | None:
+def rollups_of(ledger: ObservedLedger) -> MinuteStatsRecorder | None:
     """The recorder installed on ``ledger``, if any."""
     for observer in ledger.observers:
         if isinstance(observer, MinuteStatsRecorder):

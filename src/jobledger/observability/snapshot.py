@@ -24,8 +24,8 @@ from .._records import JobState, LeaderLease
 from ..errors import JobledgerError
 
 if TYPE_CHECKING:
-    from .._ledger import Ledger
     from ..scheduling.schedule import ScheduleStatus
+    from .host import ObservedLedger
 
 __all__ = ["LedgerSnapshot", "QueueView", "SnapshotCache"]
 
@@ -83,7 +83,7 @@ class SnapshotCache:
 
     def __init__(
         self,
-        ledger: Ledger,
+        ledger: ObservedLedger,
         live_seconds: float = 5.0,
         finished_seconds: float = 300.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -153,7 +153,7 @@ class SnapshotCache:
                 )
             )
         schedules = self.ledger.schedules.status()
-        leaders = backend.leader.leases()
+        leaders = self.ledger.schedules.leaders()
         return LedgerSnapshot(
             queues=queues,
             schedules=schedules,

@@ -1,7 +1,7 @@
 """The delivery loop: claim the jobs of subscribed queues and POST them, signed.
 
 One ``PushService`` runs one asyncio event loop on a thread of its own, with one **lane** per
-subscription. A lane claims its queue's due jobs with ``backend.jobs.claim`` — the statement every worker
+subscription. A lane claims its queue's due jobs with ``job_claim`` — the statement every worker
 uses: a new lease token, an attempt record, ``attempts + 1`` — and delivers each under that lease:
 
 - the body is ``{"type": <task>, "timestamp": <job created>, "data": <payload>}``; the headers
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -47,17 +47,20 @@ from .._faults import fault_point
 from .._records import (
     MAX_CONCURRENCY,
     ClaimedJob,
-    Failure,
     JobFilter,
-    JobState,
-    Lease,
     Subscription,
     SubscriptionState,
 )
+from .._runtime.leases import LeaseHold
+from .._runtime.outcomes import Finished, failure
+from .._runtime.runtime import Runtime
+from .._runtime.worker import default_worker_name
 from .._webhooks import event_body, signature_header, webhook_id
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, ConfigError, NotFound
-from ..policy import DEFAULT_BACKOFF, TRANSIENT_STATUSES, Backoff, parse_retry_after
+from ..maintenance.rescuer import Rescuer
+from ..policy import DEFAULT_BACKOFF, Backoff, classify_status
+from ..policy import Decision as Verdict
 from .guard import AddressPolicy, GuardedNetworkBackend, TargetRefused, plain_http
 from .observe import DeliveryReport, PushCounters, SubscriptionChange, status_class
 
@@ -149,11 +152,11 @@ class Decision:
     message: str | None
 
 
-def _snippet(body: bytes, limit: int) -> str:
-    text = body.decode("utf-8", errors="replace").strip()
-    if len(text) > limit:
-        return text[:limit] + "…"
-    return text
+def _without_class(message: str | None, error_class: str) -> str:
+    """A job's error message beside its class: ``HTTP 400: ok`` is recorded as class
+    ``HTTP 400``, message ``ok`` (as a worker records ``ValueError`` and its message)."""
+    rest = (message or "").removeprefix(error_class).removeprefix(": ").strip()
+    return rest or ("no response body" if message == error_class else "delivery failed")
 
 
 def decide(
@@ -164,28 +167,21 @@ def decide(
     body_kept: int = 2000,
     now: datetime | None = None,
 ) -> Decision:
-    """The outcome of an HTTP answer (Standard Webhooks' status handling, and SPEC §3)."""
-    if 200 <= status < 300:
+    """The outcome of an HTTP answer: the one policy's (``policy.classify_status``, SPEC §3),
+    and Standard Webhooks' 410, which disables the subscription."""
+    verdict = classify_status(status, headers, now, body, body_kept=body_kept)
+    if verdict is None:
         return Decision("done", None, None, None)
-    error_class = f"HTTP {status}"
-    retry_after = parse_retry_after(headers.get("retry-after"), now)
-    snippet = _snippet(body, body_kept)
-    message = f"HTTP {status}: {snippet}" if snippet else f"HTTP {status}"
     if status == 410:
-        return Decision("disable", None, error_class, f"{message} (the endpoint is gone)")
-    if 300 <= status < 400:
-        where = headers.get("location")
-        target = f" to {where}" if where else ""
         return Decision(
-            "retry",
-            retry_after,
-            error_class,
-            f"HTTP {status}: redirect{target} not followed; point the subscription at the "
-            "final URL",
+            "disable", None, verdict.error_class, f"{verdict.message} (the endpoint is gone)"
         )
-    if 400 <= status < 500 and status not in TRANSIENT_STATUSES:
-        return Decision("dead", None, error_class, message)
-    return Decision("retry", retry_after, error_class, message)
+    message = verdict.message
+    if 300 <= status < 400:
+        message += "; point the subscription at the final URL"
+    return Decision(
+        "retry" if verdict.retry else "dead", verdict.delay, verdict.error_class, message
+    )
 
 
 def _error_of(exc: BaseException, timeout: float) -> tuple[str, str]:
@@ -234,11 +230,14 @@ class PushService:
         name: str | None = None,
         observers: Iterable[Any] = (),
     ):
-        from .._runtime.worker import default_worker_name
-
         self.ledger = ledger
         self.settings = settings or PushSettings()
         self.name = name or default_worker_name()
+        # The one runtime: claims, the fenced outcome writes (in batches, shared by every
+        # lane) and what they mean. Push tells its own observers (``DeliveryReport``).
+        self.runtime = Runtime(lambda: ledger.backend, self.name)
+        interval = self.settings.rescue_interval
+        self._rescuer = Rescuer(lambda: ledger.backend, interval) if interval else None
         self.counters = PushCounters()
         self._observers = [self.counters, *observers]
         self._ssl = ssl_context(self.settings.ca_file)
@@ -299,26 +298,17 @@ class PushService:
         if self._stop_requested.is_set():
             self._stopping.set()
         self.ledger._register_wake(self._wake)
+        # Push leases outlast their request (timeout + lease_margin): nothing to renew.
+        self.runtime.start_runtime(renew=False)
+        if self._rescuer is not None:
+            self._rescuer.start()
         self._ready.set()
         log.info("push delivery %s started", self.name)
-        next_rescue = 0.0
         try:
             while not self._stopping.is_set():
                 try:
                     subscriptions = await self.db(self.backend.subscriptions.all)
                     self._reconcile(subscriptions)
-                    interval = self.settings.rescue_interval
-                    if interval is not None and time.monotonic() >= next_rescue:
-                        next_rescue = time.monotonic() + interval
-                        for r in await self.db(self.backend.jobs.rescue):
-                            log.warning(
-                                "lease expired: job %d (%s/%s) attempt %d -> %s",
-                                r.job_id,
-                                r.queue,
-                                r.key,
-                                r.attempt,
-                                r.state.value,
-                            )
                 except BackendUnavailable as exc:
                     log.warning("push: cannot read subscriptions: %s", exc)
                 except Exception:  # a bug: keep delivering, say so loudly
@@ -332,6 +322,9 @@ class PushService:
                 lane.retire()
             await asyncio.gather(*(lane.finish(self.settings.grace) for lane in lanes))
             self._lanes.clear()
+            if self._rescuer is not None:
+                await self.db(self._rescuer.stop)
+            await self.db(self.runtime.drain, time.monotonic() + 10.0)
             self._executor.shutdown(wait=False)
             log.info("push delivery %s stopped", self.name)
 
@@ -512,19 +505,19 @@ class _Lane:
                 return
             free = 1
         try:
-            jobs = await self._claim(sub, free)
+            holds = await self._claim(sub, free)
         except BackendUnavailable as exc:
             log.warning("push %s: claim failed: %s", sub.id, exc)
             await self._sleep(service.poll_interval)
             return
-        if not jobs:
+        if not holds:
             await self._sleep(self._idle)
             self._idle = min(self._idle * 2, service.poll_interval)
             return
         self._idle = 0.05
-        created = await self._created_at(jobs)
-        for job in jobs:
-            task = asyncio.create_task(self._deliver(sub, job, created.get(job.id)))
+        created = await self._created_at([h.job for h in holds])
+        for hold in holds:
+            task = asyncio.create_task(self._deliver(sub, hold, created.get(hold.job.id)))
             self.inflight.add(task)
             task.add_done_callback(self._done)
 
@@ -536,27 +529,27 @@ class _Lane:
                 "push %s: delivery failed unexpectedly", self.sub.id, exc_info=task.exception()
             )
 
-    async def _claim(self, sub: Subscription, limit: int) -> list[ClaimedJob]:
+    async def _claim(self, sub: Subscription, limit: int) -> list[LeaseHold]:
         service = self.service
         backend = service.backend
         lease = sub.timeout_seconds + service.settings.lease_margin
-        jobs = await service.db(backend.jobs.claim, [sub.queue], self.worker, limit, None, lease)
-        if not jobs or sub.rate_per_second is None:
-            return jobs
+        holds = await service.db(service.runtime.claim, [sub.queue], limit, lease, self.worker)
+        if not holds or sub.rate_per_second is None:
+            return holds
         rate, burst = sub.rate_per_second, sub.burst or max(1.0, sub.rate_per_second)
         wait = await service.db(
-            backend.api.ratelimit_take, f"push:{sub.id}", rate, burst, len(jobs)
+            backend.api.ratelimit_take, f"push:{sub.id}", rate, burst, len(holds)
         )
         interval = 1.0 / rate
         now = time.monotonic()
         if wait > 0:
             # Another process spent the bucket: give the jobs back, uncharged, and wait.
-            await service.db(backend.jobs.release, [_lease(j) for j in jobs])
+            await service.db(service.runtime.give_back, holds)
             self.paced_until = now + wait
             return []
-        self._tat = max(self._tat, now) + interval * len(jobs)
+        self._tat = max(self._tat, now) + interval * len(holds)
         self.paced_until = self._tat + interval - burst * interval
-        return jobs
+        return holds
 
     async def _created_at(self, jobs: Sequence[ClaimedJob]) -> dict[int, datetime]:
         try:
@@ -581,7 +574,9 @@ class _Lane:
 
     # -- one delivery ------------------------------------------------------------------------
 
-    async def _deliver(self, sub: Subscription, job: ClaimedJob, created: datetime | None) -> None:
+    async def _deliver(self, sub: Subscription, hold: LeaseHold, created: datetime | None) -> None:
+        job = hold.job
+        hold.started, hold.started_at = True, time.monotonic()
         msg_id = webhook_id(job.key)
         body = event_body(job.task, created or job.run_at, job.payload)
         started = time.monotonic()
@@ -592,7 +587,7 @@ class _Lane:
         try:
             status, headers, answer = await self._post(sub, job, msg_id, body)
         except asyncio.CancelledError:
-            await self._give_back(job)
+            await self._give_back(hold)
             self._report(sub, job, msg_id, None, "released", started, "Cancelled", None, None)
             raise
         except Exception as exc:  # every way a request can fail without an answer
@@ -606,7 +601,7 @@ class _Lane:
         if decision.delay is not None and decision.action == "retry":
             # The endpoint said when to come back: no delivery of this lane before then.
             self.throttled_until = max(self.throttled_until, time.monotonic() + decision.delay)
-        await self._finish(sub, job, msg_id, status, decision, duration)
+        await self._finish(sub, hold, msg_id, status, decision, duration)
 
     async def _post(
         self, sub: Subscription, job: ClaimedJob, msg_id: str, body: bytes
@@ -661,55 +656,47 @@ class _Lane:
     async def _finish(
         self,
         sub: Subscription,
-        job: ClaimedJob,
+        hold: LeaseHold,
         msg_id: str,
         status: int | None,
         decision: Decision,
         duration: float,
     ) -> None:
-        service = self.service
-        backend = service.backend
-        lease = _lease(job)
-        outcome = decision.action
-        retry_in: float | None = None
+        """Hand the outcome to the runtime, wait until it is written, then note it on the
+        subscription's health and report it."""
+        job = hold.job
+        now = datetime.now(UTC)
         fault_point("push.before_outcome")
-        if decision.action == "done":
-            stale = await self._write(backend.jobs.complete, [lease])
-            outcome = "lease_lost" if stale else "done"
-        elif decision.action == "disable":
+        if decision.action == "disable":
             # Stop claiming first, then give the job back: released before the subscription
             # is disabled, it could be claimed and sent again at once.
             self.sub = dataclasses.replace(self.sub, state=SubscriptionState.DISABLED)
             await self._disable(sub, decision.message or "410 Gone")
-            await self._write(backend.jobs.release, [lease])
-            outcome = "released"
+            item = Finished(hold, released=True, duration=duration)
+        elif decision.action == "done":
+            item = Finished(hold, None, duration)
         else:
             retry = decision.action == "retry"
-            run_at = None
-            if retry:
-                retry_in = decision.delay
-                if retry_in is None:
-                    retry_in = (await self._queue_backoff(job.queue)).delay(job.attempt)
-                run_at = datetime.now(UTC) + timedelta(seconds=retry_in)
-            failure = Failure(
-                lease,
-                retry,
-                run_at,
-                decision.error_class or "PushFailed",
-                decision.message or "delivery failed",
+            backoff = DEFAULT_BACKOFF
+            if retry and decision.delay is None:
+                backoff = await self._queue_backoff(job.queue)
+            error_class = decision.error_class or "PushFailed"
+            verdict = Verdict(
+                retry, decision.delay, error_class, _without_class(decision.message, error_class)
             )
-            results = await self._write(backend.jobs.fail, [failure])
-            state = results[0].state if results else None
-            if state is None:
-                outcome = "lease_lost"
-            else:
-                outcome = "dead" if state is JobState.DEAD else "retry"
-            if outcome != "retry":
-                retry_in = None
+            item = Finished(hold, failure(job, hold.lease, verdict, backoff, now), duration)
+        outcome = await self._record(item)
+        retry_in = None
+        if outcome == "retry" and item.failure is not None and item.failure.run_at is not None:
+            retry_in = max(0.0, (item.failure.run_at - now).total_seconds())
         ok = decision.action == "done"
         with contextlib.suppress(BackendUnavailable):
-            await service.db(
-                backend.subscriptions.record, sub.id, ok, status, None if ok else decision.message
+            await self.service.db(
+                self.service.backend.subscriptions.record,
+                sub.id,
+                ok,
+                status,
+                None if ok else decision.message,
             )
         self._report(
             sub,
@@ -724,24 +711,23 @@ class _Lane:
             duration=duration,
         )
 
-    async def _write(self, fn: Callable[..., T], *args: Any) -> T:
-        """An outcome write, retried while the database is unavailable (the lease outlasts
-        the request by 30 s; after that the rescuer hands the job out again)."""
-        delay = 0.5
-        for attempt in range(4):
-            try:
-                return await self.service.db(fn, *args)
-            except BackendUnavailable as exc:
-                if attempt == 3:
-                    raise
-                log.warning("push %s: writing an outcome failed (%s); retrying", self.sub.id, exc)
-                await asyncio.sleep(delay)
-                delay *= 2
-        raise AssertionError("unreachable")
+    async def _record(self, item: Finished) -> str:
+        """Submit one outcome to the runtime's completer (batched with every lane's) and wait
+        until it is written: ``done``, ``retry``, ``dead``, ``released`` or ``lease_lost``."""
+        loop = asyncio.get_running_loop()
+        written: asyncio.Future[str] = loop.create_future()
 
-    async def _give_back(self, job: ClaimedJob) -> None:
+        def recorded(_: Finished, outcome: str) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop ended: nobody waits any more
+                loop.call_soon_threadsafe(_settle, written, outcome)
+
+        item.on_recorded = recorded
+        self.service.runtime.finish(item)
+        return await written
+
+    async def _give_back(self, hold: LeaseHold) -> None:
         with contextlib.suppress(BackendUnavailable):
-            await self.service.db(self.service.backend.jobs.release, [_lease(job)])
+            await self.service.db(self.service.runtime.give_back, [hold])
 
     async def _disable(self, sub: Subscription, message: str) -> None:
         reason = f"{message}: the endpoint asked for no more deliveries"
@@ -844,5 +830,6 @@ class _Lane:
         self.service.notify("on_push_delivery", report)
 
 
-def _lease(job: ClaimedJob) -> Lease:
-    return Lease(job.id, job.lease_token, job.attempt)
+def _settle(future: asyncio.Future[str], outcome: str) -> None:
+    if not future.done():
+        future.set_result(outcome)

@@ -1,10 +1,9 @@
-"""Scheduling: cron schedules whose ticks enqueue jobs, and the one scheduler that runs them.
+"""Scheduling: cron schedules whose ticks enqueue jobs.
 
 - ``cron``: 5-field cron expressions in IANA time zones, with cron's daylight-saving rules;
-- ``records``: the rows the backends store (leader leases, schedules, ticks) — a leaf module;
-- ``schedule``: ``Schedule``, ``Tick``, targets, and the ledger's book of schedules;
-- ``scheduler``: the loop that holds the leader lease of a cohort and records its ticks.
+- ``schedule``: ``Schedule``, ``Tick``, targets, and the ledger's book of schedules.
 
-See docs/scheduling.md. This package's ``__init__`` imports nothing, so that the backends can
-import ``records`` without pulling in the rest.
+The loop that holds a cohort's leader lease and runs its ticks is a background looper:
+``jobledger.maintenance.scheduler``. The rows the backends store are in ``jobledger._records``.
+See docs/scheduling.md.
 """

@@ -32,7 +32,7 @@ from ..errors import ConfigError, NotFound, PayloadError
 from .cron import CronSpec
 
 if TYPE_CHECKING:
-    from .._ledger import Ledger
+    from ..backends.base import Backend
 
 __all__ = [
     "DEFAULT_COHORT",
@@ -530,6 +530,15 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+class ScheduleHost(Protocol):
+    """What the book of schedules needs of its ledger (``jobledger.Ledger`` is one)."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    def _schedules_declared(self) -> None: ...
+
+
 class ScheduleBook:
     """The schedules of one ledger (``ledger.schedules``): those declared in code, and the
     operator's view of those stored in the ledger.
@@ -540,7 +549,7 @@ class ScheduleBook:
     off).
     """
 
-    def __init__(self, ledger: Ledger):
+    def __init__(self, ledger: ScheduleHost):
         self._ledger = ledger
         self._schedules: dict[str, Schedule] = {}
         self.run_in_workers = True
@@ -580,9 +589,7 @@ class ScheduleBook:
                     "one of them another key= template"
                 )
         if not self._schedules:
-            from .scheduler import scheduler_service
-
-            self._ledger.worker_services.append(scheduler_service)
+            self._ledger._schedules_declared()
         self._schedules[schedule.name] = schedule
         return schedule
 
@@ -640,8 +647,10 @@ class ScheduleBook:
         )
 
     def leaders(self, now: datetime | None = None) -> list[LeaderLease]:
-        """The scheduling authorities: one lease per cohort."""
-        return self._ledger.backend.leader.leases(now)
+        """The scheduling authorities: one lease per cohort (the other singletons' leases —
+        the relay's, the pruner's — are not schedulers')."""
+        prefix = leader_name("")
+        return [x for x in self._ledger.backend.leader.leases(now) if x.name.startswith(prefix)]
 
     def pause(
         self, name: str, *, actor: str, note: str | None = None, now: datetime | None = None

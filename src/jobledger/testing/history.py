@@ -64,7 +64,7 @@ from ..errors import JobledgerError
 
 if TYPE_CHECKING:
     from .._ledger import Ledger
-    from .._runtime.worker import Worker
+    from .._runtime.runtime import Runtime
 
 __all__ = [
     "ENV",
@@ -175,9 +175,13 @@ class HistoryRecorder:
 
 
 def ledger_records(
-    backend: Backend, queues: Sequence[str] | None = None
+    source: Backend | Ledger, queues: Sequence[str] | None = None
 ) -> Iterator[dict[str, Any]]:
-    """The ledger's own view, as history records: jobs, attempts, events, effects."""
+    """The ledger's own view, as history records: jobs, attempts, events, effects (of a ledger,
+    or of its backend)."""
+    from .._ledger import Ledger
+
+    backend = source.backend if isinstance(source, Ledger) else source
     filters = [JobFilter(queue=q) for q in queues] if queues else [JobFilter()]
     for where in filters:
         for job in backend.history.find(where):
@@ -227,7 +231,7 @@ class HistoryObserver(WorkerObserver):
     def __init__(self, recorder: HistoryRecorder):
         self.recorder = recorder
 
-    def _job(self, event: str, worker: Worker, job: ClaimedJob, **extra: Any) -> None:
+    def _job(self, event: str, worker: Runtime, job: ClaimedJob, **extra: Any) -> None:
         self.recorder.record(
             event,
             worker=worker.name,
@@ -239,31 +243,27 @@ class HistoryObserver(WorkerObserver):
             **extra,
         )
 
-    def on_claim(self, worker: Worker, jobs: Sequence[ClaimedJob]) -> None:
+    def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:
         for job in jobs:
             self._job("claim", worker, job, lease_until=job.lease_until)
 
-    def on_heartbeat(self, worker: Worker, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
+    def on_heartbeat(self, worker: Runtime, renewed: Sequence[tuple[ClaimedJob, datetime]]) -> None:
         for job, until in renewed:
             self._job("heartbeat", worker, job, lease_until=until)
 
-    def on_outcome(
-        self,
-        worker: Worker,
-        job: ClaimedJob,
-        outcome: str,
-        duration: float,
-        error_class: str | None,
+    def on_outcomes(
+        self, worker: Runtime, outcomes: Sequence[tuple[ClaimedJob, str, float, str | None]]
     ) -> None:
-        if outcome == "done":
-            self._job("complete", worker, job, duration=round(duration, 6))
-        else:
-            self._job("fail", worker, job, outcome=outcome, error_class=error_class)
+        for job, outcome, duration, error_class in outcomes:
+            if outcome == "done":
+                self._job("complete", worker, job, duration=round(duration, 6))
+            else:
+                self._job("fail", worker, job, outcome=outcome, error_class=error_class)
 
-    def on_lease_lost(self, worker: Worker, job: ClaimedJob, action: str) -> None:
+    def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
         self._job("lease_lost", worker, job, action=action)
 
-    def on_rescue(self, worker: Worker, rescued: Sequence[RescueResult]) -> None:
+    def on_rescue(self, worker: Runtime, rescued: Sequence[RescueResult]) -> None:
         for r in rescued:
             self.recorder.record(
                 "rescue",

@@ -1,16 +1,17 @@
 """The PostgreSQL database object: psycopg 3 connection pools, transactions, the named
 statements (schema-qualified), and the dialect's time converter (PostgreSQL stores
-``timestamptz``; None is the database's own clock, filled in by the SQL).
+``timestamptz``; without an explicit ``now`` the statements use the database's own clock).
 
-The role classes of this package reach the database only through this object's public
-interface: ``sql``, ``tables``, ``schema``, ``channel``, ``transaction``, ``run``, ``read``,
-``statement``, ``quick``, ``quickly``, ``hot``, and the converter ``to_time``.
+It implements ``shared.database.Database`` for the shared role implementations; this package's
+own role classes (the jobs, the grouped claim, what a prune deletes) also use the hot-path
+methods ``statement``, ``quick``, ``quickly`` and ``hot``, and ``tables`` and ``channel``.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -21,6 +22,8 @@ import psycopg_pool
 from psycopg import sql as pgsql
 
 from ...errors import BackendUnavailable, SchemaMismatch
+from ..shared.database import Fill
+from ..sqlfiles import fill as fill_text
 from ..sqlfiles import queries
 from ..url import DatabaseURL
 from .newjob import NEW_JOB_SQL
@@ -48,6 +51,9 @@ def to_time(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+_MISSING_DATABASE = re.compile(r'FATAL:\s+database "([^"]+)" does not exist')
 
 
 def first_line(exc: BaseException) -> str:
@@ -86,6 +92,8 @@ class PostgresDatabase:
     """The connection pools of one PostgreSQL schema. Safe to share between threads."""
 
     dialect = "postgres"
+    ilike = "ILIKE"
+    to_time = staticmethod(to_time)
 
     def __init__(self, url: DatabaseURL):
         self.url = url
@@ -97,38 +105,74 @@ class PostgresDatabase:
         }
         self.sql = {name: _fill(text, self.tables) for name, text in queries("postgres").items()}
         self._probe()
-        self._pool = psycopg_pool.ConnectionPool(
-            url.conninfo,
-            min_size=1,
-            max_size=url.pool_size,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT},
-            configure=_configure,
-            check=psycopg_pool.ConnectionPool.check_connection,
-            timeout=CONNECT_TIMEOUT,
-            open=True,
-            name="jobledger",
-        )
+        # Connections are checked before use, so a restarted server is reconnected to.
+        self._pool = self._open_pool("jobledger", 1, psycopg_pool.ConnectionPool.check_connection)
         # Idempotent statements skip the liveness round trip (see ``quick``). No connection
         # is opened until one is needed.
-        self._quick_pool = psycopg_pool.ConnectionPool(
-            url.conninfo,
-            min_size=0,
-            max_size=url.pool_size,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT},
-            configure=_configure,
-            timeout=CONNECT_TIMEOUT,
-            open=True,
-            name="jobledger-quick",
-        )
+        self._quick_pool = self._open_pool("jobledger-quick", 0, None)
         self._closed = False
         self._lock = threading.Lock()
         self._statements: dict[tuple[str, int], str] = {}
 
+    @property
+    def label(self) -> str:
+        return f"PostgreSQL at {self.url.redacted} (schema {self.schema!r})"
+
+    # -- SQL text and values ---------------------------------------------------------------------
+
+    @staticmethod
+    def param(name: str) -> str:
+        return f"%({name})s"
+
+    @staticmethod
+    def among(
+        column: str, name: str, values: Sequence[Any], type: str = "text"
+    ) -> tuple[str, dict[str, Any]]:
+        return f"{column} = ANY(%({name})s::{type}[])", {name: list(values)}
+
+    @staticmethod
+    def clock(now: datetime | None) -> datetime | None:
+        """As given: None is the database's clock (``{now}`` in the statements)."""
+        return now
+
+    @staticmethod
+    def to_db(value: datetime | None) -> datetime | None:
+        return value
+
+    @staticmethod
+    def from_json(value: Any) -> Any:
+        """As psycopg decoded it (``jsonb``)."""
+        return value
+
     # -- connections -----------------------------------------------------------------------------
 
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
+        missing = _MISSING_DATABASE.search(str(exc))
+        if missing:
+            return BackendUnavailable(
+                f"PostgreSQL at {self.url.redacted}: database {missing[1]!r} does not exist; "
+                f"create it (createdb {missing[1]}), then run `jobledger migrate`"
+            )
         return BackendUnavailable(
             f"PostgreSQL at {self.url.redacted} is unavailable: {first_line(exc)}"
+        )
+
+    def _open_pool(
+        self,
+        name: str,
+        min_size: int,
+        check: Callable[[psycopg.Connection[Any]], None] | None,
+    ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
+        return psycopg_pool.ConnectionPool(
+            self.url.conninfo,
+            min_size=min_size,
+            max_size=self.url.pool_size,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT},
+            configure=_configure,
+            check=check,
+            timeout=CONNECT_TIMEOUT,
+            open=True,
+            name=name,
         )
 
     def _probe(self) -> None:
@@ -180,24 +224,49 @@ class PostgresDatabase:
             with conn.transaction():
                 yield conn
 
+    @contextmanager
+    def reading(self) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction for several reads (one ``now()`` for all of them)."""
+        with self.transaction() as c:
+            yield c
+
+    def execute(
+        self,
+        c: psycopg.Connection[Any],
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        **fill: Fill,
+    ) -> psycopg.Cursor[Any]:
+        # Never prepared, on a caller's connection too (see ``_configure``).
+        return c.execute(fill_text(self.sql[name], fill), params, prepare=False)
+
+    def executemany(
+        self,
+        c: psycopg.Connection[Any],
+        name: str,
+        rows: Sequence[Mapping[str, Any]],
+        **common: Any,
+    ) -> int:
+        """One statement over arrays: each parameter of ``rows`` as an array of its values."""
+        if not rows:
+            return 0
+        arrays = {key: [row[key] for row in rows] for key in rows[0]}
+        return c.execute(self.sql[name], arrays | common, prepare=False).rowcount
+
+    def read(self, name: str, params: Mapping[str, Any] | None = None, **fill: Fill) -> list[Any]:
+        return self.run(name, params or {}, **fill)
+
     def run(
-        self, name: str, params: dict[str, Any], conn: Any = None, **literals: Any
+        self, name: str, params: Mapping[str, Any], conn: Any = None, **fill: Fill
     ) -> list[Any]:
-        """The named statement in a transaction (the caller's, with ``conn``); its rows.
-        ``literals`` are written into the text (``{limit}``) as whole numbers."""
-        text = self.sql[name]
-        for lit, value in literals.items():
-            text = text.replace("{" + lit + "}", str(int(value)))
+        """The named statement in a transaction (the caller's, with ``conn``); its rows."""
         with self.transaction(conn) as c:
-            # Never prepared, on a caller's connection too (see ``_configure``).
-            cur = c.execute(text, params, prepare=False)
+            cur = self.execute(c, name, params, **fill)
             return cur.fetchall() if cur.description else []
 
-    def read(self, text: str, params: dict[str, Any]) -> list[Any]:
-        """The rows of a statement given as text, in a transaction of its own."""
-        with self.transaction() as c:
-            cur = c.execute(text.encode(), params)
-            return cur.fetchall() if cur.description else []
+    def count(self, name: str, params: Mapping[str, Any], conn: Any = None, **fill: Fill) -> int:
+        with self.transaction(conn) as c:
+            return self.execute(c, name, params, **fill).rowcount
 
     def statement(self, name: str, limit: int) -> str:
         """A named query with ``{limit}`` written in as a literal (cached per value)."""

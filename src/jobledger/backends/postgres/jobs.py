@@ -42,15 +42,13 @@ from ..._records import (
 )
 from ...errors import BackendUnavailable
 from ..common import (
-    JOB_COLUMNS,
     claim_in_turns,
-    claimed_job,
-    job_row,
     pause_reason,
     publish_compare,
     resolve_inserts,
 )
 from ..history import History
+from ..rows import JOB_COLUMNS, claimed_job, job_row
 from .database import PostgresDatabase
 from .database import to_time as _utc
 from .grouped import GroupedClaim
@@ -265,6 +263,7 @@ class PostgresJobs:
             "error_class": [f.error_class for f in sent],
             "message": [f.message for f in sent],
             "traceback": [f.traceback for f in sent],
+            "timed_out": [f.timed_out for f in sent],
             "now": now,
         }
         pauses = {f.lease.job_id: f for f in sent if f.pause_group_until is not None}

@@ -1,41 +1,46 @@
 """The SQLite database object: one file in WAL mode, a connection per thread, short
 ``BEGIN IMMEDIATE`` write transactions, the named statements, and the dialect's time converter
-(SQLite stores times as seconds since the Unix epoch).
+(SQLite stores times as seconds since the Unix epoch; without an explicit ``now`` the clock is
+the process's).
 
-The role classes of this package reach the database only through this object's public
-interface: ``sql``, ``read``, ``transaction``, ``connection``, and the converters ``to_db``,
-``to_db_or_none`` and ``to_time``.
+It implements ``shared.database.Database`` for the shared role implementations; this package's
+own role classes (the jobs, the grouped claim, what a prune deletes) use the same interface and
+``connection``.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from typing import Any
 
 from ...errors import BackendUnavailable, SchemaMismatch
+from ..shared.database import Fill
+from ..sqlfiles import fill as fill_text
 from ..sqlfiles import queries
 from ..url import DatabaseURL
 
-__all__ = ["SqliteDatabase", "split_statements", "to_db", "to_db_or_none", "to_time"]
+__all__ = ["SqliteDatabase", "epoch", "split_statements", "to_db", "to_time"]
 
 
-def to_db(value: datetime | None) -> float:
-    """A time as SQLite stores it (epoch seconds); None is the process clock now."""
-    if value is None:
+def epoch(now: datetime | None) -> float:
+    """A time as SQLite stores it (epoch seconds); None is the process clock now (the ``now``
+    of a statement without an explicit one)."""
+    if now is None:
         return time.time()
-    if value.tzinfo is None:
-        raise ValueError(f"naive datetime {value!r}: pass an aware datetime (UTC)")
-    return value.timestamp()
+    if now.tzinfo is None:
+        raise ValueError(f"naive datetime {now!r}: pass an aware datetime (UTC)")
+    return now.timestamp()
 
 
-def to_db_or_none(value: datetime | None) -> float | None:
-    """A time as SQLite stores it; None stays None (NULL)."""
-    return None if value is None else to_db(value)
+def to_db(value: datetime | None) -> float | None:
+    """A time as SQLite stores it (epoch seconds); None stays None (NULL)."""
+    return None if value is None else epoch(value)
 
 
 def to_time(value: float | None) -> datetime | None:
@@ -43,10 +48,20 @@ def to_time(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+def _has_schema(conn: sqlite3.Connection) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE name = 'jobledger_migrations'"
+    return conn.execute(query).fetchone() is not None
+
+
 class SqliteDatabase:
     """Connections to one SQLite file, safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"
+    #: SQLite's LIKE is case-insensitive (for ASCII).
+    ilike = "LIKE"
+    clock = staticmethod(epoch)
+    to_db = staticmethod(to_db)
+    to_time = staticmethod(to_time)
 
     def __init__(self, url: DatabaseURL, create: bool = True):
         self.url = url
@@ -57,9 +72,16 @@ class SqliteDatabase:
         self._lock = threading.Lock()
         self._writer = threading.Lock()
         self._closed = False
+        self._create = create
         if not create and not self.path.exists():
             raise BackendUnavailable(
-                f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r})"
+                f"SQLite database {url.redacted} does not exist (no file {str(self.path)!r}); "
+                "`jobledger migrate` creates it"
+            )
+        if not create and self.path.is_file() and self.path.stat().st_size == 0:
+            raise SchemaMismatch(
+                f"SQLite database {url.redacted} is an empty file: it has no jobledger schema; "
+                "run `jobledger migrate`"
             )
         if not self.path.parent.exists():
             raise BackendUnavailable(
@@ -67,6 +89,10 @@ class SqliteDatabase:
                 f"{str(self.path.parent)!r} does not exist"
             )
         self.connection()  # fail now, with a clear message, if the file cannot be opened
+
+    @property
+    def label(self) -> str:
+        return f"SQLite database {self.url.redacted}"
 
     def unavailable(self, exc: BaseException) -> BackendUnavailable:
         text = str(exc)
@@ -93,8 +119,15 @@ class SqliteDatabase:
             )
             conn.execute(f"PRAGMA busy_timeout = {self.url.busy_timeout_ms}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            if mode != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+            if mode != "wal" and (self._create or _has_schema(conn)):
+                # (Without ``create``, a database that is not a ledger is left as it was.)
+                try:
+                    conn.execute("PRAGMA journal_mode = WAL")
+                except sqlite3.OperationalError as exc:
+                    # Another connection's open transaction (an application's, say) keeps
+                    # the journal mode from changing now; a later connection switches it.
+                    if "locked" not in str(exc) and "busy" not in str(exc):
+                        raise
             conn.execute(f"PRAGMA synchronous = {self.url.synchronous}")
         except sqlite3.Error as exc:
             raise self.unavailable(exc) from None
@@ -164,10 +197,62 @@ class SqliteDatabase:
                 raise
             conn.execute("RELEASE jobledger")
 
-    def read(self, text: str, params: Any = ()) -> list[Any]:
-        """The rows of one statement, on this thread's connection, outside a write lock."""
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection, for reads outside a write lock."""
         with self.translate():
-            return self.connection().execute(text, params).fetchall()
+            yield self.connection()
+
+    # -- SQL text and values ---------------------------------------------------------------------
+
+    @staticmethod
+    def param(name: str) -> str:
+        return f":{name}"
+
+    @staticmethod
+    def among(
+        column: str, name: str, values: Sequence[Any], type: str = "text"
+    ) -> tuple[str, dict[str, Any]]:
+        names = [f":{name}{i}" for i in range(len(values))]
+        params = {f"{name}{i}": value for i, value in enumerate(values)}
+        return f"{column} IN ({', '.join(names) or 'NULL'})", params
+
+    @staticmethod
+    def from_json(value: str | None) -> Any:
+        return None if value is None else json.loads(value)
+
+    # -- running statements ----------------------------------------------------------------------
+
+    def execute(
+        self,
+        c: sqlite3.Connection,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        **fill: Fill,
+    ) -> sqlite3.Cursor:
+        return c.execute(fill_text(self.sql[name], fill), params or {})
+
+    def executemany(
+        self, c: sqlite3.Connection, name: str, rows: Sequence[Mapping[str, Any]], **common: Any
+    ) -> int:
+        values = [{**row, **common} for row in rows] if common else rows
+        return c.executemany(self.sql[name], values).rowcount
+
+    def read(self, name: str, params: Mapping[str, Any] | None = None, **fill: Fill) -> list[Any]:
+        with self.translate():
+            return (
+                self.connection().execute(fill_text(self.sql[name], fill), params or {}).fetchall()
+            )
+
+    def run(
+        self, name: str, params: Mapping[str, Any], conn: Any = None, **fill: Fill
+    ) -> list[Any]:
+        with self.transaction(conn) as c:
+            return c.execute(fill_text(self.sql[name], fill), params).fetchall()
+
+    def count(self, name: str, params: Mapping[str, Any], conn: Any = None, **fill: Fill) -> int:
+        with self.transaction(conn) as c:
+            return c.execute(fill_text(self.sql[name], fill), params).rowcount
 
     def close(self) -> None:
         with self._lock:

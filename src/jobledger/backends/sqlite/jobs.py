@@ -33,17 +33,15 @@ from ..._records import (
 )
 from ...errors import BackendUnavailable
 from ..common import (
-    JOB_COLUMNS,
     claim_in_turns,
-    claimed_job,
     insert_values,
-    job_row,
     pause_reason,
     publish_compare,
     resolve_inserts,
 )
 from ..history import History
-from .database import SqliteDatabase, to_db, to_db_or_none, to_time
+from ..rows import JOB_COLUMNS, claimed_job, job_row
+from .database import SqliteDatabase, epoch, to_db, to_time
 from .grouped import GroupedClaim
 
 __all__ = ["SqliteJobs"]
@@ -70,7 +68,7 @@ class SqliteJobs:
     ) -> list[InsertResult]:
         if not jobs:
             return []
-        clock = to_db(now)
+        clock = epoch(now)
         created: dict[tuple[str, str], int] = {}
         existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
         pruned: dict[tuple[str, str], tuple[int, str, Any]] = {}
@@ -82,7 +80,7 @@ class SqliteJobs:
                     continue
                 row = c.execute(
                     insert,
-                    insert_values(job, clock if job.run_at is None else to_db(job.run_at), clock),
+                    insert_values(job, clock if job.run_at is None else epoch(job.run_at), clock),
                 ).fetchone()
                 if row is not None:
                     created[ident] = row[0]
@@ -108,7 +106,7 @@ class SqliteJobs:
     ) -> list[PublishOutcome]:
         if not items:
             return []
-        clock = to_db(now)
+        clock = epoch(now)
         outcomes: list[PublishOutcome] = []
         with self._db.transaction() as c:
             fault_point("publish.in_transaction")
@@ -116,7 +114,7 @@ class SqliteJobs:
                 job = item.job
                 row = c.execute(
                     self._sql["job_insert"],
-                    insert_values(job, clock if job.run_at is None else to_db(job.run_at), clock),
+                    insert_values(job, clock if job.run_at is None else epoch(job.run_at), clock),
                 ).fetchone()
                 if row is not None:
                     job_id, status = row[0], "created"
@@ -192,7 +190,7 @@ class SqliteJobs:
         with self._db.transaction() as c:
             # The clock is read under the write lock: claims' times follow the order they ran
             # in, so no claim refills a group's bucket from a time before the last claim's.
-            clock = params["now"] = to_db(now)
+            clock = params["now"] = epoch(now)
             if self._grouped.waiting(c, queues):
                 rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
             else:
@@ -220,7 +218,7 @@ class SqliteJobs:
     ) -> list[KeyClaim]:
         if not wanted:
             return []
-        clock = to_db(now)
+        clock = epoch(now)
         results = []
         with self._db.transaction() as c:
             for queue, key in wanted:
@@ -261,7 +259,7 @@ class SqliteJobs:
     ) -> dict[int, datetime]:
         if not leases:
             return {}
-        clock = to_db(now)
+        clock = epoch(now)
         held: dict[int, datetime] = {}
         with self._db.transaction() as c:
             for lease in leases:
@@ -306,7 +304,7 @@ class SqliteJobs:
     ) -> list[int]:
         if not leases:
             return []
-        clock = to_db(now)
+        clock = epoch(now)
         with self._db.transaction(conn) as c:
             # The tokens are checked here, under the write lock: nothing can change them before
             # the updates below, which then go by id (and ``state = 'leased'``) in one statement
@@ -341,7 +339,7 @@ class SqliteJobs:
     def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
         if not failures:
             return []
-        clock = to_db(now)
+        clock = epoch(now)
         results = []
         with self._db.transaction() as c:
             for f in failures:
@@ -351,7 +349,7 @@ class SqliteJobs:
                         "id": f.lease.job_id,
                         "token": f.lease.token,
                         "retry": f.retry,
-                        "run_at": to_db_or_none(f.run_at),
+                        "run_at": to_db(f.run_at),
                         "now": clock,
                         "message": f.message,
                         "error_class": f.error_class,
@@ -368,11 +366,13 @@ class SqliteJobs:
                         {
                             "queue": row[2],
                             "name": row[1],
-                            "until": to_db(f.pause_group_until),
+                            "until": epoch(f.pause_group_until),
                             "reason": pause_reason(f),
                         },
                     )
-                outcome = "dead" if state is JobState.DEAD else "retry"
+                outcome = (
+                    "timed_out" if f.timed_out else "dead" if state is JobState.DEAD else "retry"
+                )
                 self._close_attempt(
                     c, f.lease, clock, outcome, f.error_class, f.message, f.traceback
                 )
@@ -382,7 +382,7 @@ class SqliteJobs:
     def release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
         if not leases:
             return []
-        clock = to_db(now)
+        clock = epoch(now)
         stale = []
         with self._db.transaction() as c:
             for lease in leases:
@@ -397,7 +397,7 @@ class SqliteJobs:
         return stale
 
     def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
-        clock = to_db(now)
+        clock = epoch(now)
         text = self._sql["job_rescue"].replace("{limit}", str(max(1, int(limit))))
         with self._db.transaction() as c:
             rows = c.execute(text, {"now": clock}).fetchall()

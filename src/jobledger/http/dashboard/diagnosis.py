@@ -12,10 +12,17 @@ from .render import seconds, when
 __all__ = ["diagnose"]
 
 
+#: How much of the last error a diagnosis quotes; the job page shows all of it under it.
+ERROR_QUOTED = 200
+
+
 def _last_error(job: JobRow) -> str:
     if not job.last_error and not job.last_error_class:
         return ""
-    return f"{job.last_error_class or 'Error'}: {job.last_error or ''}".strip()
+    error = f"{job.last_error_class or 'Error'}: {job.last_error or ''}".strip()
+    if len(error) > ERROR_QUOTED:
+        error = error[:ERROR_QUOTED].rstrip() + "… (the whole error is below)"
+    return error
 
 
 def _held_by_group(

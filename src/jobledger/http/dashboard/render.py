@@ -68,6 +68,11 @@ def since(value: datetime | None, now: datetime | None = None) -> str:
     return f"{seconds(delta)} ago" if delta >= 0 else f"in {seconds(-delta)}"
 
 
+def count(value: int | None) -> str:
+    """``40,890``: thousands grouped, so that long counts read at a glance."""
+    return "—" if value is None else f"{value:,}"
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
@@ -79,7 +84,9 @@ env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-env.filters.update(when=when, iso=iso, seconds=seconds, since=since, pretty_json=pretty_json)
+env.filters.update(
+    when=when, iso=iso, seconds=seconds, since=since, count=count, pretty_json=pretty_json
+)
 
 
 def secure(response: Response) -> Response:

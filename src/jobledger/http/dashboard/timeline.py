@@ -3,17 +3,21 @@ outcome, with the gaps between them (backoff, waiting for a worker) visible as s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from ..._records import Attempt, JobRow
+from .charts import GAP, TICK_FONT_NARROW, text_width
 
 __all__ = ["Timeline", "attempt_timeline"]
 
 WIDTH = 640
-ROW = 22
-LEFT = 90
+#: A row per attempt, tall enough for its label at the narrow screen's larger font.
+ROW = 30
+BAR = 20
+RIGHT = 10
 
 
 @dataclass
@@ -31,7 +35,8 @@ class Timeline:
     spans: list[Span] = field(default_factory=list)
     width: int = WIDTH
     height: int = 0
-    left: int = LEFT
+    left: float = 0.0
+    bar: int = BAR
     start: datetime | None = None
     end: datetime | None = None
 
@@ -44,16 +49,18 @@ def attempt_timeline(attempts: Sequence[Attempt], job: JobRow, now: datetime) ->
     start = min(job.created_at, attempts[0].started_at)
     end = max([a.finished_at or now for a in attempts] + [attempts[-1].started_at])
     span = max((end - start).total_seconds(), 1e-3)
-    scale = (WIDTH - LEFT - 10) / span
+    widest = max(text_width(f"attempt {a.attempt}", TICK_FONT_NARROW) for a in attempts)
+    timeline.left = left = float(math.ceil(widest + 2 * GAP))
+    scale = (WIDTH - left - RIGHT) / span
     for i, a in enumerate(attempts):
         finished = a.finished_at or now
-        x = LEFT + (a.started_at - start).total_seconds() * scale
+        x = left + (a.started_at - start).total_seconds() * scale
         width = max(2.0, (finished - a.started_at).total_seconds() * scale)
         outcome = a.outcome.value if a.outcome is not None else "running"
         took = (finished - a.started_at).total_seconds()
         timeline.spans.append(
             Span(
-                y=4 + i * ROW,
+                y=(ROW - BAR) / 2 + i * ROW,
                 x=x,
                 width=width,
                 kind=outcome,
@@ -62,6 +69,6 @@ def attempt_timeline(attempts: Sequence[Attempt], job: JobRow, now: datetime) ->
                 + (f" ({a.error_class})" if a.error_class else ""),
             )
         )
-    timeline.height = 8 + len(attempts) * ROW
+    timeline.height = len(attempts) * ROW
     timeline.start, timeline.end = start, end
     return timeline

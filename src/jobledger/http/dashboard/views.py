@@ -24,12 +24,13 @@ from ...errors import (
     NotFound,
     PayloadError,
 )
+from ..models import parse_id
 from ..observe import observe
 from ..state import ServerState
 from .charts import throughput_chart, wait_chart
 from .diagnosis import diagnose
 from .render import page, secure
-from .session import Refused, Viewer, context, require_viewer, submit
+from .session import Form, Refused, Viewer, context, require_viewer, submit
 from .subscriptions import load_subscriptions
 from .timeline import attempt_timeline
 
@@ -89,9 +90,15 @@ def _redirect(path: str, **query: Any) -> Response:
 
 def _job_id(request: Request) -> int:
     text = request.path_params.get("job_id", "")
-    if not text.isdigit() or len(text) > 19:
+    job_id = parse_id(text)
+    if job_id is None:
         raise NotFound(f"no job with id {text!r}")
-    return int(text)
+    return job_id
+
+
+def _ids(form: Form) -> list[int]:
+    """The job ids a form selected; anything else (not digits, beyond the id range) is left out."""
+    return [i for i in map(parse_id, form.getlist("id")) if i is not None]
 
 
 async def _charts(request: Request, queue: str | None) -> dict[str, Any]:
@@ -279,8 +286,9 @@ async def search_page(request: Request) -> Response:
         reads = state.ledger.job_reads
         jobs = await run_in_threadpool(reads.with_key, text)
         tombstones = await run_in_threadpool(reads.tombstones, text)
-        if text.isdigit() and len(text) <= 19:
-            by_id = await run_in_threadpool(reads.get, int(text))
+        job_id = parse_id(text)
+        if job_id is not None:
+            by_id = await run_in_threadpool(reads.get, job_id)
             if by_id is not None and all(j.id != by_id.id for j in jobs):
                 jobs.append(by_id)
     return page(
@@ -310,7 +318,7 @@ async def dead_redrive(request: Request) -> Response:
         ids = None
         where = _dead_filter(filters, REDRIVE_ALL_LIMIT)
     else:
-        ids = [int(i) for i in form.getlist("id") if i.isdigit() and len(i) <= 19]
+        ids = _ids(form)
         if not ids:
             raise ConfigError("select at least one dead letter, or redrive all matching")
         where = JobFilter(states=(JobState.DEAD,))
@@ -328,7 +336,7 @@ async def dead_resolve(request: Request) -> Response:
     viewer, form = await submit(request)
     state = _state(request)
     note = _required(form.get("note"), "a note")
-    ids = [int(i) for i in form.getlist("id") if i.isdigit() and len(i) <= 19]
+    ids = _ids(form)
     if not ids:
         raise ConfigError("select at least one dead letter to resolve")
     resolved = 0

@@ -10,18 +10,17 @@ message went back to the queue, perhaps to another consumer) or that was already
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from starlette.responses import Response
 
-from ..._records import Failure, JobRow, JobState, Lease
-from ...errors import NotFound
-from ...policy import DEFAULT_BACKOFF
+from ..._records import JobState
+from ..._runtime.pull import Held
+from ...policy import Decision
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import (
     MAX_ID,
     MESSAGE_ID,
+    MIN_LEASE_SECONDS,
     OPTIONAL_TIME,
     QUEUE_NAME,
     RECEIVED,
@@ -47,9 +46,10 @@ RECEIPT = String(
     example="42.9b2f0c3e5d6a47b8a1c2d3e4f5a6b7c8",
 )
 LEASE_SECONDS = Number(
-    exclusive_minimum=0,
+    minimum=MIN_LEASE_SECONDS,
     maximum=MAX_LEASE,
-    description="Seconds from now until the lease expires and the message is delivered again.",
+    description="Seconds from now until the lease expires and the message is delivered again: "
+    "1 to 43200 (12 hours).",
 )
 
 RECEIVE = Object(
@@ -152,7 +152,7 @@ async def receive(call: Call) -> Response:
     queue = body["queue"]
     api_key = call.require("consume", queue)
     state = call.state
-    backend = state.ledger.backend
+    pull = state.pull
     await call.run(state.ledger.queue_settings.get, queue)
     limit = body.get("max_messages", 10)
     lease = body.get("lease_seconds")
@@ -164,7 +164,7 @@ async def receive(call: Call) -> Response:
     pause = 0.05
     while True:
         event = state.wakeups.arm(queue) if state.wakeups is not None and wait > 0 else None
-        jobs = await call.run(backend.jobs.claim, [queue], worker, limit, None, lease)
+        jobs = await call.run(pull.receive, queue, worker, limit, lease)
         remaining = deadline - loop.time()
         if jobs or remaining <= 0 or event is None:
             break
@@ -174,46 +174,37 @@ async def receive(call: Call) -> Response:
         pause = min(pause * 2, state.poll_interval)
     if jobs and await call.request.is_disconnected():
         # Nobody will read these: give them back now rather than when their leases expire.
-        await call.run(backend.jobs.release, [Lease(j.id, j.lease_token, j.attempt) for j in jobs])
+        await call.run(pull.give_back, jobs)
         return json_response({"messages": []})
     if jobs:
         observe(state).received(jobs, lease)
     return json_response({"messages": [received_json(j) for j in jobs]})
 
 
-async def held(call: Call, receipt: str, action: str) -> tuple[JobRow, Lease]:
-    """The job a receipt names, if the receipt still holds its lease; else 409."""
+async def held(call: Call, receipt: str, action: str) -> Held:
+    """The message a receipt names, if the receipt still holds its lease; else 409. A key
+    without consume scope on the message's queue learns nothing of it but from a receipt that
+    holds its lease (403)."""
     id_text, _, token = receipt.partition(".")
     job_id = int(id_text)
-    backend = call.state.ledger.backend
+    pull = call.state.pull
     if job_id > MAX_ID:
         raise _stale(job_id, "no such message")
-    try:
-        job = await call.run(backend.history.get, job_id)
-    except NotFound:
-        raise _stale(job_id, "no such message") from None
+    found = await call.run(pull.find, job_id, token)
+    job = found.job
+    if job is None:
+        raise _stale(job_id, "no such message")
     if not call.caller.allows("consume", job.queue):
-        if job.lease_token == token:
+        if isinstance(found, Held):
             call.require("consume", job.queue)
-        raise _stale(job.id, "no such lease")
-    if job.state is JobState.LEASED and job.lease_token == token:
-        return job, Lease(job.id, token, job.attempts)
-    attempts = await call.run(backend.history.attempts, job.id)
-    earlier = next((a for a in attempts if a.lease_token == token), None)
-    if earlier is None:
-        raise _stale(job.id, "no such lease")
-    # A genuine late write: note it in the message's history, as the Python worker does.
-    observe(call.state).stale(job.queue, action)
-    await call.run(
-        backend.history.record_event,
-        job.id,
-        "lease_lost",
-        call.caller.actor,
-        f"{action} refused: the lease of attempt {earlier.attempt} is no longer current",
-        {"action": action, "attempt": earlier.attempt},
-    )
-    now = "leased under another receipt" if job.state is JobState.LEASED else job.state.value
-    raise _stale(job.id, f"the message is {now}")
+        # Answered as for a message that does not exist: a key without consume on the queue
+        # learns nothing of the queue's messages from receipts it made up.
+        raise _stale(job_id, "no such message")
+    if isinstance(found, Held):
+        return found
+    # A genuine late write (the token opened an earlier attempt): noted in the history.
+    await call.run(pull.refuse, found, token, action, call.caller.actor)
+    raise _stale(job.id, found.why)
 
 
 def _stale(job_id: int, why: str) -> Problem:
@@ -236,13 +227,11 @@ def _stale(job_id: int, why: str) -> Problem:
 )
 async def ack(call: Call) -> Response:
     """409 when the receipt is stale (nothing changes)."""
-    job, lease = await held(call, call.body["receipt"], "ack")
-    stale = await call.run(call.state.ledger.backend.jobs.complete, [lease])
-    if stale:
-        observe(call.state).stale(job.queue, "ack")
-        raise _stale(job.id, "its lease expired a moment ago")
-    observe(call.state).finished(job, "done")
-    return json_response({"message_id": str(job.id), "state": JobState.DONE.value})
+    found = await held(call, call.body["receipt"], "ack")
+    outcome = await call.run(call.state.pull.ack, found, call.caller.actor)
+    if outcome == "lease_lost":
+        raise _stale(found.job.id, "its lease expired a moment ago")
+    return json_response({"message_id": str(found.job.id), "state": JobState.DONE.value})
 
 
 @group.operation(
@@ -276,43 +265,28 @@ async def nack(call: Call) -> Response:
             "pause_group needs retry_after_seconds: until when to hold the group back",
             errors=[{"pointer": "/pause_group", "detail": "needs retry_after_seconds"}],
         )
-    job, lease = await held(call, body["receipt"], "nack")
-    now = datetime.now(UTC)
-    run_at = None
-    if not permanent:
-        if retry_after is None:
-            retry_after = (await _backoff(call, job.queue)).delay(job.attempts)
-        run_at = now + timedelta(seconds=float(retry_after))
-    error_class = body.get("error_class") or ("Permanent" if permanent else "Nack")
-    failure = Failure(
-        lease=lease,
+    found = await held(call, body["receipt"], "nack")
+    verdict = Decision(
         retry=not permanent,
-        run_at=run_at,
-        error_class=error_class,
+        delay=None if retry_after is None else float(retry_after),
+        error_class=body.get("error_class") or ("Permanent" if permanent else "Nack"),
         message=body.get("error") or "nacked by the consumer",
-        pause_group_until=run_at if pause_group and job.group is not None else None,
+        pause_group=pause_group,
     )
-    [result] = await call.run(call.state.ledger.backend.jobs.fail, [failure])
-    if result.state is None:
-        observe(call.state).stale(job.queue, "nack")
-        raise _stale(job.id, "its lease expired a moment ago")
-    observe(call.state).finished(job, "dead" if result.state is JobState.DEAD else "retry")
+    outcome, failure = await call.run(call.state.pull.nack, found, verdict, call.caller.actor)
+    if outcome == "lease_lost":
+        raise _stale(found.job.id, "its lease expired a moment ago")
+    state = JobState.DEAD if outcome == "dead" else JobState.PENDING
     return json_response(
         {
-            "message_id": str(job.id),
-            "state": result.state.value,
-            "run_at": iso(run_at) if result.state is JobState.PENDING else None,
-            "group_paused_until": iso(run_at) if failure.pause_group_until else None,
+            "message_id": str(found.job.id),
+            "state": state.value,
+            "run_at": iso(failure.run_at) if state is JobState.PENDING else None,
+            "group_paused_until": iso(failure.pause_group_until)
+            if failure.pause_group_until
+            else None,
         }
     )
-
-
-async def _backoff(call: Call, queue: str) -> Any:
-    try:
-        info = await call.run(call.state.ledger.queue_settings.get, queue)
-    except NotFound:
-        return DEFAULT_BACKOFF
-    return info.settings.backoff
 
 
 @group.operation(
@@ -327,12 +301,9 @@ async def _backoff(call: Call, queue: str) -> Any:
 async def extend(call: Call) -> Response:
     """The lease now ends `lease_seconds` from now. 409 when the receipt is stale."""
     body = call.body
-    job, lease = await held(call, body["receipt"], "extend")
-    renewed = await call.run(
-        call.state.ledger.backend.jobs.heartbeat, [lease], None, float(body["lease_seconds"])
-    )
-    until = renewed.get(job.id)
+    found = await held(call, body["receipt"], "extend")
+    until = await call.run(call.state.pull.extend, found, float(body["lease_seconds"]))
     if until is None:
-        observe(call.state).stale(job.queue, "extend")
-        raise _stale(job.id, "its lease expired a moment ago")
-    return json_response({"message_id": str(job.id), "lease_until": iso(until)})
+        observe(call.state).stale(found.job.queue, "extend")
+        raise _stale(found.job.id, "its lease expired a moment ago")
+    return json_response({"message_id": str(found.job.id), "lease_until": iso(until)})

@@ -25,7 +25,7 @@ from ..models import (
     parse_time,
     text,
 )
-from ..problems import Problem
+from ..problems import invalid
 from ..schema import Array, Integer, Number, Object, String
 
 group = RouteGroup("groups", "Groups (tenants) of a queue: their jobs, limits and pauses.")
@@ -163,6 +163,10 @@ async def put_group_limits(call: Call) -> Response:
     claim on, across processes and hosts. 422 for a burst without a rate."""
     queue = call.path["name"]
     body = call.body
+    if body.get("burst") is not None and body.get("rate") is None:
+        raise invalid(
+            "burst needs a rate: it is the size of the rate's bucket", "/burst", "needs rate"
+        )
     limits = await call.run(
         call.state.ledger.set_group_limits,
         queue,
@@ -190,10 +194,10 @@ async def pause_group(call: Call) -> Response:
     queue, name = call.path["name"], call.path["group"]
     body = call.body
     if ("seconds" in body) == ("until" in body):
-        raise Problem(
-            "validation-failed",
+        raise invalid(
             "give seconds or until, exactly one of them",
-            errors=[{"pointer": "/seconds", "detail": "seconds or until, one of them"}],
+            "/seconds",
+            "seconds or until, one of them",
         )
     now = datetime.now(UTC)
     if "seconds" in body:
@@ -201,10 +205,10 @@ async def pause_group(call: Call) -> Response:
     else:
         until = parse_time(body["until"], "until") or now
         if until <= now or until - now > timedelta(seconds=MAX_PAUSE_SECONDS):
-            raise Problem(
-                "validation-failed",
+            raise invalid(
                 "until must be in the future and at most a year from now",
-                errors=[{"pointer": "/until", "detail": "past, or over a year away"}],
+                "/until",
+                "past, or over a year away",
             )
     reason = body.get("reason") or f"paused by {call.caller.actor}"
     await call.run(call.state.ledger.pause_group, queue, name, until=until, reason=reason, now=now)

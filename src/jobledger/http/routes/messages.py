@@ -13,6 +13,7 @@ from starlette.responses import Response
 from ..._records import JobFilter, JobRow, JobState
 from ..api import Call, Param, Reply, RouteGroup, json_response
 from ..models import (
+    ID_DIGITS,
     KEY,
     MESSAGE,
     MESSAGE_ID,
@@ -23,7 +24,7 @@ from ..models import (
     parse_time,
     text,
 )
-from ..problems import Problem
+from ..problems import invalid
 from ..schema import Array, Boolean, Integer, Number, Object, String
 
 group = RouteGroup("operators", "Message lookup with attempt history, redrive, resolve (admin).")
@@ -36,7 +37,7 @@ MESSAGE_LIST = Object(
         "messages": Array(MESSAGE),
         "next_after": String(
             nullable=True,
-            pattern=r"^[0-9]{1,19}$",
+            pattern=f"^{ID_DIGITS}$",
             description="Pass as `after` for the next page; null on the last page.",
         ),
     },
@@ -190,11 +191,11 @@ async def redrive(call: Call) -> Response:
     limit = body.get("limit", 100)
     rate = body.get("rate")
     if rate is not None and limit / rate > MAX_REDRIVE_SECONDS:
-        raise Problem(
-            "validation-failed",
+        raise invalid(
             f"limit / rate is {limit / rate:.0f} s; over HTTP a redrive is paced within the "
             f"request, at most {MAX_REDRIVE_SECONDS} s: lower limit or raise rate",
-            errors=[{"pointer": "/rate", "detail": "too slow for limit"}],
+            "/rate",
+            "too slow for limit",
         )
     ids = body.get("message_ids")
     where = JobFilter(

@@ -16,8 +16,8 @@ from ..._records import (
     QueueSettings,
 )
 from ..api import Call, Reply, RouteGroup, json_response
-from ..models import QUEUE, QUEUE_NAME, queue_json
-from ..problems import Problem
+from ..models import MIN_LEASE_SECONDS, QUEUE, QUEUE_NAME, queue_json
+from ..problems import Problem, invalid
 from ..schema import Array, Boolean, Integer, Number, Object, String
 
 group = RouteGroup("queues", "Declaring queues and reading their depth.")
@@ -35,10 +35,11 @@ QUEUE_SETTINGS = Object(
             minimum=1, maximum=1000, default=10, description="Deliveries per job (default 10)."
         ),
         "lease_seconds": Number(
-            exclusive_minimum=0,
+            minimum=MIN_LEASE_SECONDS,
             maximum=MAX_LEASE_SECONDS,
             default=60,
-            description="How long a received message stays leased unless extended (default 60).",
+            description="How long a received message stays leased unless extended: at least "
+            "1 s (default 60).",
         ),
         "backoff": Object(
             {
@@ -46,7 +47,9 @@ QUEUE_SETTINGS = Object(
                 "cap_seconds": Number(exclusive_minimum=0, maximum=MAX_BACKOFF_SECONDS),
             },
             description="Delay after a nack without retry_after_seconds: up to "
-            "min(cap, base * 2^(attempt-1)), full jitter (default base 2, cap 3600).",
+            "min(cap, base * 2^(attempt-1)), full jitter (default base 2, cap 3600). cap_seconds "
+            "must be at least base_seconds (422 otherwise); a bound left out follows the other "
+            "(base at most the cap, cap at least the base).",
         ),
         "retention_seconds": Number(
             minimum=MIN_RETENTION_SECONDS,
@@ -58,6 +61,15 @@ QUEUE_SETTINGS = Object(
         "require_idempotency_key": Boolean(
             default=False, description="Refuse publishes without an Idempotency-Key (400)."
         ),
+        "timeout_seconds": Number(
+            exclusive_minimum=0,
+            maximum=MAX_LEASE_SECONDS,
+            nullable=True,
+            description="The longest an attempt may run in a Python worker (a task that sets no "
+            "timeout of its own, and the jobs published here): past it the attempt is recorded "
+            "as timed_out and retried by the backoff, or dead when its attempts are spent. "
+            "Default null: no bound. Pull consumers are bounded by their leases instead.",
+        ),
     },
     name="QueueSettings",
     description="Every field is optional; an omitted field takes its default (PUT replaces).",
@@ -68,8 +80,18 @@ QUEUE_LIST = Object({"queues": Array(QUEUE)}, required=("queues",), additional=T
 
 def settings_from(name: str, body: dict[str, Any]) -> QueueSettings:
     backoff = body.get("backoff") or {}
-    base = backoff.get("base_seconds", 2.0)
-    cap = backoff.get("cap_seconds", max(3600.0, base))
+    # A bound left out never conflicts with the one given: the base defaults to 2 s but to no
+    # more than the cap, the cap to an hour but to no less than the base.
+    cap = backoff.get("cap_seconds")
+    base = backoff.get("base_seconds", 2.0 if cap is None else min(2.0, cap))
+    if cap is None:
+        cap = max(3600.0, base)
+    elif cap < base:
+        raise invalid(
+            f"backoff cap_seconds ({cap:g}) must be at least base_seconds ({base:g})",
+            "/backoff/cap_seconds",
+            "below base_seconds",
+        )
     return QueueSettings(
         name=name,
         task=body.get("task", ""),
@@ -79,6 +101,7 @@ def settings_from(name: str, body: dict[str, Any]) -> QueueSettings:
         backoff_cap=cap,
         retention_seconds=body.get("retention_seconds", DEFAULT_RETENTION_SECONDS),
         require_key=body.get("require_idempotency_key", False),
+        timeout_seconds=body.get("timeout_seconds"),
     )
 
 

@@ -22,10 +22,11 @@ from ..._records import (
     Subscription,
     SubscriptionState,
 )
+from ..._webhooks import MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX
 from ...errors import SubscriptionExists
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import QUEUE_NAME, TIME, text
-from ..problems import Problem
+from ..problems import Problem, invalid
 from ..schema import Array, Integer, Number, Object, String
 
 if TYPE_CHECKING:
@@ -39,18 +40,41 @@ SUBSCRIPTION_ID = String(
     description="A subscription's id.",
     example="sub_3f9a0c1d2e4b",
 )
+#: A host name whose last label starts with a letter, or a dotted-quad IPv4 address; a port
+#: 1-65535; then a path or a query, without spaces, control characters or a fragment. (IPv6
+#: literals are accepted by the server too, but not described here.)
+_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+_HOST = rf"(?:(?:[A-Za-z0-9-]+\.)*[A-Za-z][A-Za-z0-9-]*|{_OCTET}(?:\.{_OCTET}){{3}})"
+_PORT = "(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 URL = String(
     min_length=1,
     max_length=MAX_URL_LENGTH,
-    pattern=r"^https?://[^\s]+$",
+    pattern=rf"^https?://{_HOST}(?::{_PORT})?(?:[/?][^\x00-\x20\x7f#]*)?$",
     description="Where deliveries are POSTed: https:// (plain http:// only to allow-listed "
     "networks). No credentials, no fragment; redirects are never followed.",
     example="https://app.example.com/hooks/jobledger",
 )
+
+
+def _base64_of(low: int, high: int) -> str:
+    """A regular expression (unanchored) for the base64 of ``low`` to ``high`` bytes as an
+    encoder writes it: whole groups of four characters, then ``xx==`` for one byte more or
+    ``xxx=`` for two, whose last character leaves the unused bits zero."""
+    char = "[A-Za-z0-9+/]"
+
+    def groups(extra: int) -> str:
+        fewest, most = -(-(low - extra) // 3), (high - extra) // 3
+        return f"(?:{char}{{4}}){{{fewest},{most}}}"
+
+    one_more = f"{groups(1)}{char}[AQgw]=="
+    two_more = f"{groups(2)}{char}{{2}}[AEIMQUYcgkosw048]="
+    return f"(?:{groups(0)}|{one_more}|{two_more})"
+
+
 SECRET = String(
-    pattern=r"^whsec_[A-Za-z0-9+/]+={0,2}$",
-    max_length=200,
-    description="A Standard Webhooks secret: whsec_ + base64 of 24 to 64 random bytes.",
+    pattern=f"^{SECRET_PREFIX}{_base64_of(MIN_SECRET_BYTES, MAX_SECRET_BYTES)}$",
+    description=f"A Standard Webhooks secret: {SECRET_PREFIX} + the base64 (padded) of "
+    f"{MIN_SECRET_BYTES} to {MAX_SECRET_BYTES} random bytes.",
 )
 OPTIONAL_TIME = String(format="date-time", nullable=True)
 NULLABLE_TEXT = String(nullable=True)
@@ -65,7 +89,12 @@ CREATE = Object(
             maximum=100_000,
             description="Deliveries per second, shared by every delivering process. Default: none.",
         ),
-        "burst": Number(minimum=1, maximum=100_000, description="Default: the rate limit."),
+        "burst": Number(
+            minimum=1,
+            maximum=100_000,
+            description="Deliveries at once after a quiet spell. Needs rate_limit (422 "
+            "otherwise); default: one second's worth.",
+        ),
         "timeout_seconds": Number(
             exclusive_minimum=0,
             maximum=MAX_TIMEOUT_SECONDS,
@@ -175,6 +204,8 @@ async def create(call: Call) -> Response:
     """A `whsec_` secret is generated unless one is given. A queue has one subscription: 409
     when it already has one. Jobs already waiting in the queue are delivered too."""
     body = call.body
+    if body.get("burst") is not None and body.get("rate_limit") is None:
+        raise invalid("a burst needs a rate limit", "/burst", "needs rate_limit")
     try:
         sub = await call.run(
             call.state.ledger.subscriptions.create,

@@ -1,0 +1,126 @@
+"""Leases the runtime holds: one ``LeaseHold`` per claimed job, and the keeper that renews them.
+
+The keeper renews, in one statement, every lease that is a third through (jobs claimed and
+still waiting for a runner included: the runtime holds them). It also ends attempts that run past
+their timeout: their lease is no longer renewed, and the runtime records them as ``timed_out``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+from .._records import ClaimedJob, Lease
+from ..errors import BackendUnavailable
+
+__all__ = ["LeaseHold", "LeaseKeeper"]
+
+log = logging.getLogger("jobledger.worker")
+
+
+class LeaseHold:
+    """The runtime's record of one claimed job's lease, shared by its handler's context, the
+    keeper and whatever delivers the job."""
+
+    __slots__ = (
+        "job",
+        "lease",
+        "lease_until",
+        "renewed_at",
+        "lost",
+        "started",
+        "released",
+        "finished",
+        "timed_out",
+        "orphaned",
+        "timeout",
+        "future",
+        "lock",
+        "started_at",
+    )
+
+    def __init__(self, job: ClaimedJob, timeout: float | None = None):
+        self.job = job
+        self.lease = Lease(job.id, job.lease_token, job.attempt)
+        self.lease_until = job.lease_until
+        self.renewed_at = time.monotonic()
+        self.lost = False
+        self.started = False
+        self.released = False
+        self.finished = False
+        self.timed_out = False
+        self.orphaned = False
+        """Its handler's thread was given up on after the timeout (a sync handler)."""
+        self.timeout = timeout
+        """Seconds the attempt may run (None: no bound)."""
+        self.future: Future[Any] | None = None
+        """An async handler's run on the runtime's event loop (cancelled on a timeout)."""
+        self.started_at = 0.0
+        self.lock = threading.Lock()
+
+    @property
+    def active(self) -> bool:
+        """Still this runtime's to renew: neither lost, finished, given back nor timed out."""
+        return not (self.lost or self.finished or self.released or self.timed_out)
+
+
+class LeaseKeeper:
+    """A thread that renews the leases of ``holds()`` a third through, and hands attempts that
+    ran past their timeout to ``on_timeout``.
+
+    ``renew(holds)`` writes the renewals (and deals with refusals); ``tick`` is the longest
+    pause between looks (it checks six times per lease, so a lease is renewed between 1/3 and
+    1/2 of its length)."""
+
+    def __init__(
+        self,
+        holds: Callable[[], list[LeaseHold]],
+        renew: Callable[[list[LeaseHold]], None],
+        on_timeout: Callable[[LeaseHold], None],
+        stop: threading.Event,
+        lease_seconds: Sequence[float] = (),
+    ):
+        self._holds = holds
+        self._renew = renew
+        self._on_timeout = on_timeout
+        self._stop = stop
+        self._base = min([*lease_seconds, 6.0]) / 6
+        self._thread = threading.Thread(target=self._loop, name="jobledger-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        tick = max(0.02, min(1.0, self._base))
+        while not self._stop.wait(tick):
+            holds = self._holds()
+            if holds:
+                shortest = min(h.job.lease_seconds for h in holds) / 6
+                bounds = [h.timeout / 4 for h in holds if h.timeout is not None and h.started]
+                tick = max(0.02, min(1.0, self._base, shortest, *bounds))
+            now = time.monotonic()
+            due = []
+            for hold in holds:
+                if not hold.active:
+                    continue
+                if (
+                    hold.timeout is not None
+                    and hold.started
+                    and now - hold.started_at >= hold.timeout
+                ):
+                    self._on_timeout(hold)
+                    continue
+                # Jobs claimed and still waiting for a runner are renewed too: the runtime
+                # holds them, and their leases must not run out in the queue.
+                if now - hold.renewed_at >= hold.job.lease_seconds / 3:
+                    due.append(hold)
+            if not due:
+                continue
+            try:
+                self._renew(due)
+            except BackendUnavailable as exc:
+                log.warning("lease renewal failed: %s", exc)

@@ -1,0 +1,264 @@
+"""What an attempt came to, and the one place where that gets its meaning and is written.
+
+Every transport ends an attempt the same way: a **finished** item names the lease and says
+``done``, ``failed`` (with the ``Failure`` that ``failure`` built by the one retry policy) or
+``released`` (given back unstarted, not charged). The ``Recorder`` writes a batch of them,
+fenced by their lease tokens, and says what each became — ``done``, ``retry``, ``dead``,
+``timed_out`` (a failure of its own kind: retried or dead by the budget), ``released`` or
+``lease_lost`` — in one line of log, one call to the observers, and one count. A write the
+fence refused is recorded in the job's history as a ``lease_lost`` event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import traceback as _traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._records import ClaimedJob, Failure, JobState, Lease
+from ..errors import BackendUnavailable, LeaseLost
+from ..policy import Backoff, Decision, classify
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from .leases import LeaseHold
+
+__all__ = ["Finished", "Recorder", "failure", "timed_out"]
+
+log = logging.getLogger("jobledger.worker")
+
+MAX_MESSAGE = 4000
+MAX_TRACEBACK = 16000
+
+
+def failure(
+    job: ClaimedJob,
+    lease: Lease,
+    cause: BaseException | Decision,
+    backoff: Backoff,
+    now: datetime | None = None,
+) -> Failure:
+    """The failure of one attempt, by the one retry policy (SPEC §3), whatever the transport.
+
+    ``cause`` is what went wrong: a handler's exception (classified by ``policy.classify``:
+    ``Retry``, ``Permanent``, an HTTP status carried by the exception, or anything else,
+    transient) or a ``Decision`` already made from an HTTP answer, a consumer's nack or a
+    timeout. A retry runs after the decision's delay, else after ``backoff`` for this attempt;
+    a decision to pause the group pauses it until then.
+    """
+    now = now or datetime.now(UTC)
+    if isinstance(cause, Decision):
+        decision, trace = cause, None
+    else:
+        decision = classify(cause, now)
+        trace = "".join(_traceback.format_exception(cause))[-MAX_TRACEBACK:]
+    run_at = None
+    if decision.retry:
+        delay = decision.delay if decision.delay is not None else backoff.delay(job.attempt)
+        run_at = now + timedelta(seconds=delay)
+    return Failure(
+        lease=lease,
+        retry=decision.retry,
+        run_at=run_at,
+        error_class=decision.error_class,
+        message=decision.message[:MAX_MESSAGE],
+        traceback=trace,
+        pause_group_until=run_at if decision.pause_group and job.group is not None else None,
+        timed_out=decision.timed_out,
+    )
+
+
+def timed_out(seconds: float) -> Decision:
+    """The decision for an attempt that ran past its task's timeout: a transient failure of its
+    own kind (the attempt's outcome is ``timed_out``), retried by the backoff."""
+    return Decision(
+        True,
+        None,
+        "Timeout",
+        f"the attempt ran past its timeout of {seconds:g} s and was abandoned",
+        timed_out=True,
+    )
+
+
+@dataclass(slots=True)
+class Finished:
+    """One attempt's end, as a transport hands it to the recorder.
+
+    ``failure`` None and ``released`` False: done. ``released``: given back unstarted, not
+    charged. ``on_recorded(item, outcome)`` is told what it became (on the thread that wrote
+    it), for a transport that acts on it (a broker consumer acks, push reports the delivery).
+    """
+
+    hold: LeaseHold
+    failure: Failure | None = None
+    duration: float | None = None
+    released: bool = False
+    on_recorded: Callable[[Finished, str], None] | None = None
+    outcome: str = field(default="", init=False)
+    """What the recorder made of it: ``done``, ``retry``, ``dead``, ``timed_out``,
+    ``released`` or ``lease_lost``."""
+
+    @property
+    def job(self) -> ClaimedJob:
+        return self.hold.job
+
+
+class Observers(Protocol):
+    """Who hears of outcomes: the runtime's observers (``WorkerObserver``) and its counts."""
+
+    def outcomes(self, observed: list[tuple[ClaimedJob, str, float, str | None]]) -> None: ...
+
+    def lease_lost(self, job: ClaimedJob, action: str) -> None: ...
+
+    def count(self, **counts: int) -> None: ...
+
+
+class Recorder:
+    """Writes finished attempts, fenced by their tokens, and tells everyone what they became.
+
+    ``holder`` names the worker, consumer or delivery loop in the history; ``clock`` gives the
+    ``now`` for the database (None: its own clock).
+    """
+
+    def __init__(
+        self,
+        backend: Callable[[], Backend],
+        holder: str,
+        observers: Observers,
+        clock: Callable[[], datetime | None] = lambda: None,
+    ):
+        self._backend_of = backend
+        self.holder = holder
+        self.observers = observers
+        self.clock = clock
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend_of()
+
+    def write(self, batch: Sequence[Finished]) -> None:
+        """Write one batch in as few statements as the storage allows (``BackendUnavailable``
+        leaves every item to be written again)."""
+        now = self.clock()
+        backend = self.backend
+        done = [f for f in batch if f.failure is None and not f.released]
+        failed = [f for f in batch if f.failure is not None]
+        released = [f for f in batch if f.released]
+        stale: set[int] = set()
+        if done:
+            stale.update(backend.jobs.complete([f.hold.lease for f in done], now))
+        states: dict[int, JobState | None] = {}
+        if failed:
+            results = backend.jobs.fail([f.failure for f in failed if f.failure is not None], now)
+            states = {r.job_id: r.state for r in results}
+        if released:
+            stale.update(backend.jobs.release([f.hold.lease for f in released], now))
+        counts = {"completed": 0, "dead": 0, "retried": 0, "released": 0}
+        # Outcome lines are built only when someone reads them, and observers hear of the
+        # batch at once: at 30k jobs/s per-job records would cost more than the writes.
+        lines = log.isEnabledFor(logging.INFO)
+        observed: list[tuple[ClaimedJob, str, float, str | None]] = []
+        for item in batch:
+            job_id = item.hold.job.id
+            if item.released:
+                item.outcome = "lease_lost" if job_id in stale else "released"
+                if item.outcome == "released":
+                    counts["released"] += 1
+            elif item.failure is None:
+                item.outcome = "lease_lost" if job_id in stale else "done"
+                if item.outcome == "done":
+                    counts["completed"] += 1
+                    observed.append((item.hold.job, "done", item.duration or 0.0, None))
+                    if lines:
+                        self._line(item, None)
+            else:
+                state = states.get(job_id)
+                if state is None:
+                    item.outcome = "lease_lost"
+                else:
+                    dead = state is JobState.DEAD
+                    outcome = "dead" if dead else "retry"
+                    counts["dead" if dead else "retried"] += 1
+                    observed.append(
+                        (item.hold.job, outcome, item.duration or 0.0, item.failure.error_class)
+                    )
+                    item.outcome = "timed_out" if item.failure.timed_out else outcome
+                    self._line(item, item.failure, outcome)
+            if item.outcome == "lease_lost":
+                action = (
+                    "release" if item.released else "complete" if item.failure is None else "fail"
+                )
+                self.lease_lost(item.hold, action)
+        if observed:
+            self.observers.outcomes(observed)
+        self.observers.count(**counts)
+        for item in batch:
+            if item.on_recorded is not None:
+                try:
+                    item.on_recorded(item, item.outcome)
+                except Exception:  # a transport's callback must never lose the others
+                    log.exception("handling the outcome of job %d failed", item.hold.job.id)
+
+    def completed_in_transaction(self, hold: LeaseHold, duration: float) -> None:
+        """A handler completed its job in the ledger's transaction (``ctx.transaction()``):
+        count it, tell the observers and log it as any completion."""
+        self.observers.count(completed=1)
+        self.observers.outcomes([(hold.job, "done", duration, None)])
+        if log.isEnabledFor(logging.INFO):
+            self._line(Finished(hold, None, duration), None)
+
+    def lease_lost(self, hold: LeaseHold, action: str, actor: str | None = None) -> None:
+        """Record a refused write in the job's history, count it, and say so."""
+        hold.lost = True
+        job = hold.job
+        self.observers.count(lease_lost=1)
+        self.observers.lease_lost(job, action)
+        exc = LeaseLost(job.id, hold.lease.token, action)
+        log.warning(
+            "%s",
+            exc,
+            extra={
+                "job_id": job.id,
+                "key": job.key,
+                "queue": job.queue,
+                "attempt": job.attempt,
+                "outcome": "lease_lost",
+            },
+        )
+        with contextlib.suppress(BackendUnavailable):
+            self.backend.history.record_event(
+                job.id,
+                "lease_lost",
+                actor or self.holder,
+                f"{action} refused: lease token of attempt {job.attempt} is no longer current",
+                {"attempt": job.attempt, "token": hold.lease.token, "action": action},
+                self.clock(),
+            )
+
+    def _line(self, item: Finished, failure: Failure | None, outcome: str = "done") -> None:
+        job = item.hold.job
+        shown = "timed_out" if failure is not None and failure.timed_out else outcome
+        extra: dict[str, Any] = {
+            "job_id": job.id,
+            "key": job.key,
+            "queue": job.queue,
+            "task": job.task,
+            "attempt": job.attempt,
+            "outcome": shown,
+            "duration": round(item.duration or 0.0, 6),
+            "error_class": failure.error_class if failure else None,
+            "correlation_id": job.correlation_id,
+            "worker": self.holder,
+        }
+        head = f"job {job.id} {job.queue}/{job.key} attempt {job.attempt}: {shown}"
+        if failure is None:
+            log.info("%s", head, extra=extra)
+        else:
+            detail = f"{failure.error_class}: {failure.message}"
+            if failure.timed_out:
+                detail += f" -> {outcome}"
+            log.warning("%s (%s)", head, detail, extra=extra)

@@ -1,0 +1,52 @@
+"""The groups role, for both dialects (migration 008): limits, pauses and the operator's view.
+The grouped claim is each dialect's own (``sqlite/grouped.py``, ``postgres/grouped.py``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from ..._records import GroupLimits, GroupStatus, group_status
+from .database import Database
+
+__all__ = ["SqlGroups"]
+
+
+class SqlGroups:
+    """``Groups`` over a dialect's database object."""
+
+    def __init__(self, db: Database):
+        self._db = db
+
+    def limits_put(self, queue: str, limits: GroupLimits, now: datetime | None = None) -> None:
+        if limits.unlimited:
+            self._db.count("group_limits_delete", {"queue": queue})
+            return
+        params = {
+            "queue": queue,
+            "max_leased": limits.max_leased,
+            "rate": limits.rate,
+            "burst": limits.burst,
+            "now": self._db.clock(now),
+        }
+        self._db.count("group_limits_put", params)
+
+    def limits_get(self, queue: str) -> GroupLimits:
+        rows = self._db.read("group_limits_get", {"queue": queue})
+        return GroupLimits() if not rows else GroupLimits(rows[0][0], rows[0][1], rows[0][2])
+
+    def all(self, queue: str, now: datetime | None = None) -> list[GroupStatus]:
+        limits = self.limits_get(queue)
+        rows = self._db.read("group_list", {"queue": queue, "now": self._db.clock(now)})
+        to_time = self._db.to_time
+        return [group_status(queue, r, limits, to_time(r[9]), to_time) for r in rows]  # type: ignore[arg-type]
+
+    def pause(
+        self, queue: str, name: str, until: datetime, reason: str, now: datetime | None = None
+    ) -> datetime:
+        params = {"queue": queue, "name": name, "until": self._db.to_db(until), "reason": reason}
+        [(paused,)] = self._db.run("group_pause", params)
+        return self._db.to_time(paused)  # type: ignore[return-value]
+
+    def resume(self, queue: str, name: str, now: datetime | None = None) -> bool:
+        params = {"queue": queue, "name": name, "now": self._db.clock(now)}
+        return self._db.count("group_resume", params) > 0

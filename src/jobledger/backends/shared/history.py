@@ -1,0 +1,232 @@
+"""The history role, for both dialects: reading jobs, their attempts and events; operators'
+repairs (each change and its event in one transaction); pruning and purging.
+
+What a prune or a purge deletes, and how, is each dialect's own (a ``Removal``): PostgreSQL
+deletes the jobs in the statement that picks them and the rest in one statement over arrays;
+SQLite picks them under its write lock and deletes row by row with ``executemany``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..._records import Attempt, Event, JobFilter, JobRow, JobState, PruneResult, Tombstone
+from ...errors import InvalidTransition, NotFound
+from ..common import ORDERS, filter_sql
+from ..rows import attempt, event, job_row, tombstone
+from .database import Database
+
+__all__ = ["Removal", "SqlHistory"]
+
+#: Jobs an operator's redrive moves per statement (a statement's parameters are bounded).
+_REDRIVE_CHUNK = 500
+
+
+class Removal(Protocol):
+    """How a dialect deletes jobs with everything recorded about them."""
+
+    def take(self, c: Any, params: dict[str, Any], states: str) -> list[Any]:
+        """The jobs a prune deletes, as ``(id, queue, key, task, payload digest, state,
+        finished_at)`` rows (``job_prune``, with ``{states}`` filled)."""
+        ...
+
+    def delete(self, c: Any, rows: Sequence[Any]) -> tuple[int, int, int]:
+        """Delete what is left of the jobs of ``rows`` (id, queue, key, …) after ``take`` or
+        ``job_purge``; return how many attempts, events and effects went with them."""
+        ...
+
+
+class SqlHistory:
+    """``History`` over a dialect's database object and its ``Removal``."""
+
+    def __init__(self, db: Database, removal: Removal):
+        self._db = db
+        self._removal = removal
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _jobs(
+        self, where: str, params: dict[str, Any], order: str = "id", limit: int | None = None
+    ) -> list[JobRow]:
+        page = "" if limit is None else f"LIMIT {int(limit)}"
+        rows = self._db.read("job_find", params, where=where, order=ORDERS[order], page=page)
+        return [job_row(r, self._db.to_time) for r in rows]
+
+    def get(self, job_id: int) -> JobRow:
+        rows = self._jobs(f"id = {self._db.param('id')}", {"id": int(job_id)})
+        if not rows:
+            raise NotFound(f"no job with id {job_id}")
+        return rows[0]
+
+    def get_by_key(self, queue: str, key: str) -> JobRow:
+        param = self._db.param
+        where = f"queue = {param('queue')} AND key = {param('key')}"
+        rows = self._jobs(where, {"queue": queue, "key": key})
+        if not rows:
+            raise NotFound(f"no job with key {key!r} in queue {queue!r}")
+        return rows[0]
+
+    def find_key(self, key: str) -> list[JobRow]:
+        return self._jobs(f"key = {self._db.param('key')}", {"key": key})
+
+    def find(self, where: JobFilter, order: str = "id") -> list[JobRow]:
+        clause, params = filter_sql(where, self._db)
+        return self._jobs(clause, params, order, where.limit)
+
+    def attempts(self, job_id: int) -> list[Attempt]:
+        rows = self._db.read("attempt_list", {"job_id": job_id})
+        return [attempt(r, self._db.to_time) for r in rows]
+
+    def events(self, job_id: int) -> list[Event]:
+        rows = self._db.read("event_list", {"job_id": job_id})
+        return [event(r, self._db.to_time, self._db.from_json) for r in rows]
+
+    def tombstones(self, key: str, queue: str | None = None) -> list[Tombstone]:
+        rows = self._db.read("tombstone_find", {"key": key, "queue": queue})
+        return [tombstone(r, self._db.to_time) for r in rows]
+
+    # -- operators -------------------------------------------------------------------------------
+
+    def _note(self, c: Any, events: list[dict[str, Any]], clock: Any) -> None:
+        """Record events (``job_id``, ``kind``, ``actor``, ``note``, ``detail``) on ``c``."""
+        if events:
+            self._db.executemany(c, "event_record", events, now=clock)
+
+    def record_event(
+        self,
+        job_id: int,
+        kind: str,
+        actor: str | None,
+        note: str | None,
+        detail: dict[str, Any] | None = None,
+        now: datetime | None = None,
+    ) -> None:
+        noted = {"job_id": job_id, "kind": kind, "actor": actor, "note": note}
+        with self._db.transaction() as c:
+            self._note(c, [noted | {"detail": _json(detail)}], self._db.clock(now))
+
+    def redrive(
+        self,
+        job_ids: Sequence[int],
+        actor: str,
+        reason: str,
+        now: datetime | None = None,
+        budget: int | None = None,
+    ) -> list[int]:
+        if not job_ids:
+            return []
+        clock = self._db.clock(now)
+        moved: list[int] = []
+        with self._db.transaction() as c:
+            for start in range(0, len(job_ids), _REDRIVE_CHUNK):
+                chunk = [int(i) for i in job_ids[start : start + _REDRIVE_CHUNK]]
+                ids, params = self._db.among("id", "ids", chunk, "bigint")
+                params |= {"now": clock, "budget": budget}
+                rows = self._db.execute(c, "job_redrive", params, ids=ids).fetchall()
+                moved.extend(r[0] for r in rows)
+            noted = {"kind": "redrive", "actor": actor, "note": reason, "detail": None}
+            self._note(c, [noted | {"job_id": job_id} for job_id in moved], clock)
+        return sorted(moved)
+
+    def _transition(
+        self, name: str, job_id: int, params: dict[str, Any], noted: dict[str, Any], now: Any
+    ) -> JobRow:
+        clock = self._db.clock(now)
+        with self._db.transaction() as c:
+            moved = self._db.execute(c, name, params | {"id": job_id, "now": clock}).fetchall()
+            if moved:
+                self._note(c, [noted | {"job_id": job_id}], clock)
+        job = self.get(job_id)
+        if not moved:
+            raise InvalidTransition(f"cannot {noted['kind']} job {job_id}: it is {job.state.value}")
+        return job
+
+    def resolve(
+        self, job_id: int, state: JobState, actor: str, note: str, now: datetime | None = None
+    ) -> JobRow:
+        state = JobState(state)
+        if state not in (JobState.DONE, JobState.PENDING):
+            raise InvalidTransition(f"resolve moves a job to done or pending, not {state.value}")
+        detail = _json({"state": state.value})
+        noted = {"kind": "resolve", "actor": actor, "note": note, "detail": detail}
+        return self._transition("job_resolve", job_id, {"state": state.value}, noted, now)
+
+    def cancel(self, job_id: int, actor: str, reason: str, now: datetime | None = None) -> JobRow:
+        noted = {"kind": "cancel", "actor": actor, "note": reason, "detail": None}
+        return self._transition("job_cancel", job_id, {}, noted, now)
+
+    # -- pruning ---------------------------------------------------------------------------------
+
+    def prune(
+        self,
+        before: datetime,
+        states: Sequence[JobState],
+        keep_keys_seconds: float | None,
+        queue: str | None = None,
+        limit: int = 1000,
+        after_id: int = 0,
+        now: datetime | None = None,
+        dry_run: bool = False,
+    ) -> tuple[PruneResult, int | None]:
+        db = self._db
+        clock, cutoff = db.clock(now), db.to_db(before)
+        in_states, params = db.among("state", "states", [JobState(s).value for s in states])
+        with db.transaction() as c:
+            window = {"after": after_id}
+            seen = db.execute(c, "job_prune_window", window, limit=max(1, int(limit))).fetchall()
+            if not seen:
+                return PruneResult(), None
+            last = seen[-1][0]
+            # Over when the window held only jobs created at or after the cut-off.
+            going_on = None if min(r[1] for r in seen) >= cutoff else last
+            params |= {"after": after_id, "last": last, "before": cutoff, "queue": queue}
+            params["now"] = clock
+            if dry_run:
+                counts = db.execute(c, "job_prune_count", params, states=in_states).fetchall()
+                by_state = {state: int(n) for state, n in counts}
+                return PruneResult(jobs=sum(by_state.values()), by_state=by_state), going_on
+            rows = self._removal.take(c, params, in_states)
+            if not rows:
+                return PruneResult(), going_on
+            if keep_keys_seconds is not None:
+                fields = ("job_id", "queue", "key", "task", "payload_digest", "state")
+                stones = [
+                    dict(zip(fields, r[:6], strict=True)) | {"finished_at": r[6]} for r in rows
+                ]
+                db.executemany(
+                    c, "tombstone_record", stones, now=clock, keep=float(keep_keys_seconds)
+                )
+            attempts, events, effects = self._removal.delete(c, rows)
+        by_state = {}
+        for r in rows:
+            by_state[r[5]] = by_state.get(r[5], 0) + 1
+        result = PruneResult(
+            jobs=len(rows),
+            attempts=attempts,
+            events=events,
+            effects=effects,
+            tombstones=len(rows) if keep_keys_seconds is not None else 0,
+            by_state=by_state,
+        )
+        return result, going_on
+
+    def prune_tombstones(self, now: datetime | None = None, limit: int = 1000) -> int:
+        params = {"now": self._db.clock(now)}
+        return self._db.count("tombstone_prune", params, limit=max(1, int(limit)))
+
+    def purge(self, job_ids: Sequence[int]) -> int:
+        if not job_ids:
+            return 0
+        ids, params = self._db.among("id", "ids", [int(i) for i in job_ids], "bigint")
+        with self._db.transaction() as c:
+            rows = self._db.execute(c, "job_purge", params, ids=ids).fetchall()
+            if rows:
+                self._removal.delete(c, rows)
+        return len(rows)
+
+
+def _json(detail: dict[str, Any] | None) -> str | None:
+    return None if detail is None else json.dumps(detail)

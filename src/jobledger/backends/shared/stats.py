@@ -1,0 +1,96 @@
+"""The stats role, for both dialects: counts per queue, queue depths read through the partial
+indexes, per-minute rollups (migration 007)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..._records import MinuteStats, QueueDepth, QueueStats
+from ..common import queue_depths_from_rows, seconds
+from .database import Database
+
+__all__ = ["SqlStats"]
+
+
+class SqlStats:
+    """``Stats`` over a dialect's database object."""
+
+    def __init__(self, db: Database):
+        self._db = db
+
+    def queues(
+        self, now: datetime | None = None, late_after_seconds: float = 300.0
+    ) -> list[QueueStats]:
+        db = self._db
+        with db.reading() as c:
+            # One clock for every statement of the read, so their counts agree.
+            clock = db.execute(c, "clock", {"now": db.clock(now)}).fetchone()[0]
+            params = {"now": clock, "late_after": float(late_after_seconds)}
+            counts = db.execute(c, "queue_counts").fetchall()
+            oldest = db.execute(c, "queue_oldest_due", params).fetchall()
+            expiries = db.execute(c, "queue_lease_expiries", params).fetchall()
+        by_queue: dict[str, dict[str, int]] = {}
+        attempts: dict[str, dict[str, int]] = {}
+        for queue, state, n, tried in counts:
+            by_queue.setdefault(queue, {})[state] = n
+            attempts.setdefault(queue, {})[state] = int(tried or 0)
+        late = {r[0]: (r[1], r[2] or 0) for r in oldest}
+        expired = {r[0]: r[1] for r in expiries}
+        result = []
+        for queue in sorted(by_queue):
+            first, n_late = late.get(queue, (None, 0))
+            result.append(
+                QueueStats(
+                    queue=queue,
+                    counts=by_queue[queue],
+                    oldest_due_pending_seconds=None
+                    if first is None
+                    else max(0.0, seconds(clock) - seconds(first)),
+                    late_pending=int(n_late),
+                    lease_expiries_last_hour=expired.get(queue, 0),
+                    attempts=attempts[queue],
+                )
+            )
+        return result
+
+    def depths(self, now: datetime | None = None) -> list[QueueDepth]:
+        return queue_depths_from_rows(self._db.read("queue_depths", {"now": self._db.clock(now)}))
+
+    def finished_counts(self) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, n in self._db.read("queue_finished_counts"):
+            counts.setdefault(queue, {})[state] = int(n)
+        return counts
+
+    def minutes_add(self, rows: Sequence[MinuteStats]) -> None:
+        if not rows:
+            return
+        # Sorted by (minute, queue, task), so two writers lock the rows in the same order.
+        ordered = sorted(rows, key=lambda r: (r.minute, r.queue, r.task))
+        values = [
+            {
+                "minute": self._db.to_db(r.minute),
+                "queue": r.queue,
+                "task": r.task,
+                "claimed": r.claimed,
+                "wait_sum": r.wait_sum,
+                "wait_max": r.wait_max,
+                "done": r.done,
+                "retried": r.retried,
+                "dead": r.dead,
+                "run_count": r.run_count,
+                "run_sum": r.run_sum,
+                "run_max": r.run_max,
+            }
+            for r in ordered
+        ]
+        with self._db.transaction() as c:
+            self._db.executemany(c, "minute_stats_add", values)
+
+    def minutes(self, since: datetime) -> list[MinuteStats]:
+        rows = self._db.read("minute_stats_list", {"since": self._db.to_db(since)})
+        return [MinuteStats(self._db.to_time(r[0]), *r[1:]) for r in rows]  # type: ignore[arg-type]
+
+    def minutes_prune(self, before: datetime) -> int:
+        return self._db.count("minute_stats_prune", {"before": self._db.to_db(before)})

@@ -1,0 +1,98 @@
+-- The grouped claim: jobs with a group, taken round the groups (docs/groups.md).
+-- PostgreSQL. {jobs}, {attempts}, … are the schema-qualified tables; {now} is the caller's
+-- explicit time or the database clock; {limit} is written in as a literal.
+
+-- name: group_waiting
+-- Which of these queues have pending jobs with a group (one probe of the grouped index each).
+SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
+WHERE EXISTS (SELECT 1 FROM {jobs} AS j
+              WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name)
+
+-- name: group_candidates
+-- A grouped claim, first statement: the groups with due jobs, not paused, under their leased
+-- limit and with a token (as of this statement's snapshot), least recently served first; the
+-- first {limit} of them that no other claim holds are locked for this transaction. The groups
+-- are found by a skip scan of the grouped index (one probe per group, however many jobs each
+-- has), never by reading the jobs.
+WITH RECURSIVE walk AS (
+    -- Each step reads one index entry: the next group's first pending job by run time.
+    SELECT q.name AS queue, f.group_name AS name, f.run_at
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT j.group_name, j.run_at FROM {jobs} AS j
+        WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = q.name
+        ORDER BY j.group_name, j.run_at LIMIT 1
+    ) AS f
+    UNION ALL
+    SELECT w.queue, f.group_name, f.run_at
+    FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT j.group_name, j.run_at FROM {jobs} AS j
+        WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
+          AND j.group_name > w.name
+        ORDER BY j.group_name, j.run_at LIMIT 1
+    ) AS f
+), viable AS MATERIALIZED (
+    SELECT w.queue, w.name, g.served_at
+    FROM walk AS w
+    LEFT JOIN {groups} AS g ON g.queue = w.queue AND g.name = w.name
+    LEFT JOIN {group_limits} AS l ON l.queue = w.queue
+    WHERE w.run_at <= {now}
+      AND (g.paused_until IS NULL OR g.paused_until <= {now})
+      AND (l.max_leased IS NULL OR l.max_leased > (
+           SELECT count(*) FROM (
+               SELECT 1 FROM {jobs} AS j
+               WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = w.queue
+                 AND j.group_name = w.name
+               LIMIT l.max_leased) AS x))
+      AND (l.rate IS NULL OR g.tokens IS NULL
+           OR g.tokens + l.rate * extract(epoch FROM {now} - g.refilled_at) >= 1)
+    ORDER BY g.served_at NULLS FIRST, w.queue, w.name
+    LIMIT {limit}
+)
+SELECT queue, name, served_at FROM viable
+WHERE pg_try_advisory_xact_lock(%(lock_space)s, hashtext(queue || '/' || name))
+
+-- name: group_state
+-- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
+-- after the locks: every claim that held one of them before has committed), with the clock.
+SELECT a.queue, a.name,
+       (SELECT count(*) FROM (
+            SELECT 1 FROM {jobs} AS j
+            WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = a.queue
+              AND j.group_name = a.name
+            LIMIT COALESCE(l.max_leased, 0)) AS x),
+       g.tokens, g.refilled_at, g.paused_until, l.max_leased, l.rate, l.burst, {now}
+FROM unnest(%(queues)s::text[], %(names)s::text[]) AS a(queue, name)
+LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
+LEFT JOIN {group_limits} AS l ON l.queue = a.queue
+
+-- name: group_claim
+-- A grouped claim, third statement: up to "take" due jobs of each locked group, one per group
+-- per round in the groups' order, {limit} in all; leased as job_claim leases.
+WITH picked AS (
+    SELECT c.id
+    FROM unnest(%(queues)s::text[], %(names)s::text[], %(take)s::int[], %(ord)s::int[])
+        AS a(queue, name, take, ord)
+    CROSS JOIN LATERAL (
+        SELECT s.id, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
+        FROM (
+            SELECT id, priority, run_at FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
+              AND group_name = a.name AND run_at <= {now}
+            ORDER BY priority DESC, run_at, id
+            LIMIT a.take
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+    ) AS c
+    ORDER BY c.rn, a.ord
+    LIMIT {limit}
+), {@lease_picked}
+
+-- name: group_served
+-- A claim took some of these groups' jobs: each bucket as left, and each group's turn.
+INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
+SELECT queue, name, tokens, %(at)s, %(at)s
+FROM unnest(%(queues)s::text[], %(names)s::text[], %(tokens)s::float8[]) AS a(queue, name, tokens)
+ON CONFLICT (queue, name) DO UPDATE
+SET tokens = excluded.tokens, refilled_at = excluded.refilled_at, served_at = excluded.served_at

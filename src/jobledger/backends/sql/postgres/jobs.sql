@@ -1,0 +1,314 @@
+-- The jobs role: inserts, publishing, claims, lease renewals and outcomes (the hot path).
+-- PostgreSQL. {jobs}, {attempts}, … are the schema-qualified tables; {now} is the caller's
+-- explicit time or the database clock; {limit} is written in as a literal.
+
+-- name: job_insert
+-- {new_columns}, {new_arrays} and {new_select} are the columns of a new job as the backend lists
+-- them (postgres.py, NEW_JOB_COLUMNS): one list for every insert of a job.
+WITH new AS (
+    SELECT * FROM unnest({new_arrays}) AS n({new_columns})
+), inserted AS (
+    INSERT INTO {jobs} ({new_columns}, attempt_limit, created_at, updated_at)
+    SELECT {new_select}, max_attempts, {now}, {now}
+    FROM new
+    WHERE NOT EXISTS (
+        SELECT 1 FROM {tombstones} AS t
+        WHERE t.queue = new.queue AND t.key = new.key AND t.expires_at > {now}
+    )
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING id, queue, key
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT id, queue, key, (SELECT count(*) FROM woken) FROM inserted
+
+-- name: job_existing
+SELECT id, queue, key, task, payload FROM {jobs}
+WHERE (queue, key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
+
+-- name: job_claim
+-- One index scan per queue (a "queue = ANY(…)" filter cannot use the index's order), each
+-- skipping rows other workers hold; then the best {limit} across the queues. Rows locked here
+-- but not taken are unlocked again when the statement's transaction commits.
+WITH picked AS (
+    SELECT c.id FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {jobs}
+        WHERE state = 'pending' AND group_name IS NULL AND queue = q.name AND run_at <= {now}
+        ORDER BY priority DESC, run_at, id
+        LIMIT {limit}
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT {limit}
+), {@lease_picked}
+
+-- name: lease_set
+-- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
+-- (job_claim, group_claim, job_claim_keys) includes it.
+SET state = 'leased',
+    attempts = j.attempts + 1,
+    lease_token = gen_random_uuid(),
+    lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
+    leased_by = %(worker)s,
+    updated_at = {now}
+
+-- name: lease_picked
+-- The end of a claim (job_claim, group_claim) after its "picked" CTE has locked the jobs to
+-- take: lease them, open their attempts, return them.
+-- "= ANY(ARRAY(…))": the rows are fetched by primary key (a join with the CTE is planned for an
+-- unknown number of rows: a hash join over every pending job). No "state = 'pending'" here:
+-- "picked" locked these rows after checking it, and a condition on state would let the planner
+-- read the whole index of pending jobs for it.
+claimed AS (
+    UPDATE {jobs} AS j
+    {@lease_set}
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
+              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
+              j.group_name
+), opened AS (
+    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
+    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
+)
+-- Payload and token as text: the worker parses the JSON itself, and a token stays a string.
+SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
+       lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name
+FROM claimed
+
+-- name: held_leases
+-- The jobs whose lease is still held under %(ids)s and %(tokens)s: the fence of every write by
+-- a lease (job_heartbeat, job_complete, job_release include it). "j.id = ANY(…)" lets the
+-- planner fetch the batch by primary key instead of joining with every leased job.
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+  AND j.state = 'leased'
+
+-- name: job_heartbeat
+UPDATE {jobs} AS j
+SET lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
+    updated_at = {now}
+{@held_leases}
+RETURNING j.id, j.lease_until
+
+-- name: job_complete
+WITH done AS (
+    UPDATE {jobs} AS j
+    SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now}
+    {@held_leases}
+    RETURNING j.id, j.attempts
+), closed AS (
+    UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'done'
+    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+)
+SELECT id FROM done
+
+-- name: job_fail
+WITH f AS (
+    SELECT * FROM unnest(
+        %(ids)s::bigint[], %(tokens)s::uuid[], %(retry)s::bool[], %(run_at)s::timestamptz[],
+        %(error_class)s::text[], %(message)s::text[], %(traceback)s::text[],
+        %(timed_out)s::bool[]
+    ) AS f(id, token, retry, run_at, error_class, message, traceback, timed_out)
+), moved AS (
+    UPDATE {jobs} AS j
+    SET state = CASE WHEN f.retry AND j.attempts < j.attempt_limit THEN 'pending' ELSE 'dead' END,
+        run_at = CASE WHEN f.retry AND j.attempts < j.attempt_limit
+                      THEN COALESCE(f.run_at, {now}) ELSE j.run_at END,
+        finished_at = CASE WHEN f.retry AND j.attempts < j.attempt_limit THEN NULL ELSE {now} END,
+        lease_until = NULL,
+        updated_at = {now},
+        last_error = f.message,
+        last_error_class = f.error_class,
+        last_traceback = f.traceback
+    FROM f
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = f.id AND j.lease_token = f.token
+      AND j.state = 'leased'
+    RETURNING j.id, j.state, j.attempts, j.group_name, j.queue
+), closed AS (
+    UPDATE {attempts} AS a
+    SET finished_at = {now},
+        outcome = CASE WHEN f.timed_out THEN 'timed_out'
+                       WHEN moved.state = 'dead' THEN 'dead' ELSE 'retry' END,
+        error_class = f.error_class, error_message = f.message, traceback = f.traceback
+    FROM moved JOIN f ON f.id = moved.id
+    WHERE a.job_id = moved.id AND a.attempt = moved.attempts
+)
+SELECT id, state, group_name, queue FROM moved
+
+-- name: job_release
+WITH released AS (
+    UPDATE {jobs} AS j
+    SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
+        updated_at = {now}
+    {@held_leases}
+    RETURNING j.id, j.attempts
+), closed AS (
+    UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
+    FROM released WHERE a.job_id = released.id AND a.attempt = released.attempts
+)
+SELECT id FROM released
+
+-- name: job_rescue
+WITH expired AS (
+    SELECT id FROM {jobs}
+    WHERE state = 'leased' AND lease_until < {now}
+    ORDER BY lease_until
+    LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE {jobs} AS j
+    SET state = CASE WHEN j.attempts < j.attempt_limit THEN 'pending' ELSE 'dead' END,
+        run_at = CASE WHEN j.attempts < j.attempt_limit THEN {now} ELSE j.run_at END,
+        finished_at = CASE WHEN j.attempts < j.attempt_limit THEN NULL ELSE {now} END,
+        last_error = 'lease expired at ' || to_char(j.lease_until AT TIME ZONE 'UTC',
+                     'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || ' (held by ' || COALESCE(j.leased_by, '?') || ')',
+        last_error_class = 'LeaseExpired',
+        last_traceback = NULL,
+        lease_until = NULL,
+        updated_at = {now}
+    WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.state = 'leased'
+      AND j.lease_until < {now}
+    RETURNING j.id, j.queue, j.key, j.state, j.attempts, j.last_error
+), closed AS (
+    UPDATE {attempts} AS a
+    SET finished_at = {now}, outcome = 'lease_expired', error_class = 'LeaseExpired',
+        error_message = moved.last_error
+    FROM moved WHERE a.job_id = moved.id AND a.attempt = moved.attempts
+)
+SELECT id, queue, key, state, attempts FROM moved
+
+-- name: tombstone_live
+-- Tombstones still blocking these keys. Run after the insert, in a statement of its own: under
+-- READ COMMITTED it sees a prune that committed while the insert waited on the key.
+SELECT t.queue, t.key, t.job_id, t.task, t.payload_digest FROM {tombstones} AS t
+JOIN unnest(%(queue)s::text[], %(key)s::text[]) AS k(queue, key)
+  ON t.queue = k.queue AND t.key = k.key
+WHERE t.expires_at > {now}
+
+-- name: payload_digest
+SELECT p, md5(p::jsonb::text) FROM unnest(%(payloads)s::text[]) AS p
+
+-- name: job_insert_undo
+DELETE FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: publish_try_locks
+-- Each key's "in flight" marker: a transaction-level advisory lock, taken without waiting. A key
+-- whose lock another open transaction holds is being published right now by another request.
+SELECT k, pg_try_advisory_xact_lock(hashtextextended(%(prefix)s || k, 0))
+FROM unnest(%(keys)s::text[]) AS k
+
+-- name: publish_existing
+SELECT j.id, j.queue, j.key, j.payload, p.fingerprint
+FROM {jobs} j
+LEFT JOIN {publish_requests} p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
+WHERE (j.queue, j.key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
+
+-- name: publish_record
+INSERT INTO {publish_requests} (queue, key, job_id, fingerprint, api_key_id, created_at)
+SELECT *, {now} FROM unnest(%(queue)s::text[], %(key)s::text[], %(job_id)s::bigint[],
+                            %(fingerprint)s::text[], %(api_key_id)s::text[])
+ON CONFLICT (queue, key) DO UPDATE SET
+    job_id = excluded.job_id, fingerprint = excluded.fingerprint,
+    api_key_id = excluded.api_key_id, created_at = excluded.created_at
+
+-- name: publish_job_state
+SELECT id, state, run_at FROM {jobs} WHERE id = ANY(%(ids)s::bigint[])
+
+-- name: job_claim_keys
+-- The wanted jobs that are pending and due, locked in id order and skipping rows another
+-- transaction holds (no waiting, no deadlock between consumers claiming overlapping keys).
+WITH picked AS (
+    SELECT j.id FROM {jobs} AS j
+    JOIN unnest(%(queues)s::text[], %(keys)s::text[]) AS w(queue, key)
+      ON j.queue = w.queue AND j.key = w.key
+    WHERE j.state = 'pending' AND j.run_at <= {now}
+      AND NOT EXISTS (SELECT 1 FROM {groups} AS g
+                      WHERE j.group_name IS NOT NULL AND g.queue = j.queue
+                        AND g.name = j.group_name AND g.paused_until > {now})
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+), claimed AS (
+    UPDATE {jobs} AS j
+    {@lease_set}
+    FROM (SELECT DISTINCT id FROM picked) AS p
+    WHERE j.id = p.id AND j.state = 'pending'
+    RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
+              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
+              j.group_name
+), opened AS (
+    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
+    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
+)
+SELECT * FROM claimed
+
+-- name: job_insert_fresh
+-- The common enqueue in one statement (one round trip, its own transaction; the arrays come as
+-- literals): every key new — no job has it and no live tombstone holds it. If one is known,
+-- nothing is inserted and the 'v' row is -1: the caller takes the checked path (job_insert in
+-- a transaction). If another transaction inserted one of the keys meanwhile, the statement
+-- fails through a cast that cannot succeed, so that nothing of the batch is written then either.
+-- The keys are looked up one by one (a LATERAL subquery with a LIMIT is always a nested loop
+-- over the unique indexes): as an EXISTS … OR EXISTS filter PostgreSQL may plan a hashed
+-- subplan instead, which reads the whole jobs table for every batch.
+WITH new AS (
+    SELECT * FROM unnest({new_arrays}) AS n({new_columns})
+), known AS (
+    SELECT 1 FROM new AS n, LATERAL (
+        SELECT 1 FROM {jobs} AS j WHERE j.queue = n.queue AND j.key = n.key
+        UNION ALL
+        SELECT 1 FROM {tombstones} AS t
+        WHERE t.queue = n.queue AND t.key = n.key AND t.expires_at > {now}
+        LIMIT 1
+    ) AS k
+    LIMIT 1
+), inserted AS (
+    INSERT INTO {jobs} ({new_columns}, attempt_limit, created_at, updated_at)
+    SELECT {new_select}, max_attempts, {now}, {now}
+    FROM new
+    WHERE NOT EXISTS (SELECT 1 FROM known)
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING id, queue, key
+), woken AS (
+    SELECT pg_notify(%(channel)s, queue) FROM (SELECT DISTINCT queue FROM inserted) AS q
+), verdict AS (
+    SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM known) THEN -1
+        WHEN (SELECT count(*) FROM inserted)
+             < (SELECT count(*) FROM (SELECT DISTINCT queue, key FROM new) AS d)
+        THEN ('jobledger: not all keys were new in a batch of '
+              || (SELECT count(*) FROM new))::bigint
+        ELSE (SELECT count(*) FROM woken)
+    END AS v
+)
+SELECT 'c', id, queue, key FROM inserted
+UNION ALL
+SELECT 'v', v, NULL, NULL FROM verdict
+
+-- name: group_paused_until
+-- Of these groups, the ones paused now, and until when.
+SELECT queue, name, paused_until FROM {groups}
+WHERE (queue, name) IN (SELECT * FROM unnest(%(queues)s::text[], %(names)s::text[]))
+  AND paused_until > {now}
+
+-- name: job_insert_one
+-- One job, the common case of job_insert_fresh with scalar parameters (a plan that PostgreSQL
+-- caches generically and that costs a third less to run than the batch statement for one row).
+-- The checks are the batch's: in the statement's snapshot no job and no live tombstone has the
+-- key (a job being pruned is still seen, so a prune in flight sends us to the checked path).
+-- No row back: the key was known (or another transaction inserted it meanwhile), nothing was
+-- written, and the caller takes the checked path.
+WITH known AS (
+    SELECT 1 FROM {jobs} WHERE queue = %(queue)s AND key = %(key)s
+    UNION ALL
+    SELECT 1 FROM {tombstones}
+    WHERE queue = %(queue)s AND key = %(key)s AND expires_at > {now}
+), inserted AS (
+    INSERT INTO {jobs} ({new_columns}, attempt_limit, created_at, updated_at)
+    SELECT {new_select}, max_attempts, {now}, {now}
+    FROM (SELECT {new_values}) AS new
+    WHERE NOT EXISTS (SELECT 1 FROM known)
+    ON CONFLICT (queue, key) DO NOTHING
+    RETURNING id
+)
+SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted

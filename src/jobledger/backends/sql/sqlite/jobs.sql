@@ -1,0 +1,149 @@
+-- The jobs role: inserts, publishing, claims, lease renewals and outcomes (the hot path).
+-- SQLite. Times are seconds since the Unix epoch; {limit} is written in as a literal.
+
+-- name: job_insert
+-- A key with a live tombstone (its job was pruned) is not inserted: it still names that job.
+INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
+                            attempt_limit, lease_seconds, created_at, updated_at, correlation_id,
+                            group_name)
+SELECT :queue, :key, :task, :payload, :priority, :run_at, :max_attempts, :max_attempts,
+       :lease_seconds, :now, :now, :correlation_id, :group
+WHERE NOT EXISTS (
+    SELECT 1 FROM jobledger_tombstones
+    WHERE queue = :queue AND key = :key AND expires_at > :now
+)
+ON CONFLICT (queue, key) DO NOTHING
+RETURNING id
+
+-- name: job_existing
+SELECT id, task, payload FROM jobledger_jobs WHERE queue = :queue AND key = :key
+
+-- name: lease_update
+-- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
+-- (job_claim, job_claim_keys, job_lease_ids) includes it, and then "leased".
+UPDATE jobledger_jobs
+SET state = 'leased',
+    attempts = attempts + 1,
+    lease_token = lower(hex(randomblob(16))),
+    lease_until = :now + COALESCE(:lease_seconds, lease_seconds),
+    leased_by = :worker,
+    updated_at = :now
+
+-- name: leased
+-- What a claim returns of each job it leased.
+RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
+          run_at, priority, correlation_id, attempt_limit, group_name
+
+-- name: job_claim
+-- {queues} is a list of :q0, :q1, … placeholders, filled in per call.
+{@lease_update}
+WHERE id IN (
+    SELECT id FROM jobledger_jobs
+    WHERE state = 'pending' AND group_name IS NULL AND queue IN ({queues}) AND run_at <= :now
+    ORDER BY priority DESC, run_at, id
+    LIMIT {limit}
+)
+{@leased}
+
+-- name: attempt_open
+INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at)
+VALUES (?, ?, ?, ?, ?)
+
+-- name: job_heartbeat
+UPDATE jobledger_jobs
+SET lease_until = :now + COALESCE(:lease_seconds, lease_seconds), updated_at = :now
+WHERE id = :id AND lease_token = :token AND state = 'leased'
+RETURNING lease_until
+
+-- name: job_complete
+-- The batch completion: leases whose tokens job_lease_tokens just read in the same write
+-- transaction ({ids}: a list of ? placeholders).
+UPDATE jobledger_jobs
+SET state = 'done', lease_until = NULL, finished_at = ?, updated_at = ?
+WHERE state = 'leased' AND id IN ({ids})
+
+-- name: attempt_done
+UPDATE jobledger_attempts SET finished_at = ?, outcome = 'done'
+WHERE job_id = ? AND attempt = ? AND outcome IS NULL
+
+-- name: attempt_close
+UPDATE jobledger_attempts
+SET finished_at = :now, outcome = :outcome, error_class = :error_class,
+    error_message = :message, traceback = :traceback
+WHERE job_id = :id AND attempt = :attempt AND outcome IS NULL
+
+-- name: job_fail
+UPDATE jobledger_jobs
+SET state = CASE WHEN :retry AND attempts < attempt_limit THEN 'pending' ELSE 'dead' END,
+    run_at = CASE WHEN :retry AND attempts < attempt_limit THEN COALESCE(:run_at, :now)
+                  ELSE run_at END,
+    finished_at = CASE WHEN :retry AND attempts < attempt_limit THEN NULL ELSE :now END,
+    lease_until = NULL,
+    updated_at = :now,
+    last_error = :message,
+    last_error_class = :error_class,
+    last_traceback = :traceback
+WHERE id = :id AND lease_token = :token AND state = 'leased'
+RETURNING state, group_name, queue
+
+-- name: job_release
+UPDATE jobledger_jobs
+SET state = 'pending', lease_until = NULL, attempt_limit = attempt_limit + 1, updated_at = :now
+WHERE id = :id AND lease_token = :token AND state = 'leased'
+
+-- name: job_rescue
+UPDATE jobledger_jobs
+SET state = CASE WHEN attempts < attempt_limit THEN 'pending' ELSE 'dead' END,
+    run_at = CASE WHEN attempts < attempt_limit THEN :now ELSE run_at END,
+    finished_at = CASE WHEN attempts < attempt_limit THEN NULL ELSE :now END,
+    last_error = 'lease expired at ' || strftime('%Y-%m-%dT%H:%M:%fZ', lease_until, 'unixepoch')
+                 || ' (held by ' || COALESCE(leased_by, '?') || ')',
+    last_error_class = 'LeaseExpired',
+    last_traceback = NULL,
+    lease_until = NULL,
+    updated_at = :now
+WHERE id IN (
+    SELECT id FROM jobledger_jobs
+    WHERE state = 'leased' AND lease_until < :now
+    ORDER BY lease_until
+    LIMIT {limit}
+)
+RETURNING id, queue, key, state, attempts, last_error
+
+-- name: tombstone_live
+SELECT job_id, task, payload_digest FROM jobledger_tombstones
+WHERE queue = :queue AND key = :key AND expires_at > :now
+
+-- name: publish_existing
+SELECT j.id, j.payload, p.fingerprint
+FROM jobledger_jobs j
+LEFT JOIN jobledger_publish_requests p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
+WHERE j.queue = :queue AND j.key = :key
+
+-- name: publish_record
+INSERT INTO jobledger_publish_requests (queue, key, job_id, fingerprint, api_key_id, created_at)
+VALUES (:queue, :key, :job_id, :fingerprint, :api_key_id, :now)
+ON CONFLICT (queue, key) DO UPDATE SET
+    job_id = excluded.job_id, fingerprint = excluded.fingerprint,
+    api_key_id = excluded.api_key_id, created_at = excluded.created_at
+
+-- name: publish_job_state
+SELECT state, run_at FROM jobledger_jobs WHERE id = :id
+
+-- name: job_claim_keys
+-- One job; the backend runs it for each wanted key inside one BEGIN IMMEDIATE transaction.
+{@lease_update}
+WHERE queue = :queue AND key = :key AND state = 'pending' AND run_at <= :now
+  AND NOT EXISTS (SELECT 1 FROM jobledger_groups AS g
+                  WHERE jobledger_jobs.group_name IS NOT NULL AND g.queue = jobledger_jobs.queue
+                    AND g.name = jobledger_jobs.group_name AND g.paused_until > :now)
+{@leased}
+
+-- name: job_lease_tokens
+-- The current tokens of leased jobs among {ids} (a list of ? placeholders), read inside the
+-- write transaction that then completes them: nothing can change in between.
+SELECT id, lease_token FROM jobledger_jobs WHERE state = 'leased' AND id IN ({ids})
+
+-- name: group_paused_until
+SELECT paused_until FROM jobledger_groups
+WHERE queue = :queue AND name = :name AND paused_until > :now

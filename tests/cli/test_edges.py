@@ -1,0 +1,203 @@
+"""CLI edges (issue 16, item 10): a port in use, an app that fails to import, Ctrl-C during
+start-up and during a paced redrive, listings read through a pipe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jobledger import JobState
+from jobledger._records import Failure, Lease
+
+from ..support.processes import ROOT, wait_exit, wait_until
+from .conftest import assert_one_line_error
+
+BOX = set("─│┃━┏┓┗┛┡┩╇╋╭╮╰╯┌┐└┘├┤┬┴┼═║")
+
+
+def _jobledger(*args: str, cwd=ROOT, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """``jobledger ARGS`` in a process of its own, stdout and stderr piped."""
+    full = {**os.environ, **(env or {})}
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+    for name in ("JOBLEDGER_URL", "COLUMNS", "LINES"):
+        full.pop(name, None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobledger", *args],
+        cwd=cwd,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_serve_on_a_port_in_use_is_one_line(cli, db_url, ledger):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        run = cli("serve", "--port", str(port), "--url", db_url)
+    assert_one_line_error(run, f"cannot listen on 127.0.0.1:{port}", "in use")
+    assert run.out == ""
+
+
+@pytest.mark.parametrize(
+    "source, attribute, expected",
+    [
+        (
+            'import os\n\nSETTINGS = os.environ["JOBLEDGER_TEST_NO_SUCH_SETTING"]\n',
+            "ledger",
+            (
+                "importing brokenapp failed: KeyError: 'JOBLEDGER_TEST_NO_SUCH_SETTING'",
+                "brokenapp.py:3)",
+            ),
+        ),
+        (
+            "from jobledger import Ledger\n\n\ndef make():\n    return 1 / 0\n",
+            "make",
+            ("calling brokenapp:make failed: ZeroDivisionError", "brokenapp.py:5)"),
+        ),
+        (
+            "def broken(:\n    pass\n",
+            "ledger",
+            ("importing brokenapp failed: SyntaxError", "brokenapp.py:1)"),
+        ),
+        (
+            "import jobledger_no_such_dependency\n",
+            "ledger",
+            ("ModuleNotFoundError", "jobledger_no_such_dependency", "brokenapp.py:1)"),
+        ),
+    ],
+    ids=["KeyError", "factory", "SyntaxError", "missing-dependency"],
+)
+def test_an_app_that_fails_to_import_is_reported_where_it_failed(
+    cli, tmp_path, monkeypatch, source, attribute, expected
+):
+    (tmp_path / "brokenapp.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "brokenapp", raising=False)
+    try:
+        run = cli(
+            "worker", f"brokenapp:{attribute}", "--burst", "--url", f"sqlite:///{tmp_path}/x.db"
+        )
+    finally:
+        sys.modules.pop("brokenapp", None)
+    assert_one_line_error(run, *expected)
+
+
+# The console script's start-up, with an import hook that stalls where jobledger imports click,
+# so that Ctrl-C lands while jobledger's own modules are being imported.
+STALLED_START = """
+import pathlib, sys, time
+
+class Stall:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            sys.meta_path.remove(self)
+            pathlib.Path(sys.argv.pop()).touch()
+            while True:
+                time.sleep(0.01)
+
+sys.meta_path.insert(0, Stall())
+from jobledger.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("command", [("--help",), ("status",), ("worker", "x:y")])
+def test_ctrl_c_while_jobledger_starts_prints_no_traceback(tmp_path, command):
+    started = tmp_path / "importing"
+    full = dict(os.environ)
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+    full.pop("JOBLEDGER_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", STALLED_START, *command, str(started)],
+        cwd=tmp_path,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_until(started.exists, 60, what="the start-up to reach its imports")
+    proc.send_signal(signal.SIGINT)
+    code, out, err = wait_exit(proc)
+    assert code == 130, err
+    assert "Traceback" not in err + out and "KeyboardInterrupt" not in err
+
+
+def test_ctrl_c_while_the_app_imports_prints_no_traceback(tmp_path):
+    started = tmp_path / "importing"
+    (tmp_path / "slowapp.py").write_text(
+        textwrap.dedent(
+            f"""
+            import pathlib, time
+            pathlib.Path({str(started)!r}).touch()
+            while True:
+                time.sleep(0.01)
+            """
+        )
+    )
+    proc = _jobledger(
+        "worker", "slowapp:ledger", "--url", f"sqlite:///{tmp_path}/x.db", cwd=tmp_path
+    )
+    wait_until(started.exists, 60, what="the app's import to start")
+    proc.send_signal(signal.SIGINT)
+    code, out, err = wait_exit(proc)
+    assert code == 130, err
+    assert "Traceback" not in err + out and "KeyboardInterrupt" not in err
+
+
+def test_ctrl_c_during_a_paced_redrive_says_how_many_moved(db_url, ledger):
+    """Two jobs a second: Ctrl-C after the first ones moved stops between two batches, says how
+    many moved, and that is what the ledger shows."""
+    for n in range(30):
+        ledger.enqueue("send", {"n": n}, key=f"k{n}", queue="q")
+    for job in ledger.backend.jobs.claim(["q"], "w", 30, None):
+        ledger.backend.jobs.fail(
+            [Failure(Lease(job.id, job.lease_token, job.attempt), False, None, "E", "e")]
+        )
+    proc = _jobledger("redrive", "--all", "--reason", "r", "--rate", "2", "--url", db_url)
+
+    def moved() -> int:
+        return sum(j.state is not JobState.DEAD for j in ledger.jobs())
+
+    wait_until(lambda: moved() >= 2, 60, what="the first batch to move")
+    proc.send_signal(signal.SIGINT)
+    code, out, err = wait_exit(proc)
+    assert code == 130, err
+    assert "Traceback" not in err
+    now = moved()
+    assert 2 <= now < 30
+    assert f"interrupted: moved {now} of 30 job(s)" in err
+    assert f"{30 - now} not reached are still as they were" in err
+
+
+LONG_URL = "https://hooks.example.com/" + "receiver/" * 12 + "weekly-digest-deliveries"
+
+
+def test_keys_and_subscriptions_list_stay_readable_through_a_pipe(cli, db_url, ledger):
+    assert cli("keys", "create", "--name", "billing-service", "--scope", "publish:invoices",
+               "--scope", "consume:invoices", "--scope", "read", "--url", db_url).code == 0  # fmt: skip
+    made = cli(
+        "subscriptions", "create", "-q", "invoices", "--to", LONG_URL, "--url", db_url, "--json"
+    )
+    assert made.code == 0, made.err
+    for args, wanted in (
+        (("keys", "list"), ("billing-service", "publish:invoices consume:invoices read")),
+        (("subscriptions", "list"), (made.json()["id"], "invoices", LONG_URL)),
+    ):
+        proc = _jobledger(*args, "--url", db_url)
+        code, out, err = wait_exit(proc)
+        assert code == 0, err
+        assert not BOX & set(out), out
+        assert "…" not in out, out
+        header, *rows = out.splitlines()
+        assert len(rows) == 1, out  # one line per record, whole: what grep needs
+        assert all(part in rows[0] for part in wanted), out

@@ -1,0 +1,126 @@
+"""The maintenance layer on every backend: the one leader election, the pruner, the rescuer."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from jobledger import JobState, LeadershipLost, Ledger
+from jobledger._records import MinuteStats
+from jobledger._services.keys import create_api_key
+from jobledger.maintenance.leader import LeaderElection
+from jobledger.maintenance.pruner import KEEP_ROLLUPS, Pruner
+
+from .conftest import T0, at, enqueue, lease_of
+
+LEASE = 30.0
+
+
+def election(ledger: Ledger, holder: str, clock: list) -> LeaderElection:
+    return LeaderElection(
+        lambda: ledger.backend.leader, "test:one", holder, LEASE, lambda: clock[0]
+    )
+
+
+def test_one_holder_at_a_time_and_a_standby_takes_over_only_after_expiry(ledger):
+    clock = [T0]
+    a, b = election(ledger, "a", clock), election(ledger, "b", clock)
+    first = a.hold()
+    assert first is not None and first.holder == "a" and a.leading
+    assert b.hold() is None and not b.leading
+    clock[0] = at(LEASE / 3 + 1)  # a third through: the holder renews, the term stays
+    renewed = a.hold()
+    assert renewed is not None and renewed.term == first.term and renewed.until > first.until
+    clock[0] = at(LEASE / 3 + 1 + LEASE - 1)  # still valid: the standby waits
+    assert b.hold() is None
+    clock[0] = at(LEASE / 3 + 1 + LEASE + 1)  # expired: the standby takes it, term + 1
+    taken = b.hold()
+    assert taken is not None and taken.holder == "b" and taken.term == first.term + 1
+    with pytest.raises(LeadershipLost):
+        a.keep()
+    assert not a.leading
+
+
+def test_a_standby_reads_before_it_tries(ledger):
+    """Standbys poll every pass; while the lease is valid they only read it."""
+    clock = [T0]
+    a, b = election(ledger, "a", clock), election(ledger, "b", clock)
+    a.hold()
+    calls = []
+    store = ledger.backend.leader
+
+    class Spy:
+        def __getattr__(self, name):
+            calls.append(name)
+            return getattr(store, name)
+
+    spied = LeaderElection(lambda: Spy(), "test:one", "c", LEASE, lambda: clock[0])
+    for _ in range(3):
+        assert spied.hold() is None
+    assert calls == ["leases"] * 3
+    assert b.hold() is None
+
+
+def test_the_fence_refuses_a_write_after_the_lease_moved(ledger, tasks):
+    clock = [T0]
+    a, b = election(ledger, "a", clock), election(ledger, "b", clock)
+    a.hold()
+    backend = ledger.backend
+    with backend.transaction() as conn:
+        a.fence(conn)  # held: the fenced write goes through
+        enqueue(ledger, 1, conn=conn)
+    clock[0] = at(LEASE + 1)
+    assert b.hold() is not None
+    with pytest.raises(LeadershipLost), backend.transaction() as conn:
+        a.fence(conn)
+        enqueue(ledger, 2, conn=conn)
+    assert [j.key for j in ledger.jobs()] == ["k1"]
+
+
+def test_release_hands_over_at_once(ledger):
+    clock = [T0]
+    a, b = election(ledger, "a", clock), election(ledger, "b", clock)
+    first = a.hold()
+    a.release()
+    taken = b.hold()
+    assert first is not None and taken is not None and taken.term == first.term + 1
+
+
+def test_the_pruner_prunes_old_rollups_expired_sessions_and_tombstones_under_one_lease(
+    ledger, tasks
+):
+    backend = ledger.backend
+    now = T0 + timedelta(days=3)
+    old, recent = T0, now - timedelta(minutes=5)
+    backend.stats.minutes_add(
+        [MinuteStats(minute=m, queue="q", task="work", claimed=1) for m in (old, recent)]
+    )
+    _, key = create_api_key(backend, "dash", ["read"])
+    backend.api.session_insert("gone", key.id, 60, T0)
+    backend.api.session_insert("live", key.id, 7 * 86400, now)
+    enqueue(ledger, 1)
+    [claimed] = backend.jobs.claim(["q"], "w", 1, at(1))
+    backend.jobs.complete([lease_of(claimed)], at(2))
+    ledger.prune(older_than=timedelta(seconds=1), keep_keys=timedelta(hours=1), now=at(10))
+    assert backend.history.tombstones("k1")
+
+    first = Pruner(lambda: backend, "p1")
+    second = Pruner(lambda: backend, "p2")
+    pruned = first.run_once(now=now)
+    assert pruned is not None
+    assert (pruned.rollups, pruned.sessions, pruned.tombstones) == (1, 1, 1)
+    assert second.run_once(now=now) is None  # the other holds the lease: nothing done twice
+    assert [r.minute for r in backend.stats.minutes(T0 - timedelta(days=1))] == [recent]
+    assert backend.api.session_get("live", now) is not None
+    assert backend.history.tombstones("k1") == []
+    assert now - KEEP_ROLLUPS > old
+
+
+def test_one_rescuer_for_every_transport(ledger, tasks):
+    """The rescuer the server, push and workers run closes any holder's expired lease."""
+    enqueue(ledger, 1)
+    backend = ledger.backend
+    backend.jobs.claim(["q"], "http:key", 1, at(1))
+    rescued = ledger.rescuer().run_once(at(1 + 31))
+    assert [(r.key, r.state) for r in rescued] == [("k1", JobState.PENDING)]

@@ -1,0 +1,97 @@
+"""The stats role: counts per queue and state with the attempts they took, the oldest due job
+and how many are late, lease expiries of the last hour, live depths (jobs with and without a
+group alike), finished counts, and the per-minute rollups. (More on depths and rollups:
+tests/observability/test_backend.py.)"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from jobledger._records import Failure, MinuteStats
+
+from .conftest import T0, at, lease_of
+
+
+@pytest.fixture
+def stats(ledger):
+    ledger.task(lambda ctx, n=0: None, name="work", queue="q", max_attempts=2, lease_seconds=30)
+    ledger.task(lambda ctx, n=0: None, name="grouped", queue="g", group="tenant-1")
+    return ledger.backend.stats
+
+
+def test_queue_counts_tell_states_attempts_age_and_lateness(ledger, stats):
+    for n, due in enumerate((-900, -400, -10, 600)):
+        ledger.enqueue("work", {"n": n}, key=f"k{n}", run_at=at(due), now=at(-1000))
+    [oldest] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)  # k0, due 900 s ago
+    ledger.backend.jobs.fail([Failure(lease_of(oldest), False, None, "E", "no")], now=at(1))
+    [q] = stats.queues(now=at(10), late_after_seconds=300)
+    assert q.queue == "q"
+    assert q.counts == {"pending": 3, "dead": 1}
+    assert q.attempts == {"pending": 0, "dead": 1}
+    # k1 is the oldest due pending job: due at -400, read at +10; k1 is late (over 300 s), k2 not.
+    assert q.oldest_due_pending_seconds == pytest.approx(410.0)
+    assert q.late_pending == 1
+    assert q.lease_expiries_last_hour == 0
+
+
+def test_lease_expiries_of_the_last_hour_are_counted(ledger, stats):
+    ledger.enqueue("work", {}, key="k", now=T0)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    assert [r.job_id for r in ledger.backend.jobs.rescue(now=at(job.lease_seconds + 1))] == [job.id]
+    [q] = stats.queues(now=at(60))
+    assert q.lease_expiries_last_hour == 1
+    assert q.counts == {"pending": 1} and q.attempts == {"pending": 1}
+    [q] = stats.queues(now=at(60 + 3600))
+    assert q.lease_expiries_last_hour == 0
+
+
+def test_an_empty_ledger_has_no_stats(stats):
+    assert stats.queues(now=T0) == []
+    assert stats.depths(now=T0) == []
+    assert stats.finished_counts() == {}
+
+
+def test_depths_count_jobs_with_and_without_a_group_alike(ledger, stats):
+    ledger.enqueue("work", {}, key="plain", run_at=at(-30), now=at(-60))
+    ledger.enqueue("grouped", {}, key="g1", run_at=at(-60), now=at(-60))
+    ledger.enqueue("grouped", {}, key="g2", run_at=at(120), now=at(-60))
+    depths = {d.queue: d for d in stats.depths(now=T0)}
+    assert (depths["q"].pending, depths["q"].due) == (1, 1)
+    assert depths["q"].oldest_due_pending_seconds == pytest.approx(30.0)
+    g = depths["g"]
+    assert (g.pending, g.due, g.leased, g.dead) == (2, 1, 0, 0)
+    assert g.oldest_due_pending_seconds == pytest.approx(60.0)
+
+
+def test_finished_counts_are_done_and_cancelled_jobs_per_queue(ledger, stats):
+    for n in range(3):
+        ledger.enqueue("work", {"n": n}, key=f"k{n}", now=T0)
+    jobs = ledger.backend.jobs.claim(["q"], "w", 2, now=T0)
+    ledger.backend.jobs.complete([lease_of(j) for j in jobs], now=at(1))
+    [left] = [j for j in ledger.jobs() if j.state.value == "pending"]
+    ledger.backend.history.cancel(left.id, "ops", "not needed", now=at(2))
+    assert stats.finished_counts() == {"q": {"done": 2, "cancelled": 1}}
+
+
+def test_rollups_add_up_per_minute_queue_and_task_and_are_pruned_by_minute(stats):
+    minute = T0 - timedelta(minutes=5)
+    stats.minutes_add(
+        [
+            MinuteStats(minute, "q", "work", claimed=2, wait_sum=3.0, wait_max=2.0, done=2),
+            MinuteStats(minute, "q", "other", dead=1),
+        ]
+    )
+    stats.minutes_add([MinuteStats(minute, "q", "work", claimed=1, wait_sum=0.5, wait_max=0.5)])
+    stats.minutes_add([MinuteStats(T0, "q", "work", retried=3, run_count=1, run_max=0.25)])
+    stats.minutes_add([])
+    rows = stats.minutes(since=minute)
+    assert [(r.minute, r.task) for r in rows] == [(minute, "other"), (minute, "work"), (T0, "work")]
+    work = rows[1]
+    assert (work.claimed, work.wait_sum, work.wait_max, work.done) == (3, 3.5, 2.0, 2)
+    assert (rows[2].retried, rows[2].run_max) == (3, 0.25)
+    assert [r.minute for r in stats.minutes(since=minute + timedelta(seconds=1))] == [T0]
+    assert stats.minutes_prune(before=minute) == 0
+    assert stats.minutes_prune(before=T0) == 2
+    assert [r.minute for r in stats.minutes(since=minute)] == [T0]

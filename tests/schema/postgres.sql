@@ -1,0 +1,369 @@
+-- The canonical PostgreSQL schema: what the migration chain in
+-- src/jobledger/backends/sql/postgres/migrations/ must produce (tests/test_migrations.py).
+-- When you add a migration, change this file to match.
+
+CREATE TABLE jobledger_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+
+
+CREATE TABLE jobledger_jobs (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue            text             NOT NULL,
+    key              text             NOT NULL,
+    task             text             NOT NULL,
+    payload          jsonb            NOT NULL,
+    state            text             NOT NULL DEFAULT 'pending'
+        CHECK (state IN ('pending', 'leased', 'done', 'dead', 'cancelled')),
+    priority         integer          NOT NULL DEFAULT 0,
+    run_at           timestamptz      NOT NULL,
+    attempts         integer          NOT NULL DEFAULT 0,
+    max_attempts     integer          NOT NULL CHECK (max_attempts > 0),
+    attempt_limit    integer          NOT NULL,
+    lease_seconds    double precision NOT NULL CHECK (lease_seconds > 0),
+    lease_until      timestamptz,
+    lease_token      uuid,
+    leased_by        text,
+    created_at       timestamptz      NOT NULL,
+    updated_at       timestamptz      NOT NULL,
+    finished_at      timestamptz,
+    last_error       text,
+    last_error_class text,
+    last_traceback   text,
+    correlation_id   text,
+    group_name       text,
+    CONSTRAINT jobledger_jobs_queue_key UNIQUE (queue, key)
+);
+
+-- The claim walks this index in order: due pending jobs of a queue without a group, highest
+-- priority first. Grouped jobs are claimed through the next three (008_groups.sql).
+CREATE INDEX jobledger_jobs_due ON jobledger_jobs (queue, priority DESC, run_at, id)
+    WHERE state = 'pending' AND group_name IS NULL;
+-- A group's jobs in the order they are claimed.
+CREATE INDEX jobledger_jobs_group_due ON jobledger_jobs (queue, group_name, priority DESC, run_at, id)
+    WHERE state = 'pending' AND group_name IS NOT NULL;
+-- When each group's next job is due (one probe per group). Its condition says "group_name > ''"
+-- (every group name is at least one character) where the others say "IS NOT NULL": a query
+-- names it to use it, and the claim of a group's jobs, which says neither, never reads a whole
+-- group through it and sorts (the planner may think a group small when it has just grown).
+CREATE INDEX jobledger_jobs_group_next ON jobledger_jobs (queue, group_name, run_at)
+    WHERE state = 'pending' AND group_name > '';
+-- How many of a group's jobs are leased (bounded by the group's limit).
+CREATE INDEX jobledger_jobs_group_leased ON jobledger_jobs (queue, group_name)
+    WHERE state = 'leased' AND group_name IS NOT NULL;
+-- The rescuer finds expired leases here without touching other rows.
+CREATE INDEX jobledger_jobs_leased ON jobledger_jobs (lease_until) WHERE state = 'leased';
+-- Dead letters are listed and redriven by queue.
+CREATE INDEX jobledger_jobs_dead ON jobledger_jobs (queue, finished_at) WHERE state = 'dead';
+
+-- One row per claim; closed once with its outcome, never rewritten after.
+CREATE TABLE jobledger_attempts (
+    job_id        bigint      NOT NULL,
+    attempt       integer     NOT NULL,
+    lease_token   uuid        NOT NULL,
+    worker        text        NOT NULL,
+    started_at    timestamptz NOT NULL,
+    finished_at   timestamptz,
+    outcome       text CHECK (outcome IN ('done', 'retry', 'dead', 'lease_expired', 'released',
+                                          'timed_out')),
+    error_class   text,
+    error_message text,
+    traceback     text,
+    PRIMARY KEY (job_id, attempt)
+);
+
+-- Lease expiries of the last hour are counted from here (status, alerts).
+CREATE INDEX jobledger_attempts_expired ON jobledger_attempts (finished_at)
+    WHERE outcome = 'lease_expired';
+
+-- Operator actions and refused late writes, per job.
+CREATE TABLE jobledger_events (
+    id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id bigint      NOT NULL,
+    at     timestamptz NOT NULL,
+    kind   text        NOT NULL,
+    actor  text,
+    note   text,
+    detail jsonb
+);
+CREATE INDEX jobledger_events_job ON jobledger_events (job_id, id);
+
+-- Side effects that must happen once per key.
+CREATE TABLE jobledger_effects (
+    queue       text        NOT NULL,
+    key         text        NOT NULL,
+    effect      text        NOT NULL,
+    job_id      bigint      NOT NULL,
+    attempt     integer     NOT NULL,
+    recorded_at timestamptz NOT NULL,
+    detail      jsonb,
+    PRIMARY KEY (queue, key, effect)
+);
+
+-- One row per pruned key: enqueue treats a live tombstone like the job it replaced.
+CREATE TABLE jobledger_tombstones (
+    queue          text        NOT NULL,
+    key            text        NOT NULL,
+    job_id         bigint      NOT NULL,
+    task           text        NOT NULL,
+    payload_digest text        NOT NULL,
+    state          text        NOT NULL,
+    finished_at    timestamptz,
+    pruned_at      timestamptz NOT NULL,
+    expires_at     timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+CREATE INDEX jobledger_tombstones_expires ON jobledger_tombstones (expires_at);
+
+-- One row per named authority ("scheduler:<cohort>"): who holds it, under which token, until when.
+CREATE TABLE jobledger_leaders (
+    name        text        PRIMARY KEY,
+    holder      text        NOT NULL,
+    token       uuid        NOT NULL,
+    term        bigint      NOT NULL,
+    lease_until timestamptz NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    renewed_at  timestamptz NOT NULL
+);
+
+-- Schedules as the leader last declared them, and how far each has got (cursor_at).
+CREATE TABLE jobledger_schedules (
+    name             text             PRIMARY KEY,
+    cohort           text             NOT NULL,
+    cron             text             NOT NULL,
+    time_zone        text             NOT NULL,
+    catch_up         text             NOT NULL CHECK (catch_up IN ('skip', 'latest', 'all')),
+    max_catch_up     integer          NOT NULL,
+    grace_seconds    double precision NOT NULL,
+    target           text             NOT NULL,
+    key_template     text             NOT NULL,
+    fan_out          boolean          NOT NULL,
+    cursor_at        timestamptz      NOT NULL,
+    skipped_ticks    bigint           NOT NULL DEFAULT 0,
+    paused           boolean          NOT NULL DEFAULT false,
+    pause_changed_at timestamptz,
+    pause_changed_by text,
+    pause_note       text,
+    declared_at      timestamptz      NOT NULL,
+    created_at       timestamptz      NOT NULL
+);
+
+-- One row per tick: a tick happens once per schedule and time, whoever leads.
+CREATE TABLE jobledger_ticks (
+    schedule      text        NOT NULL,
+    tick_time     timestamptz NOT NULL,
+    state         text        NOT NULL CHECK (state IN ('running', 'done')),
+    leader        text        NOT NULL,
+    term          bigint      NOT NULL,
+    runs          integer     NOT NULL DEFAULT 1,
+    jobs_created  bigint      NOT NULL DEFAULT 0,
+    jobs_existing bigint      NOT NULL DEFAULT 0,
+    conflicts     bigint      NOT NULL DEFAULT 0,
+    started_at    timestamptz NOT NULL,
+    finished_at   timestamptz,
+    error         text,
+    PRIMARY KEY (schedule, tick_time)
+);
+
+
+
+-- Queues declared with PUT /v1/queues/{name} or `jobledger queues create`: the settings that jobs
+-- published over HTTP to the queue are given.
+CREATE TABLE jobledger_queues (
+    name              text             PRIMARY KEY,
+    task              text             NOT NULL,
+    max_attempts      integer          NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000),
+    lease_seconds     double precision NOT NULL CHECK (lease_seconds > 0),
+    backoff_base      double precision NOT NULL CHECK (backoff_base > 0),
+    backoff_cap       double precision NOT NULL CHECK (backoff_cap >= backoff_base),
+    retention_seconds double precision NOT NULL CHECK (retention_seconds >= 86400),
+    require_key       boolean          NOT NULL DEFAULT false,
+    created_at        timestamptz      NOT NULL,
+    updated_at        timestamptz      NOT NULL,
+    timeout_seconds   double precision CHECK (timeout_seconds > 0)
+);
+
+-- API keys. Only the SHA-256 digest of a key is stored; the key itself is shown once.
+CREATE TABLE jobledger_api_keys (
+    id              text             PRIMARY KEY,
+    digest          text             NOT NULL UNIQUE,
+    name            text             NOT NULL,
+    scopes          text             NOT NULL,
+    rate_per_second double precision CHECK (rate_per_second > 0),
+    burst           double precision CHECK (burst >= 1),
+    created_at      timestamptz      NOT NULL,
+    revoked_at      timestamptz
+);
+
+-- Rate limits shared by every server process: one "theoretical arrival time" per bucket (GCRA),
+-- in seconds since the Unix epoch.
+CREATE TABLE jobledger_rate_limits (
+    bucket text             PRIMARY KEY,
+    tat    double precision NOT NULL
+);
+
+-- What a publish over HTTP asked for, so that a replay (same key, same request) can be told from
+-- a reuse of the key with another request. job_id ties the row to the job it made.
+CREATE TABLE jobledger_publish_requests (
+    queue       text        NOT NULL,
+    key         text        NOT NULL,
+    job_id      bigint      NOT NULL,
+    fingerprint text        NOT NULL,
+    api_key_id  text,
+    created_at  timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+
+
+-- Queues whose jobs are delivered through a broker (jobledger outbox route).
+CREATE TABLE jobledger_routes (
+    queue     text        PRIMARY KEY,
+    routed_at timestamptz NOT NULL,
+    routed_by text        NOT NULL,
+    note      text
+);
+
+-- One row per publication a relay owes the broker. A job has at most one record waiting to be
+-- published: a newer one supersedes it (superseded_at), so that a key's messages reach the
+-- broker in the order they were written. Records stay, published or superseded, until pruned.
+CREATE TABLE jobledger_outbox (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id        bigint      NOT NULL,
+    queue         text        NOT NULL,
+    key           text        NOT NULL,
+    reason        text        NOT NULL
+        CHECK (reason IN ('enqueue', 'retry', 'redrive', 'reschedule', 'route', 'republish')),
+    available_at  timestamptz NOT NULL,
+    created_at    timestamptz NOT NULL,
+    published_at  timestamptz,
+    superseded_at timestamptz
+);
+
+-- The relay reads the due records waiting to be published in this order.
+CREATE INDEX jobledger_outbox_due ON jobledger_outbox (available_at, id)
+    WHERE published_at IS NULL AND superseded_at IS NULL;
+-- A job's records: superseded when it becomes pending again, listed in its history.
+CREATE INDEX jobledger_outbox_job ON jobledger_outbox (job_id);
+
+-- A new job in a routed queue gets a record at once: one statement per insert statement (a
+-- bulk enqueue pays once), and nothing but an empty-table probe while no queue is routed.
+CREATE FUNCTION jobledger_outbox_enqueued() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM jobledger_routes) THEN
+        INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
+        SELECT n.id, n.queue, n.key, 'enqueue', n.run_at, n.created_at
+        FROM inserted AS n
+        WHERE n.queue IN (SELECT queue FROM jobledger_routes)
+        ORDER BY n.id;
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobledger_outbox_enqueued AFTER INSERT ON jobledger_jobs
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION jobledger_outbox_enqueued();
+
+-- So does a job that becomes pending again (a retry, a rescue, a release, a redrive, a resolve)
+-- or whose run time moves while pending; its record waiting to be published, if any, is
+-- superseded. The WHEN clause keeps claims and completions from calling the function at all.
+CREATE FUNCTION jobledger_outbox_pending() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM jobledger_routes WHERE queue = NEW.queue) THEN
+        UPDATE jobledger_outbox SET superseded_at = NEW.updated_at
+        WHERE job_id = NEW.id AND published_at IS NULL AND superseded_at IS NULL;
+        INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
+        VALUES (NEW.id, NEW.queue, NEW.key,
+                CASE OLD.state WHEN 'leased' THEN 'retry' WHEN 'pending' THEN 'reschedule'
+                               ELSE 'redrive' END,
+                NEW.run_at, NEW.updated_at);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER jobledger_outbox_pending AFTER UPDATE OF state, run_at ON jobledger_jobs
+    FOR EACH ROW
+    WHEN (NEW.state = 'pending' AND (OLD.state <> 'pending' OR NEW.run_at <> OLD.run_at))
+    EXECUTE FUNCTION jobledger_outbox_pending();
+-- What happened per minute, queue and task. Each worker and server adds its own counts in one
+-- upsert per row every few seconds (never on the claim or completion path), so the dashboard
+-- reads an hour of throughput and wait times from at most 60 rows per queue and task instead of
+-- scanning attempts. Rows older than two days are pruned by the writers.
+CREATE TABLE jobledger_minute_stats (
+    minute      timestamptz      NOT NULL,
+    queue       text             NOT NULL,
+    task        text             NOT NULL,
+    claimed     bigint           NOT NULL DEFAULT 0,
+    wait_sum    double precision NOT NULL DEFAULT 0,
+    wait_max    double precision NOT NULL DEFAULT 0,
+    done        bigint           NOT NULL DEFAULT 0,
+    retried     bigint           NOT NULL DEFAULT 0,
+    dead        bigint           NOT NULL DEFAULT 0,
+    run_count   bigint           NOT NULL DEFAULT 0,
+    run_sum     double precision NOT NULL DEFAULT 0,
+    run_max     double precision NOT NULL DEFAULT 0,
+    PRIMARY KEY (minute, queue, task)
+);
+
+-- Dashboard sessions: the SHA-256 digest of the session cookie, the API key that logged in (its
+-- scopes and revocation are checked on every request), and when the session ends.
+CREATE TABLE jobledger_sessions (
+    digest     text        PRIMARY KEY,
+    api_key_id text        NOT NULL,
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX jobledger_sessions_expires ON jobledger_sessions (expires_at);
+
+-- Push subscriptions (migration 005): where a queue's jobs are POSTed, signed; state and health.
+CREATE TABLE jobledger_subscriptions (
+    id                   text             PRIMARY KEY,
+    queue                text             NOT NULL UNIQUE,
+    url                  text             NOT NULL,
+    secret               text             NOT NULL,
+    previous_secret      text,
+    previous_until       timestamptz,
+    timeout_seconds      double precision NOT NULL CHECK (timeout_seconds > 0),
+    concurrency          integer          NOT NULL CHECK (concurrency >= 1),
+    rate_per_second      double precision CHECK (rate_per_second > 0),
+    burst                double precision CHECK (burst >= 1),
+    state                text             NOT NULL DEFAULT 'active'
+                                          CHECK (state IN ('active', 'paused', 'disabled')),
+    state_reason         text,
+    state_actor          text,
+    state_changed_at     timestamptz,
+    created_at           timestamptz      NOT NULL,
+    updated_at           timestamptz      NOT NULL,
+    last_attempt_at      timestamptz,
+    last_success_at      timestamptz,
+    last_failure_at      timestamptz,
+    last_status          integer,
+    last_error           text,
+    consecutive_failures integer          NOT NULL DEFAULT 0,
+    delivered            bigint           NOT NULL DEFAULT 0,
+    failed               bigint           NOT NULL DEFAULT 0
+);
+
+-- Per queue: the limits every group of the queue gets. NULL: no limit of that kind.
+CREATE TABLE jobledger_group_limits (
+    queue      text             PRIMARY KEY,
+    max_leased integer          CHECK (max_leased > 0),
+    rate       double precision CHECK (rate > 0),
+    burst      double precision CHECK (burst >= 1),
+    updated_at timestamptz      NOT NULL
+);
+
+-- Per group: its token bucket, when a claim last took its jobs (the round's order), and a
+-- pause. Written by the claims (under a per-group lock) and by pauses; a group without a row
+-- has a full bucket, was never served, and is not paused.
+CREATE TABLE jobledger_groups (
+    queue         text             NOT NULL,
+    name          text             NOT NULL,
+    tokens        double precision,
+    refilled_at   timestamptz,
+    served_at     timestamptz,
+    paused_until  timestamptz,
+    paused_reason text,
+    PRIMARY KEY (queue, name)
+);
