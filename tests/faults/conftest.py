@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -22,7 +22,8 @@ from jobledger.testing.history import HistoryRecorder
 
 from ..support import netns, pgcluster
 from ..support.history import history_dir
-from ..support.processes import ROOT
+from ..support.processes import ROOT, terminate
+from ..support.waiting import Patience
 
 APP = "tests.apps.fault_app:ledger"
 
@@ -73,14 +74,15 @@ class WorkerProcess:
         return self.log_path.read_text(errors="replace")
 
     def stop(self, timeout: float = 60.0) -> int:
-        """SIGTERM, then wait; SIGKILL if it outlives ``timeout``. Returns the exit code."""
+        """SIGTERM (once it handles it), then wait; SIGKILL if it outlives ``timeout`` machine
+        seconds. Returns the exit code."""
+        terminate(self.proc, timeout)
+        patience = Patience(timeout)
+        while self.proc.poll() is None and not patience.expired():
+            time.sleep(0.05)
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
             self.proc.kill()
-            code = self.proc.wait()
+        code = self.proc.wait()
         self._log.close()
         return code
 

@@ -246,6 +246,18 @@ def run_chaos(
     return run
 
 
+def _counts(ledger: Ledger) -> str:
+    """The queue's jobs by state, for a stalled run's message."""
+    try:
+        [stats] = [s for s in ledger.stats() if s.queue == QUEUE] or [None]
+    except BackendUnavailable as exc:
+        return f"(unknown: {exc})"
+    counts = stats.counts if stats is not None else {}
+    return (
+        f"{sum(counts.values())} jobs ({', '.join(f'{n} {s}' for s, n in sorted(counts.items()))})"
+    )
+
+
 def _fault_kills(config: ChaosConfig, rng: random.Random) -> str:
     """One worker's ``JOBLEDGER_FAULTS``: a kill at the N-th pass through each fault point."""
     return ",".join(
@@ -329,7 +341,7 @@ def _shake(
         if patience.expired():
             raise AssertionError(
                 f"chaos run stalled at {finished} of {figures.jobs} jobs finished: "
-                f"{patience.describe()}; {figures.line()}"
+                f"{patience.describe()}; the ledger holds {_counts(ledger)}; {figures.line()}"
             )
         time.sleep(0.05)
 

@@ -15,13 +15,17 @@ never because the machine is busy. Two rules make a wait independent of the mach
   quiet machine before the window runs out.
 
 ``Patience`` is the window; ``wait_until`` in ``processes.py`` polls a condition with one, and
-``run`` here is ``subprocess.run`` with one for its ``timeout``.
+``run`` here is ``subprocess.run`` with one for its ``timeout``. ``LoadMeter`` measures the
+slowdown over a stretch of a test, for the few bounds that are about time itself (a takeover
+soon after a lease expired, a commit shortly after its timestamp): they are stated in machine
+seconds too.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -50,6 +54,44 @@ def slowdown() -> float:
     except (OSError, IndexError, ValueError):
         return 1.0
     return min(MAX_SLOWDOWN, max(1.0, runnable / CPUS))
+
+
+def load_factor() -> float:
+    """The machine's slowdown over the last minute: the 1-minute load average per core, at
+    least 1 (smoother than ``slowdown()``, for sizing a test before it starts)."""
+    try:
+        return min(MAX_SLOWDOWN, max(1.0, os.getloadavg()[0] / CPUS))
+    except OSError:
+        return 1.0
+
+
+class LoadMeter:
+    """``slowdown()`` sampled in a thread every ``interval`` seconds while the block runs;
+    ``factor()`` is their mean. A bound on how long something may take, in seconds of an idle
+    machine, is ``bound * meter.factor()`` wall-clock seconds."""
+
+    def __init__(self, interval: float = 0.1):
+        self.interval = interval
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.samples.append(slowdown())
+
+    def __enter__(self) -> LoadMeter:
+        self.samples.append(slowdown())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def factor(self) -> float:
+        """The mean slowdown so far (1 on an idle machine)."""
+        return sum(self.samples) / len(self.samples) if self.samples else 1.0
 
 
 class Patience:
