@@ -30,6 +30,8 @@ CREATE TABLE jobledger_jobs (
     last_traceback   text,
     correlation_id   text,
     group_name       text,
+    result           jsonb,
+    trace_context    text,
     CONSTRAINT jobledger_jobs_queue_key UNIQUE (queue, key)
 );
 

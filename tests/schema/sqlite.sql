@@ -30,6 +30,8 @@ CREATE TABLE jobledger_jobs (
     last_traceback   TEXT,
     correlation_id   TEXT,
     group_name       TEXT,
+    result           TEXT,
+    trace_context    TEXT,
     CONSTRAINT jobledger_jobs_queue_key UNIQUE (queue, key)
 );
 
