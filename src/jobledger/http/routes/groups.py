@@ -10,12 +10,14 @@ from Python have queues and groups too. See docs/groups.md.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from starlette.responses import Response
 
 from ..._records import GroupStatus
-from ..api import Call, Reply, RouteGroup, json_response
+from ..api import Call, Handler, Reply, RouteGroup, json_response
 from ..models import (
     GROUP_LIMITS,
     GROUP_NAME,
@@ -29,6 +31,25 @@ from ..problems import invalid
 from ..schema import Array, Integer, Number, Object, String
 
 group = RouteGroup("groups", "Groups (tenants) of a queue: their jobs, limits and pauses.")
+
+
+def _reading(path: str, **spec: Any) -> Callable[[Handler], Handler]:
+    """A read of a queue's groups or limits, for read and admin keys (403 for others)."""
+    return group.operation(
+        "GET", path, scope="read or admin", path_params={"name": QUEUE_NAME}, errors=(403,), **spec
+    )
+
+
+def _on_group(action: str, **spec: Any) -> Callable[[Handler], Handler]:
+    """An admin's action on one group of a queue."""
+    return group.operation(
+        "POST",
+        "/v1/queues/{name}/groups/{group}/" + action,
+        auth="admin",
+        path_params={"name": QUEUE_NAME, "group": GROUP_NAME},
+        **spec,
+    )
+
 
 #: The longest pause set at once: a year (the CLI has the same bound). Resume lifts it any time.
 MAX_PAUSE_SECONDS = 365 * 86400
@@ -105,14 +126,10 @@ async def _status(call: Call, queue: str, name: str) -> GroupStatus:
     return next((g for g in rows if g.name == name), _empty(queue, name))
 
 
-@group.operation(
-    "GET",
+@_reading(
     "/v1/queues/{name}/groups",
     summary="The groups of a queue: pending, due, leased, paused until, tokens",
-    scope="read or admin",
-    path_params={"name": QUEUE_NAME},
     replies={200: Reply("The queue's group limits and its groups.", GROUP_LIST)},
-    errors=(403,),
 )
 async def list_groups(call: Call) -> Response:
     """Groups that have pending or leased jobs, or a pause in force, by name. Jobs without a
@@ -132,14 +149,10 @@ async def list_groups(call: Call) -> Response:
     )
 
 
-@group.operation(
-    "GET",
+@_reading(
     "/v1/queues/{name}/group-limits",
     summary="What each group of a queue may do",
-    scope="read or admin",
-    path_params={"name": QUEUE_NAME},
     replies={200: Reply("The limits (null: no limit of that kind).", GROUP_LIMITS)},
-    errors=(403,),
 )
 async def get_group_limits(call: Call) -> Response:
     """A queue whose limits were never set has none: every field is null."""
@@ -177,12 +190,9 @@ async def put_group_limits(call: Call) -> Response:
     return json_response(limits.as_dict(queue))
 
 
-@group.operation(
-    "POST",
-    "/v1/queues/{name}/groups/{group}/pause",
+@_on_group(
+    "pause",
     summary="Claim none of one group's jobs until a time",
-    auth="admin",
-    path_params={"name": QUEUE_NAME, "group": GROUP_NAME},
     body=PAUSE_REQUEST,
     replies={200: Reply("The group, paused.", GROUP_STATUS)},
 )
@@ -215,12 +225,9 @@ async def pause_group(call: Call) -> Response:
     return json_response(group_status_json(await _status(call, queue, name)))
 
 
-@group.operation(
-    "POST",
-    "/v1/queues/{name}/groups/{group}/resume",
+@_on_group(
+    "resume",
     summary="Lift one group's pause now",
-    auth="admin",
-    path_params={"name": QUEUE_NAME, "group": GROUP_NAME},
     replies={200: Reply("The group, not paused.", GROUP_STATUS)},
 )
 async def resume_group(call: Call) -> Response:

@@ -7,6 +7,7 @@ docs/push.md. Secrets are returned by create and rotate only, never by a listing
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +25,7 @@ from ..._records import (
 )
 from ..._webhooks import MAX_SECRET_BYTES, MIN_SECRET_BYTES, SECRET_PREFIX
 from ...errors import SubscriptionExists
-from ..api import Call, Reply, RouteGroup, json_response
+from ..api import Call, Handler, Reply, RouteGroup, json_response
 from ..models import QUEUE_NAME, TIME, text
 from ..problems import Problem, invalid
 from ..schema import Array, Integer, Number, Object, String
@@ -183,6 +184,19 @@ ROTATE = Object(
 NOT_FOUND = (404,)
 
 
+def _one(method: str, action: str = "", **spec: Any) -> Callable[[Handler], Handler]:
+    """An admin operation on one subscription, named by its id in the path (404 when none has
+    it): what every such operation declares alike, once."""
+    return group.operation(
+        method,
+        "/v1/subscriptions/{subscription_id}" + action,
+        auth="admin",
+        path_params={"subscription_id": SUBSCRIPTION_ID},
+        errors=NOT_FOUND,
+        **spec,
+    )
+
+
 def _with_secret(sub: Subscription) -> dict[str, Any]:
     return {**sub.public(), "secret": sub.secret}
 
@@ -238,14 +252,10 @@ async def list_subscriptions(call: Call) -> Response:
     return json_response({"subscriptions": [s.public() for s in subs]})
 
 
-@group.operation(
+@_one(
     "GET",
-    "/v1/subscriptions/{subscription_id}",
     summary="One subscription with its state and health (no secret)",
-    auth="admin",
-    path_params={"subscription_id": SUBSCRIPTION_ID},
     replies={200: Reply("The subscription.", SUBSCRIPTION)},
-    errors=NOT_FOUND,
 )
 async def get_subscription(call: Call) -> Response:
     """404 for an unknown id."""
@@ -264,15 +274,12 @@ async def _set_state(call: Call, state: SubscriptionState) -> Response:
     return json_response(sub.public())
 
 
-@group.operation(
+@_one(
     "POST",
-    "/v1/subscriptions/{subscription_id}/pause",
+    "/pause",
     summary="Stop delivering a subscription's jobs until it is resumed",
-    auth="admin",
-    path_params={"subscription_id": SUBSCRIPTION_ID},
     body=STATE_CHANGE,
     replies={200: Reply("The paused subscription.", SUBSCRIPTION)},
-    errors=NOT_FOUND,
 )
 async def pause(call: Call) -> Response:
     """Requests in flight finish; the queue's jobs wait. Delivery loops notice within their
@@ -280,30 +287,24 @@ async def pause(call: Call) -> Response:
     return await _set_state(call, SubscriptionState.PAUSED)
 
 
-@group.operation(
+@_one(
     "POST",
-    "/v1/subscriptions/{subscription_id}/resume",
+    "/resume",
     summary="Deliver again: a paused subscription, or one disabled by 410 Gone",
-    auth="admin",
-    path_params={"subscription_id": SUBSCRIPTION_ID},
     body=STATE_CHANGE,
     replies={200: Reply("The active subscription.", SUBSCRIPTION)},
-    errors=NOT_FOUND,
 )
 async def resume(call: Call) -> Response:
     """Jobs that waited are delivered, oldest first (by priority, then due time)."""
     return await _set_state(call, SubscriptionState.ACTIVE)
 
 
-@group.operation(
+@_one(
     "POST",
-    "/v1/subscriptions/{subscription_id}/rotate",
+    "/rotate",
     summary="Give a subscription a new secret; the old one signs too during an overlap",
-    auth="admin",
-    path_params={"subscription_id": SUBSCRIPTION_ID},
     body=ROTATE,
     replies={200: Reply("The subscription with its new secret (shown this once).", WITH_SECRET)},
-    errors=NOT_FOUND,
 )
 async def rotate(call: Call) -> Response:
     """During the overlap every delivery carries two signatures (space-separated), so the
@@ -318,14 +319,10 @@ async def rotate(call: Call) -> Response:
     return json_response(_with_secret(sub))
 
 
-@group.operation(
+@_one(
     "DELETE",
-    "/v1/subscriptions/{subscription_id}",
     summary="Delete a subscription (its queue's jobs stay)",
-    auth="admin",
-    path_params={"subscription_id": SUBSCRIPTION_ID},
     replies={200: Reply("The subscription as it was.", SUBSCRIPTION)},
-    errors=NOT_FOUND,
 )
 async def delete(call: Call) -> Response:
     """The queue's jobs stay where they are, waiting for a new subscription or a consumer."""
