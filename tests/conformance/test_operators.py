@@ -131,6 +131,24 @@ def test_unknown_job(ledger, tasks):
         ledger.job(12345)
 
 
+@pytest.mark.parametrize("job_id", [2**63, 10**20, 0, -1])
+def test_an_id_beyond_the_range_of_ids_names_no_job(ledger, tasks, job_id):
+    """No job has such an id: every operator call by id says not found (on SQLite such a
+    number could not even be sent: OverflowError), and a redrive of it moves nothing."""
+    enqueue(ledger, 1)
+    calls = [
+        lambda: ledger.job(job_id),
+        lambda: ledger.find(str(job_id)) if job_id > 0 else ledger.job(job_id),
+        lambda: ledger.history(job_id),
+        lambda: ledger.cancel(job_id, actor="ana", reason="x"),
+        lambda: ledger.resolve(job_id, actor="ana", note="x"),
+    ]
+    for call in calls:
+        with pytest.raises(NotFound, match=f"no job with id {job_id}"):
+            call()
+    assert ledger.redrive(ids=[job_id], actor="ana", reason="x").ids == []
+
+
 def test_history_shows_attempts_events_and_effects(ledger, tasks):
     job_id = make_dead(ledger, 1)
     ledger.redrive(ids=[job_id], actor="ana", reason="retry", now=at(1))

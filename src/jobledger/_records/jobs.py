@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 __all__ = [
+    "MAX_JOB_ID",
     "Attempt",
     "AttemptOutcome",
     "ClaimedJob",
@@ -34,6 +35,9 @@ __all__ = [
     "RescueResult",
     "Tombstone",
 ]
+
+#: The largest job id either backend can hold (a signed 64-bit integer): no job has a larger one.
+MAX_JOB_ID = 2**63 - 1
 
 
 class JobState(enum.StrEnum):

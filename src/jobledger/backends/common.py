@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from .._records import (
+    MAX_JOB_ID,
     Failure,
     InsertResult,
     JobFilter,
@@ -109,13 +110,14 @@ def filter_sql(where: JobFilter, db: Database) -> tuple[str, dict[str, Any]]:
         params["f_until"] = to_db_time(where.until)
     if where.ids is not None:
         names = []
-        for i, job_id in enumerate(where.ids):
+        # An id beyond the range of ids names no job (and SQLite could not even bind it).
+        for i, job_id in enumerate(j for j in map(int, where.ids) if 0 < j <= MAX_JOB_ID):
             names.append(param(f"f_id{i}"))
-            params[f"f_id{i}"] = int(job_id)
+            params[f"f_id{i}"] = job_id
         clauses.append(f"id IN ({', '.join(names)})" if names else "1 = 0")
     if where.after_id is not None:
         clauses.append(f"id > {param('f_after')}")
-        params["f_after"] = int(where.after_id)
+        params["f_after"] = min(int(where.after_id), MAX_JOB_ID)
     return (" AND ".join(clauses) or "1 = 1"), params
 
 

@@ -16,7 +16,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from .._records import Attempt, Event, JobFilter, JobRow, JobState, PruneResult, Tombstone
+from .._records import (
+    MAX_JOB_ID,
+    Attempt,
+    Event,
+    JobFilter,
+    JobRow,
+    JobState,
+    PruneResult,
+    Tombstone,
+)
 from ..errors import InvalidTransition, NotFound
 from .common import ORDERS, filter_sql
 from .database import Database
@@ -60,7 +69,7 @@ class History:
 
     def get(self, job_id: int) -> JobRow:
         """The job with this id, or ``NotFound``."""
-        rows = self._jobs(f"id = {self._db.param('id')}", {"id": int(job_id)})
+        rows = self._jobs(f"id = {self._db.param('id')}", {"id": _job_id(job_id)})
         if not rows:
             raise NotFound(f"no job with id {job_id}")
         return rows[0]
@@ -86,12 +95,12 @@ class History:
 
     def attempts(self, job_id: int) -> list[Attempt]:
         """A job's attempts, oldest first."""
-        rows = self._db.read("attempt_list", {"job_id": job_id})
+        rows = self._db.read("attempt_list", {"job_id": _job_id(job_id)})
         return [attempt(r, self._db.to_time) for r in rows]
 
     def events(self, job_id: int) -> list[Event]:
         """What operators (and the ledger) did to a job, oldest first."""
-        rows = self._db.read("event_list", {"job_id": job_id})
+        rows = self._db.read("event_list", {"job_id": _job_id(job_id)})
         return [event(r, self._db.to_time, self._db.from_json) for r in rows]
 
     def tombstones(self, key: str, queue: str | None = None) -> list[Tombstone]:
@@ -130,6 +139,7 @@ class History:
     ) -> list[int]:
         """Move dead or cancelled jobs back to pending with a fresh budget (``budget`` attempts,
         default the job's ``max_attempts``). Returns the ids moved; others are left alone."""
+        job_ids = [int(i) for i in job_ids if 0 < int(i) <= MAX_JOB_ID]  # no job has another id
         if not job_ids:
             return []
         clock = self._db.clock(now)
@@ -149,6 +159,7 @@ class History:
         self, name: str, job_id: int, params: dict[str, Any], noted: dict[str, Any], now: Any
     ) -> JobRow:
         clock = self._db.clock(now)
+        job_id = _job_id(job_id)
         with self._db.transaction() as c:
             moved = self._db.execute(c, name, params | {"id": job_id, "now": clock}).fetchall()
             if moved:
@@ -256,6 +267,15 @@ class History:
             if rows:
                 self._removal.delete(c, rows)
         return len(rows)
+
+
+def _job_id(job_id: int) -> int:
+    """An id a job may have, or ``NotFound``: an id beyond the range of ids names no job (on
+    SQLite it could not even be sent)."""
+    n = int(job_id)
+    if not 0 < n <= MAX_JOB_ID:
+        raise NotFound(f"no job with id {job_id}")
+    return n
 
 
 def _json(detail: dict[str, Any] | None) -> str | None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from .._records import (
     MAX_GROUP_LENGTH,
+    MAX_JOB_ID,
     Attempt,
     ClaimedJob,
     Event,
@@ -25,7 +26,7 @@ KEY_PATTERN = r"^[^\u0000-\u001f\u007f]{1,512}$"
 GROUP_PATTERN = r"^[^\u0000-\u001f\u007f]{1,200}$"
 #: A group named in a path cannot hold "/" (Starlette matches paths decoded), nor be "." or "..".
 GROUP_PATH_PATTERN = r"^(?!\.\.?$)[^\u0000-\u001f\u007f/]{1,200}$"
-MAX_ID = 2**63 - 1
+MAX_ID = MAX_JOB_ID
 """The largest job id: PostgreSQL's bigint (SQLite's INTEGER holds the same)."""
 STATES = tuple(s.value for s in JobState)
 
