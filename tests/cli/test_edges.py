@@ -201,3 +201,15 @@ def test_keys_and_subscriptions_list_stay_readable_through_a_pipe(cli, db_url, l
         header, *rows = out.splitlines()
         assert len(rows) == 1, out  # one line per record, whole: what grep needs
         assert all(part in rows[0] for part in wanted), out
+
+
+def test_a_queue_lease_below_a_second_is_refused_as_over_http(cli, db_url, ledger):
+    """`queues create --lease-seconds` has the HTTP API's floor (1 s): a shorter lease would
+    expire before its message could be acked."""
+    refused = cli("queues", "create", "q", "--lease-seconds", "0.0001", "--url", db_url)
+    assert refused.code == 2, refused.out
+    assert "--lease-seconds" in refused.err and "1" in refused.err, refused.err
+    assert not ledger.queue_settings.list()
+    assert cli("queues", "create", "q", "--lease-seconds", "1", "--url", db_url).code == 0
+    [declared] = ledger.queue_settings.list()
+    assert declared.settings.lease_seconds == 1.0

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_RETENTION_SECONDS",
     "MAX_BACKOFF_SECONDS",
     "MAX_RETENTION_SECONDS",
+    "MIN_LEASE_SECONDS",
     "MIN_RETENTION_SECONDS",
     "QueueInfo",
     "QueueSettings",
@@ -45,6 +46,11 @@ MIN_RETENTION_SECONDS = DAY
 DEFAULT_RETENTION_SECONDS = 30 * DAY
 MAX_RETENTION_SECONDS = 3650 * DAY
 MAX_BACKOFF_SECONDS = 7 * DAY
+#: The shortest lease a consumer may ask for (receive, extend) or a queue may give its
+#: consumers over HTTP or the CLI: a lease must outlive the round trip of its receive and its
+#: ack, or every delivery expires before it can be acked and only burns the message's attempts
+#: (see docs/http-api.md).
+MIN_LEASE_SECONDS = 1.0
 
 
 def _seconds(value: Any, what: str, low: float, high: float, *, inclusive_low: bool) -> float:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from .._records.queues import MIN_LEASE_SECONDS
 from .base import open_ledger
 from .params import DURATION, echo_json, json_flag, json_option, listing, url_option
 
@@ -43,10 +44,11 @@ def queues() -> None:
 )
 @click.option(
     "--lease-seconds",
-    type=float,
+    type=click.FloatRange(min=MIN_LEASE_SECONDS),
     default=60.0,
     show_default=True,
-    help="How long a received message stays leased unless extended.",
+    help="How long a received message stays leased unless extended (at least 1 s, as over "
+    "HTTP: a lease must outlive a receive and its ack).",
 )
 @click.option(
     "--backoff-base",

@@ -50,11 +50,6 @@ def _decimals_up_to(limit: int) -> str:
     return "(?:" + "|".join(alternatives) + ")"
 
 
-#: The shortest lease a consumer may ask for (receive, extend) or a queue may give: a lease
-#: must outlive the round trip of its receive and its ack, or every delivery expires before it
-#: can be acked and only burns the message's attempts (see docs/http-api.md).
-MIN_LEASE_SECONDS = 1.0
-
 #: A message id as text: 1 to ``MAX_ID``, digits only.
 ID_DIGITS = _decimals_up_to(MAX_ID)
 

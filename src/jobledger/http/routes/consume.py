@@ -13,14 +13,13 @@ import asyncio
 
 from starlette.responses import Response
 
-from ..._records import JobState
+from ..._records import MIN_LEASE_SECONDS, JobState
 from ..._runtime.pull import Held
 from ...policy import Decision
 from ..api import Call, Reply, RouteGroup, json_response
 from ..models import (
     MAX_ID,
     MESSAGE_ID,
-    MIN_LEASE_SECONDS,
     OPTIONAL_TIME,
     QUEUE_NAME,
     RECEIVED,

@@ -11,12 +11,13 @@ from ..._records import (
     MAX_BACKOFF_SECONDS,
     MAX_LEASE_SECONDS,
     MAX_RETENTION_SECONDS,
+    MIN_LEASE_SECONDS,
     MIN_RETENTION_SECONDS,
     QueueInfo,
     QueueSettings,
 )
 from ..api import Call, Reply, RouteGroup, json_response
-from ..models import MIN_LEASE_SECONDS, QUEUE, QUEUE_NAME, queue_json
+from ..models import QUEUE, QUEUE_NAME, queue_json
 from ..problems import Problem, invalid
 from ..schema import Array, Boolean, Integer, Number, Object, String
 
