@@ -10,7 +10,7 @@ from jobledger import JobState, LeadershipLost, Ledger
 from jobledger._records import MinuteStats
 from jobledger._services.keys import create_api_key
 from jobledger.maintenance.leader import LeaderElection
-from jobledger.maintenance.pruner import KEEP_ROLLUPS, Pruner
+from jobledger.maintenance.pruner import KEEP_IDLE_GROUPS, KEEP_ROLLUPS, Pruner
 
 from .conftest import T0, at, enqueue, lease_of
 
@@ -115,6 +115,47 @@ def test_the_pruner_prunes_old_rollups_expired_sessions_and_tombstones_under_one
     assert backend.api.session_get("live", now) is not None
     assert backend.history.tombstones("k1") == []
     assert now - KEEP_ROLLUPS > old
+
+
+def test_the_pruner_deletes_the_rows_of_idle_groups_only(ledger, tasks):
+    """A group's row (pause, rate bucket, turn) goes once the group has had no job, no pause and
+    no claim for a day; a group with a job waiting, a pause in force or a recent claim keeps it."""
+    backend = ledger.backend
+    ledger.set_group_limits("q", rate=1.0, burst=2)
+    ids = {g: enqueue(ledger, n, group=g) for n, g in enumerate(["idle", "waiting", "busy"])}
+    # Every group is claimed (its row written) at T0; "idle" is done then, "waiting" released.
+    for job in backend.jobs.claim(["q"], "w", 10, now=at(1)):
+        if job.id == ids["idle"]:
+            backend.jobs.complete([lease_of(job)], at(2))
+        elif job.id == ids["waiting"]:
+            backend.jobs.release([lease_of(job)], at(2))
+        else:
+            backend.jobs.complete([lease_of(job)], at(2))
+    later = T0 + KEEP_IDLE_GROUPS + timedelta(hours=1)
+    ledger.pause_group("q", "paused", until=later + timedelta(days=1), reason="429", now=T0)
+    enqueue(ledger, 9, group="busy", now=later - timedelta(minutes=1))
+    [served] = backend.jobs.claim(["q"], "w", 1, now=later - timedelta(seconds=30))
+    assert served.group == "busy"
+    backend.jobs.complete([lease_of(served)], later - timedelta(seconds=20))
+
+    assert _group_rows(ledger) == {"idle", "waiting", "busy", "paused"}
+
+    pruner = Pruner(lambda: backend, "p1")
+    pruned = pruner.run_once(now=later)
+    assert pruned is not None and pruned.groups == 1
+    assert _group_rows(ledger) == {"waiting", "busy", "paused"}
+    again = pruner.run_once(now=later)
+    assert again is not None and again.groups == 0
+
+
+def _group_rows(ledger: Ledger) -> set[str]:
+    """The groups of queue "q" that have a row, read from the table itself."""
+    backend = ledger.backend
+    table = "jobledger_groups"
+    if backend.dialect == "postgres":
+        table = f'"{backend.schema}".{table}'  # type: ignore[attr-defined]
+    with backend.transaction() as c:
+        return {r[0] for r in c.execute(f"SELECT name FROM {table} WHERE queue = 'q'")}
 
 
 def test_one_rescuer_for_every_transport(ledger, tasks):

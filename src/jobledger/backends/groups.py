@@ -60,3 +60,10 @@ class Groups:
         """Lift a group's pause; False when it had none in force."""
         params = {"queue": queue, "name": name, "now": self._db.clock(now)}
         return self._db.count("group_resume", params) > 0
+
+    def prune_idle(self, keep: float, now: datetime | None = None, limit: int = 1000) -> int:
+        """Delete up to ``limit`` rows of groups idle for ``keep`` seconds (no pending or
+        leased job, no pause in force, neither served nor refilled since); return how many.
+        A group that gets jobs again starts as a new one would, which is what its row said."""
+        params = {"now": self._db.clock(now), "keep": float(keep)}
+        return self._db.count("group_prune_idle", params, limit=max(1, int(limit)))

@@ -2,7 +2,8 @@
 
 Every ``interval`` (default ten minutes) the pruner that holds the ``maintenance:pruner``
 leader lease deletes per-minute rollups older than their keep (two days), dashboard sessions
-past their expiry, and tombstones past their horizon (their keys are free again). Workers and
+past their expiry, tombstones past their horizon (their keys are free again), and the rows of
+groups idle for a day (no jobs, no pause, not served since: a new group starts the same). Workers and
 ``jobledger serve`` each run one; the lease makes one of them do the work. Finished jobs are not
 pruned here: that is the operator's ``jobledger prune`` (e.g. daily from cron), which decides
 what to keep (docs/operations.md).
@@ -23,12 +24,15 @@ from .looper import Looper
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-__all__ = ["KEEP_ROLLUPS", "Pruned", "Pruner"]
+__all__ = ["KEEP_IDLE_GROUPS", "KEEP_ROLLUPS", "Pruned", "Pruner"]
 
 log = logging.getLogger("jobledger.maintenance")
 
 KEEP_ROLLUPS = timedelta(days=2)
 """How long per-minute rollups are kept (the dashboard shows the last hour)."""
+
+KEEP_IDLE_GROUPS = timedelta(days=1)
+"""How long the row of a group with no jobs (its pause, rate bucket and turn) is kept."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,7 @@ class Pruned:
     rollups: int = 0
     sessions: int = 0
     tombstones: int = 0
+    groups: int = 0
 
 
 class Pruner(Looper):
@@ -77,16 +82,18 @@ class Pruner(Looper):
                 rollups=backend.stats.minutes_prune(cutoff),
                 sessions=backend.api.session_prune(clock),
                 tombstones=backend.history.prune_tombstones(clock),
+                groups=backend.groups.prune_idle(KEEP_IDLE_GROUPS.total_seconds(), clock),
             )
         except LeadershipLost:
             self.election.lost()
             return None
-        if pruned.rollups or pruned.sessions or pruned.tombstones:
+        if pruned.rollups or pruned.sessions or pruned.tombstones or pruned.groups:
             log.info(
-                "pruned %d rollup rows, %d expired sessions, %d expired tombstones",
+                "pruned %d rollup rows, %d expired sessions, %d expired tombstones, %d idle groups",
                 pruned.rollups,
                 pruned.sessions,
                 pruned.tombstones,
+                pruned.groups,
             )
         return pruned
 

@@ -69,3 +69,20 @@ SELECT n.name,
        g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at, {now}
 FROM names AS n LEFT JOIN {groups} AS g ON g.queue = %(queue)s AND g.name = n.name
 ORDER BY n.name
+
+-- name: group_prune_idle
+-- The rows of groups idle for %(keep)s seconds: no pending or leased job, no pause in force,
+-- neither served nor refilled since. What such a row holds (a full rate bucket, a long-past
+-- turn) is what a group without a row starts with, so deleting it changes no claim.
+DELETE FROM {groups} WHERE (queue, name) IN (
+    SELECT g.queue, g.name FROM {groups} AS g
+    WHERE (g.paused_until IS NULL OR g.paused_until <= {now})
+      AND (g.served_at IS NULL OR g.served_at < {now} - make_interval(secs => %(keep)s))
+      AND (g.refilled_at IS NULL OR g.refilled_at < {now} - make_interval(secs => %(keep)s))
+      AND NOT EXISTS (SELECT 1 FROM {jobs} AS j
+                      WHERE j.queue = g.queue AND j.group_name = g.name AND j.state = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM {jobs} AS j
+                      WHERE j.queue = g.queue AND j.group_name = g.name AND j.state = 'leased')
+    LIMIT {limit}
+    FOR UPDATE SKIP LOCKED
+)

@@ -70,3 +70,19 @@ SELECT n.name,
        g.paused_until, g.paused_reason, g.served_at, g.tokens, g.refilled_at, :now
 FROM names AS n LEFT JOIN jobledger_groups AS g ON g.queue = :queue AND g.name = n.name
 ORDER BY n.name
+
+-- name: group_prune_idle
+-- The rows of groups idle for :keep seconds: no pending or leased job, no pause in force,
+-- neither served nor refilled since. What such a row holds (a full rate bucket, a long-past
+-- turn) is what a group without a row starts with, so deleting it changes no claim.
+DELETE FROM jobledger_groups WHERE (queue, name) IN (
+    SELECT g.queue, g.name FROM jobledger_groups AS g
+    WHERE COALESCE(g.paused_until, 0) <= :now
+      AND COALESCE(g.served_at, 0) < :now - :keep
+      AND COALESCE(g.refilled_at, 0) < :now - :keep
+      AND NOT EXISTS (SELECT 1 FROM jobledger_jobs AS j
+                      WHERE j.queue = g.queue AND j.group_name = g.name AND j.state = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM jobledger_jobs AS j
+                      WHERE j.queue = g.queue AND j.group_name = g.name AND j.state = 'leased')
+    LIMIT {limit}
+)
