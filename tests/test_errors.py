@@ -78,11 +78,29 @@ def test_postgres_connections_cut_mid_use(pg):
         ("postgresql://h/db?schema=Bad-Name", "schema"),
         ("postgresql://h/db?pool_size=0", "pool_size"),
         ("sqlite:///x.db?synchronous=sometimes", "synchronous"),
+        ("postgresql://h/db?pooler=statement", "pooler must be session .* or transaction"),
+        ("sqlite:///x.db?pooler=transaction", "PostgreSQL URLs only"),
     ],
 )
 def test_bad_urls(url, message):
     with pytest.raises(ConfigError, match=message):
         DatabaseURL.parse(url)
+
+
+def test_a_listen_url_is_a_direct_postgresql_url(monkeypatch, tmp_path):
+    pooled = DatabaseURL.parse("postgresql://u:secret@pooler:6432/app?pooler=transaction")
+    assert pooled.pooled_transactions and pooled.listen_conninfo is None
+    direct = pooled.listening_at("postgresql://u:secret@db:5432/app?schema=ignored")
+    assert direct.listen_conninfo == "postgresql://u:secret@db:5432/app"
+    assert DatabaseURL.parse("postgresql://db/app").listen_conninfo == "postgresql://db/app"
+    with pytest.raises(ConfigError, match="give a direct URL"):
+        pooled.listening_at("postgresql://pooler:6432/app?pooler=transaction")
+    with pytest.raises(ConfigError, match="for a PostgreSQL ledger"):
+        Ledger(f"sqlite:///{tmp_path}/x.db", listen_url="postgresql://db/app")
+    # Set for the PostgreSQL deployment, the environment's listen URL leaves SQLite alone.
+    monkeypatch.setenv("JOBLEDGER_LISTEN_URL", "postgresql://db/app")
+    assert Ledger(f"sqlite:///{tmp_path}/x.db").url.listen_url == ""
+    assert Ledger("postgresql://pooler/app?pooler=transaction").url.listen_url
 
 
 def test_redact():

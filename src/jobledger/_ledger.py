@@ -124,11 +124,26 @@ class Ledger:
     (``auto_migrate``) and checked. ``create=False`` refuses to create a SQLite file that does not
     exist; with ``auto_migrate=False`` too, nothing is ever created (the CLI opens it so, so that
     a mistyped URL is an error rather than a new, empty ledger).
+
+    ``listen_url`` (else ``JOBLEDGER_LISTEN_URL``, for a PostgreSQL ledger) is where LISTEN
+    sessions connect when not to the URL itself: a direct URL of the same database when the URL
+    goes through a pooler in transaction mode (``?pooler=transaction``; docs/deployment.md).
     """
 
-    def __init__(self, url: str | None = None, *, auto_migrate: bool = True, create: bool = True):
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        auto_migrate: bool = True,
+        create: bool = True,
+        listen_url: str | None = None,
+    ):
         raw = url or os.environ.get("JOBLEDGER_URL") or DEFAULT_URL
         self.url = DatabaseURL.parse(raw)
+        self._listen_url = listen_url
+        if listen_url is None and self.url.dialect == "postgres":
+            self._listen_url = os.environ.get("JOBLEDGER_LISTEN_URL")
+        self.url = self.url.listening_at(self._listen_url)
         self.auto_migrate = auto_migrate
         self.create = create
         self._backend: Backend | None = None
@@ -209,7 +224,20 @@ class Ledger:
         """Point this ledger at another database (before first use), e.g. from ``--url``."""
         if self._backend is not None:
             raise ConfigError("the ledger is already open; set its URL before first use")
-        self.url = DatabaseURL.parse(url)
+        parsed = DatabaseURL.parse(url)
+        self.url = parsed.listening_at(self._listen_url if parsed.dialect == "postgres" else None)
+
+    def use_listen_url(self, listen_url: str | None) -> None:
+        """Where LISTEN sessions connect (before first use), e.g. from ``--listen-url``: a
+        direct URL of the same PostgreSQL database when the ledger's URL goes through a pooler
+        in transaction mode (docs/deployment.md)."""
+        if self._backend is not None:
+            raise ConfigError("the ledger is already open; set its listen URL before first use")
+        # A SQLite ledger has nothing to listen on: a listen URL set for the PostgreSQL
+        # deployment (JOBLEDGER_LISTEN_URL) does not make its commands fail.
+        if listen_url and self.url.dialect == "postgres":
+            self._listen_url = listen_url
+            self.url = self.url.listening_at(listen_url)
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; return the migrations applied now."""

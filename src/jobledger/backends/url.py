@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -16,7 +16,8 @@ DEFAULT_URL = "sqlite:///jobledger.db"
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 
 # Query parameters jobledger reads itself; all others are passed to the driver.
-_OWN_PARAMS = {"schema", "pool_size", "busy_timeout", "synchronous"}
+_OWN_PARAMS = {"schema", "pool_size", "pooler", "busy_timeout", "synchronous"}
+_POOLERS = ("session", "transaction")
 
 
 def redact(url: str) -> str:
@@ -41,6 +42,15 @@ class DatabaseURL:
 
     - ``schema`` (PostgreSQL): where the jobledger tables live, default ``public``;
     - ``pool_size`` (PostgreSQL): connections per process, default 10;
+    - ``pooler`` (PostgreSQL): ``transaction`` when the URL points at a pooler in transaction
+      mode (PgBouncer ``pool_mode = transaction``, and the like): nothing then relies on a
+      server session outliving a transaction — no server-side prepared statement, and LISTEN
+      only on a direct ``listen_url`` (else idle workers poll); ``session`` (the default) is a
+      direct connection or a pooler in session mode. See docs/deployment.md.
+
+    ``listen_url`` (given beside the URL: ``Ledger(url, listen_url=…)``,
+    ``JOBLEDGER_LISTEN_URL``, ``--listen-url``) is where LISTEN sessions connect instead of
+    the URL itself: a direct connection to the same database when the URL goes through a pooler.
     - ``busy_timeout`` (SQLite): milliseconds to wait for the write lock, default 5000;
     - ``synchronous`` (SQLite): ``full`` (default, durable on power loss) or ``normal``.
     """
@@ -50,6 +60,8 @@ class DatabaseURL:
     path: str = ""
     options: dict[str, str] = field(default_factory=dict)
     driver_query: dict[str, str] = field(default_factory=dict)
+    listen_url: str = ""
+    """Where LISTEN sessions connect (PostgreSQL), when not to this URL: see ``listening_at``."""
 
     @classmethod
     def parse(cls, url: str) -> DatabaseURL:
@@ -97,7 +109,7 @@ class DatabaseURL:
                 raise ConfigError(f"busy_timeout must be milliseconds, got {value!r}")
             if name == "synchronous" and value.lower() not in ("full", "normal"):
                 raise ConfigError(f"synchronous must be full or normal, got {value!r}")
-            if name in ("schema", "pool_size"):
+            if name in ("schema", "pool_size", "pooler"):
                 raise ConfigError(f"option {name!r} applies to PostgreSQL URLs only")
         return cls(raw=url, dialect="sqlite", path=file_path, options=options)
 
@@ -113,7 +125,31 @@ class DatabaseURL:
         pool_size = options.get("pool_size", "10")
         if not pool_size.isdigit() or not 1 <= int(pool_size) <= 1000:
             raise ConfigError(f"pool_size must be a whole number from 1 to 1000, got {pool_size!r}")
+        pooler = options.get("pooler", "session")
+        if pooler not in _POOLERS:
+            raise ConfigError(
+                f"pooler must be session (a direct connection, or a pooler in session mode) or "
+                f"transaction (a pooler in transaction mode, e.g. PgBouncer), got {pooler!r}"
+            )
         return cls(raw=url, dialect="postgres", options=options, driver_query=driver_query)
+
+    def listening_at(self, listen_url: str | None) -> DatabaseURL:
+        """This URL with LISTEN sessions connecting to ``listen_url`` (a direct PostgreSQL URL
+        of the same database); unchanged when it is None or empty."""
+        if not listen_url:
+            return self
+        listen = DatabaseURL.parse(listen_url)
+        if self.dialect != "postgres" or listen.dialect != "postgres":
+            raise ConfigError(
+                f"a listen URL ({listen.redacted}) is for a PostgreSQL ledger: LISTEN/NOTIFY is "
+                "PostgreSQL's; SQLite workers poll"
+            )
+        if listen.pooled_transactions:
+            raise ConfigError(
+                f"the listen URL {listen.redacted} says pooler=transaction: LISTEN needs a "
+                "session of its own, so give a direct URL (not through the pooler)"
+            )
+        return replace(self, listen_url=listen.raw)
 
     # -- views -------------------------------------------------------------------------------
 
@@ -128,6 +164,20 @@ class DatabaseURL:
     @property
     def pool_size(self) -> int:
         return int(self.options.get("pool_size", "10"))
+
+    @property
+    def pooled_transactions(self) -> bool:
+        """True when the URL goes through a pooler in transaction mode (``pooler=transaction``)."""
+        return self.options.get("pooler") == "transaction"
+
+    @property
+    def listen_conninfo(self) -> str | None:
+        """Where a LISTEN session connects: the listen URL, else this URL unless it goes
+        through a pooler in transaction mode (a notification cannot reliably reach a session
+        the pooler shares); None when there is nowhere to listen."""
+        if self.listen_url:
+            return DatabaseURL.parse(self.listen_url).conninfo
+        return None if self.pooled_transactions else self.conninfo
 
     @property
     def busy_timeout_ms(self) -> int:

@@ -89,7 +89,7 @@ def cli() -> None:
     """
 
 
-def open_ledger(url: str | None, *, migrate: bool = False) -> Ledger:
+def open_ledger(url: str | None, *, migrate: bool = False, listen_url: str | None = None) -> Ledger:
     """A ledger for an operator command, open now so that a bad URL fails before any output.
     It creates no database file and no schema, so that a mistyped URL is an error (naming what
     is missing and `jobledger migrate`) instead of an empty ledger; with ``migrate``
@@ -97,6 +97,7 @@ def open_ledger(url: str | None, *, migrate: bool = False) -> Ledger:
     from .._ledger import Ledger
 
     ledger = Ledger(url, auto_migrate=migrate, create=migrate)
+    ledger.use_listen_url(listen_url)
     _close_with_the_command(ledger)
     return ledger.open()
 
@@ -107,7 +108,9 @@ def _close_with_the_command(ledger: Ledger) -> None:
         ctx.call_on_close(ledger.close)
 
 
-def load_app(spec: str, url: str | None = None, *, migrate: bool = False) -> Ledger:
+def load_app(
+    spec: str, url: str | None = None, *, migrate: bool = False, listen_url: str | None = None
+) -> Ledger:
     """Import ``module:attribute`` and return the Ledger it names, open (the working directory
     is on the import path, like ``python -m``). Unless ``migrate``, a missing database or schema
     is an error, as for every command; with it, the schema is created or upgraded first."""
@@ -141,6 +144,7 @@ def load_app(spec: str, url: str | None = None, *, migrate: bool = False) -> Led
         raise ConfigError(f"{spec!r} is a {type(target).__name__}, not a jobledger.Ledger")
     if url:
         target.use_url(url)
+    target.use_listen_url(listen_url)
     target.auto_migrate = target.create = migrate
     _close_with_the_command(target)
     return target.open()

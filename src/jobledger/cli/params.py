@@ -230,6 +230,16 @@ app_url_option = click.option(
     help="Override the app's database URL (default: JOBLEDGER_URL, else the app's own).",
 )
 
+listen_url_option = click.option(
+    "--listen-url",
+    envvar="JOBLEDGER_LISTEN_URL",
+    default=None,
+    show_envvar=True,
+    help="PostgreSQL: where LISTEN sessions connect, when --url goes through a pooler in "
+    "transaction mode (?pooler=transaction): a direct URL of the same database. Without it "
+    "such a ledger polls for new jobs (docs/deployment.md).",
+)
+
 migrate_option = click.option(
     "--migrate",
     is_flag=True,

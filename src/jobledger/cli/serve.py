@@ -8,12 +8,21 @@ from typing import Any
 import click
 
 from .base import open_ledger
-from .params import log_options, migrate_option, rate_options, setting, split_csv, url_option
+from .params import (
+    listen_url_option,
+    log_options,
+    migrate_option,
+    rate_options,
+    setting,
+    split_csv,
+    url_option,
+)
 from .subscriptions import push_options
 
 
 @click.command()
 @url_option
+@listen_url_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @setting(
     "--port",
@@ -55,6 +64,7 @@ from .subscriptions import push_options
 @migrate_option
 def serve(
     url: str,
+    listen_url: str | None,
     host: str,
     port: int,
     default_rate: float | None,
@@ -97,7 +107,7 @@ def serve(
         if push
         else None,
     )
-    ledger = open_ledger(url, migrate=migrate)
+    ledger = open_ledger(url, migrate=migrate, listen_url=listen_url)
     listener = _listen(host, port)
     try:
         config = uvicorn.Config(

@@ -15,6 +15,7 @@ from .params import (
     format_time,
     json_flag,
     json_option,
+    listen_url_option,
     listing,
     log_options,
     metrics_options,
@@ -230,6 +231,7 @@ push_options = options(
 
 @click.command("push")
 @url_option
+@listen_url_option
 @push_options
 @click.option(
     "--poll-interval",
@@ -242,6 +244,7 @@ push_options = options(
 @migrate_option
 def push(
     url: str,
+    listen_url: str | None,
     push_allow: tuple[str, ...],
     push_ca_file: str | None,
     poll_interval: float | None,
@@ -265,7 +268,7 @@ def push(
         ca_file=push_ca_file,
         poll_interval=poll_interval,
     )
-    ledger = open_ledger(url, migrate=migrate)
+    ledger = open_ledger(url, migrate=migrate, listen_url=listen_url)
     setup_logging(log_level, log_format)
     if metrics_port is not None:
         from ..observability.metrics import MetricsServer, metrics_for

@@ -10,6 +10,7 @@ from .params import (
     concurrency_option,
     database_url,
     grace_option,
+    listen_url_option,
     log_options,
     metrics_options,
     migrate_option,
@@ -59,6 +60,7 @@ def migrate(url: str) -> None:
 @click.command()
 @click.argument("app")
 @app_url_option
+@listen_url_option
 @queues_option
 @concurrency_option
 @setting("--batch-size", click.IntRange(1, 1000), 10, help="Jobs claimed per statement.")
@@ -105,6 +107,7 @@ def migrate(url: str) -> None:
 def worker(
     app: str,
     url: str | None,
+    listen_url: str | None,
     queues: tuple[str, ...],
     concurrency: int,
     batch_size: int,
@@ -149,7 +152,7 @@ def worker(
 
         # Open the app's ledger here first: a missing database or schema, or an app that does
         # not import, is one error before any child starts (and --migrate migrates once).
-        load_app(app, url, migrate=migrate).close()
+        load_app(app, url, migrate=migrate, listen_url=listen_url).close()
         child = ["worker", app, "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
         child += ["--prefetch", str(prefetch), "--grace", str(grace), "--log-level", log_level]
         child += ["--log-format", log_format]
@@ -160,10 +163,12 @@ def worker(
         child += ["--no-scheduler"] if no_scheduler else []
         child += ["--history", history_path] if history_path else []
         # The URL goes to the children in their environment, not on their command line.
-        status = supervise(child, processes, burst, env={"JOBLEDGER_URL": url} if url else None)
+        env = {"JOBLEDGER_URL": url} if url else {}
+        env |= {"JOBLEDGER_LISTEN_URL": listen_url} if listen_url else {}
+        status = supervise(child, processes, burst, env=env or None)
         click.echo(f"{processes} worker processes done", err=True)
         raise SystemExit(status)
-    ledger = load_app(app, url, migrate=migrate)
+    ledger = load_app(app, url, migrate=migrate, listen_url=listen_url)
     if metrics_port is not None:
         from ..observability.metrics import install_metrics
 

@@ -28,65 +28,66 @@ class PostgresBackend(SqlBackend):
     """jobledger on PostgreSQL. One instance per process; it is safe to share between threads."""
 
     dialect = "postgres"
-    #: LISTEN/NOTIFY: an enqueue wakes idle workers on every host.
-    supports_listen = True
 
     def __init__(self, url: DatabaseURL):
         self.schema = url.schema
+        #: LISTEN/NOTIFY: an enqueue wakes idle workers on every host — unless the URL goes
+        #: through a pooler in transaction mode and no direct listen URL is given; then idle
+        #: workers poll.
+        self.supports_listen = url.listen_conninfo is not None
         self.db = PostgresDatabase(url)
         history = History(self.db, PostgresRemoval(self.db))
         super().__init__(url, self.db, PostgresJobs(self.db, history), history)
 
-    def listener(self, queues: Sequence[str]) -> PgListener:
-        return PgListener(self.db, set(queues))
+    def listener(self, queues: Sequence[str]) -> PgListener | None:
+        return PgListener(self.db, set(queues)) if self.supports_listen else None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def migrate(self, conn: Any = None) -> list[str]:
-        """Apply the missing migrations, on a connection of our own under an advisory lock.
-        What is applied is read first, so that a migrated schema takes no lock and no DDL (and
-        no CREATE privilege). ``conn`` (an application's open transaction) needs nothing here:
-        it sees the tables once they are committed, even in REPEATABLE READ."""
+        """Apply the missing migrations, in one transaction of our own under a
+        transaction-scoped advisory lock (so that nothing outlives it on a server session: a
+        pooler in transaction mode may hand that session to another client next). What is
+        applied is read first, so that a migrated schema takes no lock and no DDL (and no
+        CREATE privilege). ``conn`` (an application's open transaction) needs nothing here: it
+        sees the tables once they are committed, even in REPEATABLE READ."""
         known = {m.version for m in migrations("postgres")}
         if known <= self.applied_migrations():
             return []
         applied_now: list[str] = []
         schema = pgsql.Identifier(self.schema)
         try:
-            with self.db.connect() as conn:
-                conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (f"jobledger:{self.schema}",))
-                try:
-                    conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+            with self.db.connect() as conn, conn.transaction():
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtext(%s))", (f"jobledger:{self.schema}",)
+                )
+                conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(schema))
+                conn.execute(
+                    pgsql.SQL(
+                        "CREATE TABLE IF NOT EXISTS {}.jobledger_migrations ("
+                        " version integer PRIMARY KEY, name text NOT NULL,"
+                        " applied_at timestamptz NOT NULL DEFAULT now())"
+                    ).format(schema)
+                )
+                # Read under the lock: another process may have applied them meanwhile.
+                done = {
+                    row[0]
+                    for row in conn.execute(
+                        pgsql.SQL("SELECT version FROM {}.jobledger_migrations").format(schema)
+                    )
+                }
+                conn.execute(pgsql.SQL("SET LOCAL search_path TO {}").format(schema))
+                for migration in migrations("postgres"):
+                    if migration.version in done:
+                        continue
+                    conn.execute(migration.sql.encode())
                     conn.execute(
                         pgsql.SQL(
-                            "CREATE TABLE IF NOT EXISTS {}.jobledger_migrations ("
-                            " version integer PRIMARY KEY, name text NOT NULL,"
-                            " applied_at timestamptz NOT NULL DEFAULT now())"
-                        ).format(schema)
+                            "INSERT INTO {}.jobledger_migrations (version, name) VALUES (%s, %s)"
+                        ).format(schema),
+                        (migration.version, migration.name),
                     )
-                    done = {
-                        row[0]
-                        for row in conn.execute(
-                            pgsql.SQL("SELECT version FROM {}.jobledger_migrations").format(schema)
-                        )
-                    }
-                    for migration in migrations("postgres"):
-                        if migration.version in done:
-                            continue
-                        with conn.transaction():
-                            conn.execute(pgsql.SQL("SET LOCAL search_path TO {}").format(schema))
-                            conn.execute(migration.sql.encode())
-                            conn.execute(
-                                pgsql.SQL(
-                                    "INSERT INTO {}.jobledger_migrations (version, name) VALUES (%s, %s)"
-                                ).format(schema),
-                                (migration.version, migration.name),
-                            )
-                        applied_now.append(migration.label)
-                finally:
-                    conn.execute(
-                        "SELECT pg_advisory_unlock(hashtext(%s))", (f"jobledger:{self.schema}",)
-                    )
+                    applied_now.append(migration.label)
         except psycopg.OperationalError as exc:
             raise self.db.unavailable(exc) from None
         return applied_now

@@ -109,6 +109,9 @@ class PostgresDatabase:
         self.url = url
         self.schema = url.schema
         self.channel = f"jobledger_{self.schema}"
+        #: False through a pooler in transaction mode: a statement prepared on one server
+        #: session would be executed on another (``pooler=transaction``, see backends/url.py).
+        self.prepares = not url.pooled_transactions
         self.tables = {
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
             for name in _TABLES
@@ -367,6 +370,9 @@ class PostgresDatabase:
         its reply was lost, its jobs wait for their leases to expire, as after a worker crash;
         they are never run twice). Completions and failures are not sent here: a second one
         would be refused and reported as a lost lease."""
+
+        if not self.prepares:
+            prepare = False
 
         def run(c: psycopg.Connection[Any]) -> list[Any]:
             cur = c.execute(text, params, prepare=prepare)

@@ -71,7 +71,7 @@ class PostgresJobs:
         self._grouped = GroupedClaim(db)
         self._turns = itertools.count()
         self._insert_one_statement = PreparedStatement(
-            "jobledger_job_insert_one", db.sql["job_insert_one"]
+            "jobledger_job_insert_one", db.sql["job_insert_one"], prepare=db.prepares
         )
 
     def insert(

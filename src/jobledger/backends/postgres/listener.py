@@ -1,4 +1,5 @@
-"""Wake-ups on PostgreSQL: LISTEN on the ledger's channel (enqueues NOTIFY it)."""
+"""Wake-ups on PostgreSQL: LISTEN on the ledger's channel (enqueues NOTIFY it), on a session of
+its own: to the ledger's URL, or to its listen URL when that goes through a pooler."""
 
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ class PgListener:
         self._retry_at = 0.0
 
     def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(
-            self._db.url.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
-        )
+        conninfo = self._db.url.listen_conninfo
+        if conninfo is None:  # the backend offers no listener then: see supports_listen
+            raise psycopg.OperationalError("no direct URL to LISTEN on")
+        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._db.channel)))
         return conn
 

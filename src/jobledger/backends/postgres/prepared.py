@@ -44,9 +44,13 @@ class PreparedStatement:
     """One named query (``%(name)s`` placeholders), prepared once per connection on first use.
 
     Errors are psycopg's own exception classes, as from ``cursor.execute``: a broken connection
-    raises ``OperationalError`` and leaves ``conn.broken`` true."""
+    raises ``OperationalError`` and leaves ``conn.broken`` true.
 
-    def __init__(self, name: str, text: str):
+    ``prepare=False`` (through a pooler in transaction mode, where the next call may reach
+    another server session) sends it unnamed each time — parse, bind and execute in one round
+    trip, still without psycopg's cursor."""
+
+    def __init__(self, name: str, text: str, prepare: bool = True):
         if "%%" in text:
             raise ValueError(f"statement {name!r}: '%%' is not supported here")
         self.name = name.encode()
@@ -60,6 +64,7 @@ class PreparedStatement:
         self.sql = _PLACEHOLDER.sub(number, text).encode()
         self._ready: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
         self._lock = threading.Lock()
+        self.prepare = prepare
 
     def rows(
         self, conn: psycopg.Connection[Any], values: dict[str, Any]
@@ -67,6 +72,10 @@ class PreparedStatement:
         """Execute with ``values`` (by placeholder name); the rows in text format."""
         params = [_param(values[name]) for name in self.params]
         with conn.lock:
+            if not self.prepare:
+                # None is NULL, as psycopg itself sends it (its stubs say otherwise).
+                sent = conn.pgconn.exec_params(self.sql, params)
+                return self._values(self._check(conn, sent))
             for attempt in range(2):
                 if conn not in self._ready:
                     self._check(conn, conn.pgconn.prepare(self.name, self.sql))
@@ -83,11 +92,15 @@ class PreparedStatement:
                     if attempt:
                         raise
                     continue
-                return [
-                    tuple(result.get_value(r, c) for c in range(result.nfields))
-                    for r in range(result.ntuples)
-                ]
+                return self._values(result)
         raise AssertionError("unreachable")
+
+    @staticmethod
+    def _values(result: pq.abc.PGresult) -> list[tuple[bytes | None, ...]]:
+        return [
+            tuple(result.get_value(r, c) for c in range(result.nfields))
+            for r in range(result.ntuples)
+        ]
 
     @staticmethod
     def _check(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
