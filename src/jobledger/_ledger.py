@@ -548,7 +548,9 @@ class Ledger:
     # -- workers -----------------------------------------------------------------------------------
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
-        """Build a ``Worker`` (see its options) without starting it."""
+        """Build a ``Worker`` (see its options) without starting it: ``run()`` runs it in this
+        thread; ``start()`` / ``stop(timeout=...)``, ``with`` and ``async with`` run it in
+        threads of its own, inside the application (docs/integrations.md)."""
         from ._runtime.worker import Worker  # asyncio and the runtime: only for workers
 
         self._install_housekeeping()

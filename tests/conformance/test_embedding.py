@@ -318,3 +318,55 @@ def test_run_worker_is_stopped_by_its_stop_event(ledger):
     stop2.set()
     runner.join(60)
     assert not runner.is_alive() and out and out[0].completed == 0
+
+
+def test_a_sync_start_in_a_coroutine_uses_its_loop_and_a_loop_may_be_named(ledger):
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    @ledger.task(queue="a")
+    async def on_loop(ctx) -> None:
+        seen.append(asyncio.get_running_loop())
+
+    async def wait_for(n: int) -> None:
+        patience = Patience(30, lambda: len(seen))
+        while len(seen) < n:
+            assert not patience.expired(), patience.describe()
+            await asyncio.sleep(0.01)
+
+    async def main() -> asyncio.AbstractEventLoop:
+        worker = ledger.worker(["a"], poll_interval=0.05)
+        worker.start()  # in a coroutine: the running loop is the handlers' loop
+        await asyncio.to_thread(ledger.enqueue, on_loop, {}, key="first")
+        await wait_for(1)
+        await worker.stop_async()
+        return asyncio.get_running_loop()
+
+    loop = asyncio.run(main())
+    assert seen == [loop]
+
+    # A loop running in another thread, named.
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        worker = ledger.worker(["a"], poll_interval=0.05).start(loop=other)
+        ledger.enqueue(on_loop, {}, key="second")
+        wait_until(lambda: len(seen) == 2, what="the second job")
+        assert worker.stop().completed == 1 and seen[1] is other
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join(10)
+        other.close()
+
+
+def test_a_sync_stop_on_the_handlers_loop_does_not_wait_there(ledger, caplog):
+    ledger.task(lambda ctx: None, name="t", queue="a")
+
+    async def main() -> None:
+        worker = await ledger.worker(["a"], poll_interval=0.05).start_async()
+        worker.stop()  # would block the loop its async handlers need: it returns at once
+        assert "await worker.stop_async()" in caplog.text
+        await worker.stop_async()
+        assert not worker.running
+
+    asyncio.run(main())

@@ -248,12 +248,15 @@ class Worker(Runtime):
             return self.stats
         return await asyncio.wrap_future(self._finished)
 
-    def start(self) -> Worker:
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> Worker:
         """Run in threads of the worker's own; return once it runs (raising what stopped it from
-        starting). Called in a coroutine, the worker runs its async handlers on that coroutine's
-        event loop (start it with ``await start_async()`` there, which does not block the loop
-        while the worker starts). Stop it with ``stop()``."""
-        self._begin(_running_loop())
+        starting). Stop it with ``stop()``.
+
+        Async handlers run on ``loop`` (a running event loop of the application's, in another
+        thread), by default on the loop running in the calling thread (``start()`` called in a
+        coroutine; there ``await start_async()`` does not block the loop while the worker
+        starts), else on an event loop of the worker's own."""
+        self._begin(loop or _running_loop())
         self._started.result()
         return self
 
