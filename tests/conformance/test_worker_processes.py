@@ -163,6 +163,23 @@ def test_run_passes_sigterm_on_to_the_processes(ledger, db_url, tmp_path):
     assert all(ledger.job(i).state is JobState.DONE for i in jobs)
 
 
+@pytest.mark.slow
+def test_stop_from_another_thread_ends_run(ledger, db_url, tmp_path):
+    barrier = tmp_path / "start"
+    barrier.touch()
+    procs = WorkerProcesses(APP, processes=2, url=db_url, poll_interval=0.05, env=_env(barrier))
+
+    def stop_when_up() -> None:
+        wait_until(lambda: _ready(barrier) >= 2, timeout=60, what="2 worker processes up")
+        procs.stop(timeout=60)
+
+    helper = threading.Thread(target=stop_when_up, daemon=True)
+    helper.start()
+    assert procs.run() == 0
+    helper.join(60)
+    assert not procs.running and len(procs.exits) == 2
+
+
 def test_a_bad_app_path_is_refused():
     with pytest.raises(ValueError, match="MODULE:LEDGER"):
         WorkerProcesses("tests.apps.drill_app")

@@ -126,26 +126,6 @@ class Supervisor:
             self.children = running
             return bool(running)
 
-    def run(self) -> int:
-        """Start the children, pass SIGTERM and SIGINT on to them (when called in the main
-        thread), and wait until all have ended; return the exit status."""
-        self.start()
-        main = threading.current_thread() is threading.main_thread()
-        previous = {}
-        if main:
-
-            def forward(signum: int, frame: object) -> None:
-                self.send(signum)
-
-            previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            while self.poll():
-                time.sleep(_POLL)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        return self.status
-
 
 def worker_arguments(
     app: str,
@@ -264,10 +244,25 @@ class WorkerProcesses:
         return self._supervisor.status
 
     def run(self) -> int:
-        """Start the processes and wait until all have ended (SIGTERM or SIGINT to this
-        process, in its main thread, is passed on to them; with ``burst``, when nothing is
-        due); return the exit status."""
-        return self._supervisor.run()
+        """Start the processes and wait until all have ended (with ``burst``, once nothing is
+        due; else until ``stop()`` from another thread, or a signal); return the exit status.
+        Called in the main thread, it passes SIGTERM and SIGINT on to the processes, as the CLI
+        does."""
+        self.start()
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+
+            def forward(signum: int, frame: object) -> None:
+                self._supervisor.send(signum)
+
+            previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not self._done.wait(_POLL):
+                pass
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.status
 
     def start(self) -> WorkerProcesses:
         """Start the processes and return; a thread watches them."""

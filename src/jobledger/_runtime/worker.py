@@ -650,6 +650,12 @@ class Worker(Runtime):
     # -- shutdown ----------------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
+        try:
+            self._stop_everything()
+        finally:
+            self._ended.set()
+
+    def _stop_everything(self) -> None:
         deadline = self._deadline or time.monotonic() + self.grace_seconds
         self.ledger._unregister_wake(self._wake)
         for service in reversed(self._services):
@@ -670,7 +676,6 @@ class Worker(Runtime):
                 if hold.future is not None:
                     hold.future.cancel()
         log.info("worker %s stopped: %s", self.name, self.stats)
-        self._ended.set()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
