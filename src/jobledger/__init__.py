@@ -71,6 +71,9 @@ if _TYPE_CHECKING:
     from ._runtime.hooks import (
         WorkerObserver,
     )
+    from ._runtime.processes import (
+        WorkerProcesses,
+    )
     from ._runtime.worker import (
         Worker,
         WorkerStats,
@@ -148,6 +151,7 @@ __all__ = [
     "Tick",
     "Worker",
     "WorkerObserver",
+    "WorkerProcesses",
     "WorkerStats",
     "__version__",
     "check_response",
@@ -185,6 +189,7 @@ _LAZY = {
     "Tick": "scheduling.schedule",
     "Worker": "_runtime.worker",
     "WorkerObserver": "_runtime.hooks",
+    "WorkerProcesses": "_runtime.processes",
     "WorkerStats": "_runtime.worker",
     "check_response": "policy",
     "parse_retry_after": "policy",

@@ -576,7 +576,9 @@ class Ledger:
     # -- workers -----------------------------------------------------------------------------------
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
-        """Build a ``Worker`` (see its options) without starting it."""
+        """Build a ``Worker`` (see its options) without starting it: ``run()`` runs it in this
+        thread; ``start()`` / ``stop(timeout=...)``, ``with`` and ``async with`` run it in
+        threads of its own, inside the application (docs/integrations.md)."""
         from ._runtime.worker import Worker  # asyncio and the runtime: only for workers
 
         self._install_housekeeping()
@@ -590,17 +592,24 @@ class Ledger:
         batch_size: int = 10,
         burst: bool = False,
         handle_signals: bool = True,
+        stop: threading.Event | None = None,
         **options: Any,
     ) -> WorkerStats:
-        """Run a worker in this thread until SIGTERM/SIGINT, or with ``burst=True`` until nothing
-        is due. The first signal stops claiming and lets running jobs finish (``grace_seconds``,
-        default 30); a second one stops waiting."""
+        """Run a worker in this thread until SIGTERM/SIGINT, until ``stop`` (an event) is set,
+        or with ``burst=True`` until nothing is due. The first signal, or the event, stops
+        claiming and lets running jobs finish (``grace_seconds``, default 30); a second signal
+        stops waiting. Signal handlers are installed only in the main thread (and not with
+        ``handle_signals=False``). To start and stop a worker from code without a thread of
+        your own, see ``worker()``: ``start()``, ``stop(timeout=...)``, ``with``,
+        ``async with``."""
         from ._runtime.worker import Worker  # asyncio and the runtime: only for workers
 
         self._install_housekeeping()
         worker = Worker(
             self, queues, concurrency=concurrency, batch_size=batch_size, burst=burst, **options
         )
+        if stop is not None:
+            worker.stop_when(stop)
         if not handle_signals or threading.current_thread() is not threading.main_thread():
             return worker.run()
 

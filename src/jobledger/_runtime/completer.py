@@ -41,6 +41,10 @@ class Completer:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
     def submit(self, item: Finished) -> None:
         with self._cond:
             self._items.append(item)

@@ -94,6 +94,10 @@ class LeaseKeeper:
     def start(self) -> None:
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread:
+        return self._thread
+
     def _loop(self) -> None:
         tick = max(0.02, min(1.0, self._base))
         while not self._stop.wait(tick):

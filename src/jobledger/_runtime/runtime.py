@@ -91,6 +91,8 @@ class Runtime:
         self._running_lock = threading.Lock()
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
+        self._deadline: float | None = None
+        """When a graceful stop stops waiting for what runs (a ``time.monotonic()``)."""
         self._slot_free = threading.Event()
         self.recorder = Recorder(backend, name, self, self._now)
         self._completer = Completer(self._write, self._written)
@@ -117,14 +119,21 @@ class Runtime:
 
     # -- control ----------------------------------------------------------------------------------
 
-    def stop(self, graceful: bool = True) -> None:
-        """Stop claiming. Graceful: what runs gets ``grace_seconds`` to finish. Not graceful:
-        stop waiting for it (its leases expire and a rescuer hands the jobs out again). Safe to
-        call from a signal handler or another thread."""
+    def stop(self, graceful: bool = True, *, timeout: float | None = None) -> WorkerStats:
+        """Stop claiming. Graceful: what runs gets ``timeout`` seconds (default
+        ``grace_seconds``) from now to finish; a later call with a shorter ``timeout`` brings the
+        deadline forward. Not graceful: stop waiting for it (its leases expire and a rescuer
+        hands the jobs out again). Safe to call from a signal handler or another thread."""
+        if timeout is not None and not timeout >= 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
         if not graceful:
             self._hard_stop.set()
+        deadline = time.monotonic() + (self.grace_seconds if timeout is None else timeout)
+        if self._deadline is None or deadline < self._deadline:
+            self._deadline = deadline
         self._stopping.set()
         self._slot_free.set()
+        return self.stats
 
     @property
     def stopping(self) -> bool:
@@ -320,8 +329,13 @@ class Runtime:
 
     def drain(self, deadline: float) -> None:
         """Wait until what runs has finished and its outcomes are written (or ``deadline``, a
-        ``time.monotonic()``, passes, or a hard stop), then stop the completer and the keeper."""
-        while self.in_flight() and not self._hard_stop.is_set() and time.monotonic() < deadline:
+        ``time.monotonic()``, or the deadline of ``stop(timeout=...)``, passes, or a hard stop),
+        then stop the completer and the keeper."""
+        while (
+            self.in_flight()
+            and not self._hard_stop.is_set()
+            and time.monotonic() < min(deadline, self._deadline or deadline)
+        ):
             self._slot_free.wait(0.05)
             self._slot_free.clear()
         left = self.in_flight()

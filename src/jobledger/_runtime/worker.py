@@ -8,7 +8,8 @@ Threads of one worker, and what each one touches:
   runner; without, a runner is free once its job's outcome is written), runs the rescuer every
   ``rescue_interval``, and sleeps on a wake-up (LISTEN/NOTIFY, an enqueue in this process) or a
   poll timeout;
-- ``concurrency`` **runner** threads run handlers (async handlers on one shared event loop);
+- ``concurrency`` **runner** threads run handlers (async handlers on one shared event loop: the
+  worker's own, or the application's when the worker was started from a running event loop);
 - the runtime's **completer** writes outcomes in batches and its **keeper** renews leases and
   ends attempts that run past their task's timeout (see ``jobledger._runtime.runtime``).
 
@@ -18,6 +19,9 @@ new runner takes its place. At most ``concurrency`` abandoned threads are tolera
 many are still running, the worker claims nothing and says so. Async handlers are cancelled.
 
 Work never happens inside a database transaction of the claim: the claim commits first.
+
+A worker runs once: in the calling thread (``run``, which blocks), or in threads of its own
+(``start`` / ``stop``, ``with``, ``async with``: a worker embedded in an application).
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from datetime import datetime
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
@@ -88,7 +94,19 @@ class UnknownTask(Exception):
 class Worker(Runtime):
     """Runs the jobs of some queues until stopped (or, in burst mode, until nothing is due).
 
-    Build one with ``ledger.worker(...)`` or run one with ``ledger.run_worker(...)``.
+    Build one with ``ledger.worker(...)`` or run one with ``ledger.run_worker(...)``. A worker
+    runs once, either in the calling thread (``run()``, which blocks) or in threads of its own:
+
+        worker = ledger.worker(["emails"], concurrency=8)
+        worker.start()                      # returns once it runs
+        ...
+        stats = worker.stop(timeout=10)     # stop claiming, wait up to 10 s for what runs
+
+    ``with ledger.worker(...) as worker:`` starts and stops it; so does
+    ``async with ledger.worker(...) as worker:`` without blocking the event loop. A worker
+    started from a running event loop (``async with``, ``await start_async()``, or ``start()``
+    called in a coroutine) runs its async handlers on that loop, the application's; sync
+    handlers stay on the worker's runner threads.
     """
 
     def __init__(
@@ -157,8 +175,23 @@ class Worker(Runtime):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
         self._listener: Listener | None = None
+        self._owns_loop = True
+        """Whether ``_loop`` is the worker's own (stopped with it) or the application's."""
         self._services: list[WorkerService] = []
         self._queue_timeouts: dict[str, float | None] = {}
+        self._control = threading.Lock()
+        self._began = False
+        self._run_thread: threading.Thread | None = None
+        """The thread of the fetch loop: the caller's (``run``) or the worker's (``start``)."""
+        self._background: threading.Thread | None = None
+        self._started: Future[None] = Future()
+        self._finished: Future[WorkerStats] = Future()
+        # Running futures cannot be cancelled: an awaiting task that is cancelled (an
+        # ``asyncio.wrap_future`` of them) must not cancel the worker's own record of its run.
+        self._started.set_running_or_notify_cancel()
+        self._finished.set_running_or_notify_cancel()
+        self._ended = threading.Event()
+        self._stop_events: list[threading.Event] = []
 
     def _backoff(self, job: ClaimedJob) -> Backoff:
         task = self.ledger.get_task(job.task)
@@ -185,12 +218,151 @@ class Worker(Runtime):
 
     # -- control -----------------------------------------------------------------------------------
 
-    def stop(self, graceful: bool = True) -> None:
-        """Stop claiming. Graceful: running jobs get ``grace_seconds`` to finish. Not graceful:
-        stop waiting for them (their leases expire and the rescuer hands them out again).
-        Safe to call from a signal handler or another thread."""
-        super().stop(graceful)
+    def stop(self, graceful: bool = True, *, timeout: float | None = None) -> WorkerStats:
+        """Stop claiming, give back what was claimed and has not started, and let what runs
+        finish until ``timeout`` seconds from now (default ``grace_seconds``). Not graceful:
+        stop waiting for what runs. What still runs after the deadline is left to its lease:
+        not renewed, it expires and the rescuer hands the job out again (an async handler on
+        the application's event loop is cancelled).
+
+        For a worker started with ``start()`` this waits until the worker has stopped and
+        returns its stats (raising what ended it, if it failed); otherwise (``run()`` in another
+        thread, or a call from one of the worker's own threads or from the event loop its async
+        handlers run on, which it must not block) it returns at once. Safe to call from a signal
+        handler or any thread, and more than once (a shorter ``timeout`` brings the deadline
+        forward)."""
+        super().stop(graceful, timeout=timeout)
         self._wake.set()
+        if self._background is None or not self._may_wait():
+            return self.stats
+        return self._finished.result()
+
+    async def stop_async(
+        self, graceful: bool = True, *, timeout: float | None = None
+    ) -> WorkerStats:
+        """``stop()`` for async code: waits for a worker started with ``start()`` or
+        ``start_async()`` without blocking the event loop."""
+        Runtime.stop(self, graceful, timeout=timeout)
+        self._wake.set()
+        if self._background is None:
+            return self.stats
+        return await asyncio.wrap_future(self._finished)
+
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> Worker:
+        """Run in threads of the worker's own; return once it runs (raising what stopped it from
+        starting). Stop it with ``stop()``.
+
+        Async handlers run on ``loop`` (a running event loop of the application's, in another
+        thread), by default on the loop running in the calling thread (``start()`` called in a
+        coroutine; there ``await start_async()`` does not block the loop while the worker
+        starts), else on an event loop of the worker's own."""
+        self._begin(loop or _running_loop())
+        self._started.result()
+        return self
+
+    async def start_async(self) -> Worker:
+        """Start in threads of the worker's own without blocking the event loop; its async
+        handlers run on this loop. Stop it with ``await stop_async()``."""
+        self._begin(asyncio.get_running_loop())
+        await asyncio.wrap_future(self._started)
+        return self
+
+    def join(self, timeout: float | None = None) -> WorkerStats:
+        """Wait until a worker started with ``start()`` has stopped (by ``stop()``, or by
+        itself in burst mode) and return its stats; ``TimeoutError`` if it still runs after
+        ``timeout`` seconds."""
+        if self._background is None:
+            raise RuntimeError("join() is for a worker started with start()")
+        return self._finished.result(timeout)
+
+    @property
+    def running(self) -> bool:
+        """Started (by ``start()`` or ``run()``) and not yet stopped."""
+        return (
+            self._started.done() and self._started.exception() is None and not self._ended.is_set()
+        )
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Worker:
+        return await self.start_async()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop_async()
+
+    def stop_when(self, event: threading.Event) -> None:
+        """Stop gracefully (as ``stop()``) once ``event`` is set: a worker running in a thread
+        that cannot call ``stop()`` itself (``ledger.run_worker(stop=event)``)."""
+        self._stop_events.append(event)
+
+    def _watch(self, event: threading.Event) -> None:
+        while not event.wait(0.1):
+            if self._ended.is_set():
+                return
+        Runtime.stop(self)
+        self._wake.set()
+
+    def _begin(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        with self._control:
+            if self._began:
+                raise RuntimeError(
+                    "this worker was started already (a worker runs once: build another with "
+                    "ledger.worker(...))"
+                )
+            self._began = True
+            if loop is not None:
+                self._loop, self._owns_loop = loop, False
+            self._background = threading.Thread(
+                target=self._run_in_background, name="jobledger-worker", daemon=True
+            )
+        self._background.start()
+
+    def _run_in_background(self) -> None:
+        try:
+            stats = self.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits for the worker
+            if not self._started.done():
+                self._started.set_exception(exc)
+            self._finished.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            log.error("worker %s failed", self.name, exc_info=exc)
+        else:
+            if not self._started.done():
+                self._started.set_result(None)
+            self._finished.set_result(stats)
+
+    def _may_wait(self) -> bool:
+        """Whether the calling thread may wait for the worker to stop: it is none of the
+        worker's own threads (a handler or an observer that stops its worker), nor the event
+        loop the worker's async handlers run on."""
+        me = threading.current_thread()
+        if me is self._run_thread or me in self._threads:
+            return False
+        if me is self._completer.thread or me is self._keeper.thread:
+            return False
+        if self._loop is not None and _running_loop() is self._loop:
+            log.warning(
+                "worker %s: stop() called on the event loop its async handlers run on; it "
+                "cannot wait there without blocking them: use `await worker.stop_async()`",
+                self.name,
+            )
+            return False
+        return True
 
     # -- main loop ---------------------------------------------------------------------------------
 
@@ -204,7 +376,20 @@ class Worker(Runtime):
         return self.stats
 
     def _start(self) -> None:
+        with self._control:
+            me = threading.current_thread()
+            if self._run_thread is not None or (self._began and me is not self._background):
+                raise RuntimeError(
+                    "this worker was started already (a worker runs once: build another with "
+                    "ledger.worker(...))"
+                )
+            self._began = True
+            self._run_thread = me
         self.ledger._register_wake(self._wake)
+        for event in self._stop_events:
+            threading.Thread(
+                target=self._watch, args=(event,), name="jobledger-stop-when", daemon=True
+            ).start()
         # A burst worker stops once nothing is due: it has no use for wake-ups.
         self._listener = None if self.burst else self.backend.listener(self.queues)
         self.start_runtime()
@@ -225,6 +410,8 @@ class Worker(Runtime):
             ",".join(self.queues),
             self.concurrency,
         )
+        if not self._started.done():
+            self._started.set_result(None)
 
     def _add_runner(self) -> None:
         self._runners += 1
@@ -429,6 +616,7 @@ class Worker(Runtime):
 
     def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> None:
         with self._loop_lock:
+            # The application's loop when the worker was started from one, else its own.
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 threading.Thread(
@@ -462,7 +650,13 @@ class Worker(Runtime):
     # -- shutdown ----------------------------------------------------------------------------------
 
     def _shutdown(self) -> None:
-        deadline = time.monotonic() + self.grace_seconds
+        try:
+            self._stop_everything()
+        finally:
+            self._ended.set()
+
+    def _stop_everything(self) -> None:
+        deadline = self._deadline or time.monotonic() + self.grace_seconds
         self.ledger._unregister_wake(self._wake)
         for service in reversed(self._services):
             try:
@@ -473,6 +667,20 @@ class Worker(Runtime):
         self.drain(deadline)
         for _ in range(self._runners):
             self._runnable.put(None)
-        if self._loop is not None:
+        if self._loop is not None and self._owns_loop:
             self._loop.call_soon_threadsafe(self._loop.stop)
+        elif self._loop is not None:
+            # The application's loop runs on: async handlers still running past the deadline
+            # are cancelled there (their outcome is not written; their leases expire).
+            for hold in self._held():
+                if hold.future is not None:
+                    hold.future.cancel()
         log.info("worker %s stopped: %s", self.name, self.stats)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

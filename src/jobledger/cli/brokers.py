@@ -31,7 +31,7 @@ from .params import (
 
 
 @contextmanager
-def _signals_stop(stop: Callable[[int], None]) -> Iterator[None]:
+def _signals_stop(stop: Callable[[int], object]) -> Iterator[None]:
     """SIGTERM and SIGINT call ``stop(times_received)`` while the block runs."""
     received = []
 

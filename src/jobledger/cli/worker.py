@@ -148,24 +148,29 @@ def worker(
                 "--metrics-port cannot be shared by --processes children; run each worker "
                 "process with its own port, or scrape the server's /metrics"
             )
-        from .supervise import supervise
+        from .._runtime.processes import WorkerProcesses
 
         # Open the app's ledger here first: a missing database or schema, or an app that does
         # not import, is one error before any child starts (and --migrate migrates once).
         load_app(app, url, migrate=migrate, listen_url=listen_url).close()
-        child = ["worker", app, "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
-        child += ["--prefetch", str(prefetch), "--grace", str(grace), "--log-level", log_level]
-        child += ["--log-format", log_format]
-        child += [f"--queues={q}" for q in queues]
-        child += ["--burst"] if burst else []
-        child += ["--poll-interval", str(poll_interval)] if poll_interval is not None else []
-        child += ["--rescue-interval", str(rescue_interval)] if rescue_interval else []
-        child += ["--no-scheduler"] if no_scheduler else []
-        child += ["--history", history_path] if history_path else []
-        # The URL goes to the children in their environment, not on their command line.
-        env = {"JOBLEDGER_URL": url} if url else {}
-        env |= {"JOBLEDGER_LISTEN_URL": listen_url} if listen_url else {}
-        status = supervise(child, processes, burst, env=env or None)
+        status = WorkerProcesses(
+            app,
+            processes,
+            url=url,
+            queues=queues,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            prefetch=prefetch,
+            burst=burst,
+            grace_seconds=grace,
+            poll_interval=poll_interval,
+            rescue_interval=rescue_interval,
+            scheduler=not no_scheduler,
+            history=history_path,
+            log_level=log_level,
+            log_format=log_format,
+            env={"JOBLEDGER_LISTEN_URL": listen_url} if listen_url else None,
+        ).run()
         click.echo(f"{processes} worker processes done", err=True)
         raise SystemExit(status)
     ledger = load_app(app, url, migrate=migrate, listen_url=listen_url)

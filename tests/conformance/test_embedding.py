@@ -1,0 +1,372 @@
+"""A worker embedded in an application: started and stopped from code, sync and async, a graceful
+stop with a deadline, async handlers on the application's event loop, ``run_worker`` stopped
+from code — on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobledger import AttemptOutcome, Backoff, JobState, Ledger
+
+from ..support.processes import wait_until
+from ..support.waiting import Patience, slowdown
+
+QUICK = Backoff(base=0.01, cap=0.01, jitter=False)
+
+
+def _outcomes(ledger: Ledger, job_id: int) -> list[AttemptOutcome | None]:
+    return [a.outcome for a in ledger.history(job_id).attempts]
+
+
+def _done(ledger: Ledger, ids: list[int]) -> int:
+    return sum(ledger.job(i).state is JobState.DONE for i in ids)
+
+
+def test_start_returns_at_once_and_stop_returns_the_stats(ledger):
+    ran = []
+    ledger.task(lambda ctx, n: ran.append(n), name="t", queue="e")
+    worker = ledger.worker(["e"], concurrency=2, poll_interval=0.05)
+    assert not worker.running
+    assert worker.start() is worker
+    assert worker.running
+    ids = [ledger.enqueue("t", {"n": n}, key=f"k{n}")[0] for n in range(20)]
+    wait_until(lambda: _done(ledger, ids) == 20, what="20 jobs done", progress=lambda: len(ran))
+    stats = worker.stop(timeout=10)
+    assert not worker.running
+    assert stats.completed == 20 and stats is worker.stats
+    assert worker.stop() is stats, "stop is idempotent"
+    assert worker.join() is stats
+    assert sorted(ran) == list(range(20))
+    with pytest.raises(RuntimeError, match="started already"):
+        worker.start()
+
+
+def test_stop_from_another_thread_and_from_a_handler(ledger):
+    worker = ledger.worker(["e"], concurrency=1, poll_interval=0.05)
+
+    @ledger.task(queue="e")
+    def stops_its_worker(ctx) -> None:
+        # A handler's thread is the worker's own: stop() must not wait there (it would wait
+        # for this very handler).
+        worker.stop()
+
+    job_id, _ = ledger.enqueue(stops_its_worker, {}, key="k")
+    worker.start()
+    stats = worker.join(timeout=60)
+    assert stats.completed == 1 and ledger.job(job_id).state is JobState.DONE
+    assert not worker.running
+
+    other = ledger.worker(["e"], concurrency=1, poll_interval=0.05).start()
+    results = []
+    stopper = threading.Thread(target=lambda: results.append(other.stop()))
+    stopper.start()
+    stopper.join(60)
+    assert results == [other.stats] and not other.running
+
+
+def test_a_burst_worker_started_in_the_background_stops_by_itself(ledger):
+    ledger.task(lambda ctx, n: None, name="t", queue="e")
+    ids = [ledger.enqueue("t", {"n": n}, key=f"k{n}")[0] for n in range(30)]
+    worker = ledger.worker(["e"], burst=True).start()
+    stats = worker.join(timeout=120)
+    assert stats.completed == 30 and _done(ledger, ids) == 30 and not worker.running
+
+
+def test_with_starts_and_stops(ledger):
+    ran = []
+    ledger.task(lambda ctx: ran.append(ctx.key), name="t", queue="e")
+    with ledger.worker(["e"], poll_interval=0.05) as worker:
+        assert worker.running
+        job_id, _ = ledger.enqueue("t", {}, key="k")
+        wait_until(lambda: ledger.job(job_id).state is JobState.DONE, what="the job done")
+    assert not worker.running and worker.stats.completed == 1 and ran == ["k"]
+
+
+def test_stop_with_a_deadline_gives_back_what_waits_and_leaves_what_runs_to_its_lease(ledger):
+    """A handler runs past the stop's deadline: stop returns at the deadline; the job that was
+    claimed and had not started is given back uncharged; the one still running keeps its lease,
+    and its late outcome is not written. A later worker rescues it and runs it again; its effect,
+    recorded by the first attempt, is not repeated, and the given-back job runs once."""
+    let_go, entered, returned = threading.Event(), threading.Event(), threading.Event()
+    effects: list[str] = []
+
+    @ledger.task(queue="e", lease_seconds=30, backoff=QUICK)
+    def send(ctx, hold: bool) -> None:
+        if hold and ctx.attempt == 1:
+            entered.set()
+            let_go.wait(120)
+        ctx.once("sent", effects.append, ctx.key)
+        if ctx.attempt == 1:
+            returned.set()
+
+    slow, _ = ledger.enqueue(send, {"hold": True}, key="slow", priority=10)
+    waiting, _ = ledger.enqueue(send, {"hold": False}, key="waiting")
+    # One runner, and room for one more claimed job to wait for it.
+    worker = ledger.worker(["e"], concurrency=1, prefetch=1, poll_interval=0.05).start()
+    try:
+        assert entered.wait(60), "the slow job did not start"
+        wait_until(lambda: ledger.job(waiting).state is JobState.LEASED, what="the second claim")
+        stats = worker.stop(timeout=0.2)
+        assert not worker.running
+        assert stats.released == 1 and stats.completed == 0
+        row = ledger.job(waiting)
+        assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
+        assert _outcomes(ledger, waiting) == [AttemptOutcome.RELEASED]
+        row = ledger.job(slow)
+        assert row.state is JobState.LEASED and row.leased_by == worker.name
+        # The handler returns after the deadline: its effect is recorded (its lease is still
+        # its own), its outcome is not written (the worker has stopped).
+        let_go.set()
+        assert returned.wait(60)
+        assert effects == ["slow"]
+        assert ledger.job(slow).state is JobState.LEASED
+    finally:
+        let_go.set()
+        worker.stop()
+
+    # Another host, whose clock is past the lease, rescues the job and runs both.
+    later = ledger.worker(
+        ["e"], burst=True, clock=lambda: datetime.now(UTC) + timedelta(minutes=2)
+    ).start()
+    stats = later.join(timeout=120)
+    assert stats.rescued == 1 and stats.completed == 2
+    assert _outcomes(ledger, slow) == [AttemptOutcome.LEASE_EXPIRED, AttemptOutcome.DONE]
+    assert _outcomes(ledger, waiting) == [AttemptOutcome.RELEASED, AttemptOutcome.DONE]
+    assert sorted(effects) == ["slow", "waiting"], "each effect happened once"
+    assert worker.stats.lease_lost == 0
+
+
+def test_a_second_stop_brings_the_deadline_forward(ledger):
+    let_go, entered = threading.Event(), threading.Event()
+
+    @ledger.task(queue="e")
+    def hangs(ctx) -> None:
+        entered.set()
+        let_go.wait(120)
+
+    ledger.enqueue(hangs, {}, key="k")
+    worker = ledger.worker(["e"], concurrency=1, poll_interval=0.05).start()
+    try:
+        assert entered.wait(60)
+        first = threading.Thread(target=worker.stop, kwargs={"timeout": 3600})
+        first.start()
+        wait_until(lambda: worker.stopping, what="the first stop")
+        worker.stop(timeout=0)  # returns once the worker stopped: long before an hour
+        assert not worker.running
+        first.join(60)
+        assert not first.is_alive()
+    finally:
+        let_go.set()
+
+
+def test_a_bad_timeout_is_refused(ledger):
+    ledger.task(lambda ctx: None, name="t", queue="e")
+    worker = ledger.worker(["e"])
+    with pytest.raises(ValueError, match="timeout must be"):
+        worker.stop(timeout=-1)
+
+
+# -- async --------------------------------------------------------------------------------------
+
+
+def test_async_handlers_run_on_the_apps_loop_and_the_worker_never_blocks_it(ledger):
+    """While the worker drains a few hundred jobs, async handlers run on the loop that started
+    it and sync ones on runner threads; the loop's ticks are never late by more than 20 ms (in
+    machine time: scaled by the machine's slowdown at that moment)."""
+    seen_loops: list[asyncio.AbstractEventLoop] = []
+    sync_threads: list[str] = []
+
+    @ledger.task(queue="a")
+    async def on_loop(ctx, n: int) -> None:
+        seen_loops.append(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+
+    @ledger.task(queue="a")
+    def on_thread(ctx, n: int) -> None:
+        sync_threads.append(threading.current_thread().name)
+
+    n_async, n_sync = 300, 100
+    ledger.enqueue_many(on_loop, [{"payload": {"n": n}, "key": f"a{n}"} for n in range(n_async)])
+    ledger.enqueue_many(on_thread, [{"payload": {"n": n}, "key": f"s{n}"} for n in range(n_sync)])
+    tick = 0.005
+    late: list[tuple[float, float]] = []  # (how late a tick was, the slowdown then)
+
+    async def main() -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        patience = Patience(30, lambda: len(seen_loops) + len(sync_threads))
+        async with ledger.worker(["a"], concurrency=8) as worker:
+            assert worker.running
+            while len(seen_loops) + len(sync_threads) < n_async + n_sync:
+                assert not patience.expired(), patience.describe()
+                before = time.monotonic()
+                await asyncio.sleep(tick)
+                late.append((time.monotonic() - before - tick, slowdown()))
+        assert not worker.running
+        assert worker.stats.completed == n_async + n_sync
+        return loop
+
+    loop = asyncio.run(main())
+    assert len(seen_loops) == n_async and all(seen is loop for seen in seen_loops)
+    assert len(sync_threads) == n_sync
+    assert all(name.startswith("jobledger-runner") for name in sync_threads)
+    worst = max(late, key=lambda lag: lag[0] / lag[1])
+    assert worst[0] <= 0.020 * worst[1], (
+        f"the loop was blocked {worst[0] * 1000:.0f} ms at a slowdown of {worst[1]:.1f} "
+        f"({len(late)} ticks)"
+    )
+
+
+def test_an_async_handler_on_the_apps_loop_is_cancelled_at_its_timeout(ledger):
+    @ledger.task(queue="a", timeout=0.3, lease_seconds=5, backoff=QUICK)
+    async def sleepy(ctx) -> None:
+        if ctx.attempt == 1:
+            try:
+                await asyncio.sleep(120)
+            except asyncio.CancelledError:
+                cancelled_on.append(asyncio.get_running_loop())
+                raise
+
+    cancelled_on: list[asyncio.AbstractEventLoop] = []
+    job_id, _ = ledger.enqueue(sleepy, {}, key="k")
+
+    async def main() -> asyncio.AbstractEventLoop:
+        async with ledger.worker(["a"], concurrency=1, poll_interval=0.05) as worker:
+            patience = Patience(30, lambda: worker.stats.completed + worker.stats.timed_out)
+            while worker.stats.completed < 1:
+                assert not patience.expired(), patience.describe()
+                await asyncio.sleep(0.01)
+        return asyncio.get_running_loop()
+
+    loop = asyncio.run(main())
+    assert cancelled_on == [loop]
+    assert _outcomes(ledger, job_id) == [AttemptOutcome.TIMED_OUT, AttemptOutcome.DONE]
+
+
+def test_stop_async_waits_without_blocking_and_cancels_what_runs_past_the_deadline(ledger):
+    @ledger.task(queue="a", lease_seconds=30)
+    async def hangs(ctx) -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(120)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    job_id, _ = ledger.enqueue(hangs, {}, key="k")
+
+    async def main() -> None:
+        worker = ledger.worker(["a"], concurrency=1, poll_interval=0.05)
+        await worker.start_async()
+        patience = Patience(30)
+        while not entered.is_set():
+            assert not patience.expired(), patience.describe()
+            await asyncio.sleep(0.01)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        probe = asyncio.create_task(ticker())
+        stats = await worker.stop_async(timeout=0.5)
+        probe.cancel()
+        assert ticks > 0, "the loop kept running while the worker drained"
+        assert stats.completed == 0 and not worker.running
+        patience = Patience(30)
+        while not cancelled.is_set():
+            assert not patience.expired(), patience.describe()
+            await asyncio.sleep(0.01)
+
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+    asyncio.run(main())
+    # Its outcome is not written: the lease expires and the rescuer hands the job out again.
+    row = ledger.job(job_id)
+    assert row.state is JobState.LEASED and row.attempts == 1
+
+
+# -- run_worker -----------------------------------------------------------------------------------
+
+
+def test_run_worker_is_stopped_by_its_stop_event(ledger):
+    ledger.task(lambda ctx, n: None, name="t", queue="r")
+    ids = [ledger.enqueue("t", {"n": n}, key=f"k{n}")[0] for n in range(10)]
+    stop = threading.Event()
+
+    def stop_when_done() -> None:
+        wait_until(lambda: _done(ledger, ids) == 10, what="10 jobs done")
+        stop.set()
+
+    helper = threading.Thread(target=stop_when_done, daemon=True)
+    helper.start()
+    # In the main thread, with its signal handlers installed as the CLI has them.
+    stats = ledger.run_worker(["r"], poll_interval=0.05, stop=stop)
+    assert stats.completed == 10
+    helper.join(10)
+
+    # In another thread (no signal handlers), stopped before it had anything to do.
+    stop2 = threading.Event()
+    out = []
+    runner = threading.Thread(target=lambda: out.append(ledger.run_worker(["r"], stop=stop2)))
+    runner.start()
+    stop2.set()
+    runner.join(60)
+    assert not runner.is_alive() and out and out[0].completed == 0
+
+
+def test_a_sync_start_in_a_coroutine_uses_its_loop_and_a_loop_may_be_named(ledger):
+    seen: list[asyncio.AbstractEventLoop] = []
+
+    @ledger.task(queue="a")
+    async def on_loop(ctx) -> None:
+        seen.append(asyncio.get_running_loop())
+
+    async def wait_for(n: int) -> None:
+        patience = Patience(30, lambda: len(seen))
+        while len(seen) < n:
+            assert not patience.expired(), patience.describe()
+            await asyncio.sleep(0.01)
+
+    async def main() -> asyncio.AbstractEventLoop:
+        worker = ledger.worker(["a"], poll_interval=0.05)
+        worker.start()  # in a coroutine: the running loop is the handlers' loop
+        await asyncio.to_thread(ledger.enqueue, on_loop, {}, key="first")
+        await wait_for(1)
+        await worker.stop_async()
+        return asyncio.get_running_loop()
+
+    loop = asyncio.run(main())
+    assert seen == [loop]
+
+    # A loop running in another thread, named.
+    other = asyncio.new_event_loop()
+    thread = threading.Thread(target=other.run_forever, daemon=True)
+    thread.start()
+    try:
+        worker = ledger.worker(["a"], poll_interval=0.05).start(loop=other)
+        ledger.enqueue(on_loop, {}, key="second")
+        wait_until(lambda: len(seen) == 2, what="the second job")
+        assert worker.stop().completed == 1 and seen[1] is other
+    finally:
+        other.call_soon_threadsafe(other.stop)
+        thread.join(10)
+        other.close()
+
+
+def test_a_sync_stop_on_the_handlers_loop_does_not_wait_there(ledger, caplog):
+    ledger.task(lambda ctx: None, name="t", queue="a")
+
+    async def main() -> None:
+        worker = await ledger.worker(["a"], poll_interval=0.05).start_async()
+        worker.stop()  # would block the loop its async handlers need: it returns at once
+        assert "await worker.stop_async()" in caplog.text
+        await worker.stop_async()
+        assert not worker.running
+
+    asyncio.run(main())
