@@ -213,3 +213,44 @@ def test_a_queue_lease_below_a_second_is_refused_as_over_http(cli, db_url, ledge
     assert cli("queues", "create", "q", "--lease-seconds", "1", "--url", db_url).code == 0
     [declared] = ledger.queue_settings.list()
     assert declared.settings.lease_seconds == 1.0
+
+
+@pytest.mark.slow
+def test_ctrl_c_at_the_terminal_stops_worker_processes_gracefully(db_url, ledger, tmp_path):
+    """A terminal's Ctrl-C goes to its whole foreground process group. The children of
+    `worker --processes` get it once, from their parent — not once from the terminal and once
+    passed on, which would be two signals, "stop at once" — so running jobs finish."""
+    from jobledger import JobState
+
+    started, go = tmp_path / "started", tmp_path / "go"
+    ledger.task(lambda ctx, n: None, name="send", queue="drill")
+    jobs = [ledger.enqueue("send", {"n": n}, key=f"block{n}").id for n in range(2)]
+    env = {"LIFECYCLE_STARTED": str(started), "LIFECYCLE_GO": str(go), "JOBLEDGER_URL": db_url}
+    full = {**os.environ, **env}
+    full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
+    command = ["worker", "tests.apps.lifecycle_app:ledger", "--processes", "2", "--concurrency"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobledger", *command, "1", "--poll-interval", "0.05"],
+        cwd=ROOT,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a process group of its own, as a shell runs a job
+    )
+    try:
+        wait_until(
+            lambda: len({ledger.job(i).leased_by for i in jobs} - {None}) == 2,
+            timeout=60,
+            what="each worker process to hold one job",
+        )
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C: the whole group
+        go.touch()
+        code, out, err = wait_exit(proc)
+    finally:
+        go.touch()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert code == 0, err
+    assert [ledger.job(i).state for i in jobs] == [JobState.DONE, JobState.DONE], err

@@ -69,7 +69,11 @@ class Supervisor:
         self._lock = threading.RLock()
 
     def _spawn(self) -> tuple[subprocess.Popen[bytes], float]:
-        return subprocess.Popen(self.command, env=self.env), time.monotonic()
+        # Each child in a process group of its own: a Ctrl-C at the terminal reaches this
+        # process only, which passes it on once. (In the terminal's group, each child would get
+        # it twice — from the terminal and passed on — and a second signal means "stop now".)
+        child = subprocess.Popen(self.command, env=self.env, process_group=0)
+        return child, time.monotonic()
 
     def start(self) -> None:
         with self._lock:
