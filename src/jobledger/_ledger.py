@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -55,6 +56,7 @@ from ._task import (
 )
 from .backends import DEFAULT_URL, DatabaseURL, open_backend
 from .backends.base import Backend
+from .backends.url import REQUIRE_URL_ENV, default_url_refused
 from .errors import (
     ConfigError,
     InvalidTransition,
@@ -72,7 +74,17 @@ if TYPE_CHECKING:
     from .maintenance.scheduler import Scheduler
     from .scheduling.schedule import ScheduleBook, Tick
 
-__all__ = ["DEFAULT_KEEP_KEYS", "DEFAULT_URL", "JobHistory", "Ledger", "RedriveResult"]
+__all__ = [
+    "DEFAULT_KEEP_KEYS",
+    "DEFAULT_URL",
+    "REQUIRE_URL_ENV",
+    "JobHistory",
+    "Ledger",
+    "RedriveResult",
+    "refuse_default_url",
+]
+
+log = logging.getLogger("jobledger.ledger")
 
 _INT32 = 2**31 - 1
 
@@ -119,7 +131,9 @@ class TaskOptions(TypedDict, total=False):
 class Ledger:
     """A durable job ledger on one database.
 
-    ``Ledger()`` reads ``JOBLEDGER_URL``, else uses ``sqlite:///jobledger.db``. Nothing touches
+    ``Ledger()`` reads ``JOBLEDGER_URL``, else uses ``sqlite:///jobledger.db`` and says so in a
+    warning naming the file, when the database is first opened; ``JOBLEDGER_REQUIRE_URL=1``
+    makes that first open raise ``ConfigError`` instead. Nothing touches
     the database until first use (or ``open()``); then the schema is created or upgraded
     (``auto_migrate``) and checked. ``create=False`` refuses to create a SQLite file that does not
     exist; with ``auto_migrate=False`` too, nothing is ever created (the CLI opens it so, so that
@@ -127,8 +141,11 @@ class Ledger:
     """
 
     def __init__(self, url: str | None = None, *, auto_migrate: bool = True, create: bool = True):
-        raw = url or os.environ.get("JOBLEDGER_URL") or DEFAULT_URL
-        self.url = DatabaseURL.parse(raw)
+        raw = url or os.environ.get("JOBLEDGER_URL")
+        self.url = DatabaseURL.parse(raw or DEFAULT_URL)
+        # Said (or refused) when the database is opened, not here: a URL set later by
+        # use_url (the CLI's --url for an app's module-level Ledger()) is not a default.
+        self._url_defaulted = not raw
         self.auto_migrate = auto_migrate
         self.create = create
         self._backend: Backend | None = None
@@ -183,6 +200,7 @@ class Ledger:
         migrated database is then checked without the write lock that transaction holds."""
         with self._open_lock:
             if self._backend is None:
+                self._say_default_url()
                 backend = open_backend(self.url, create=self.create)
                 try:
                     if self.auto_migrate:
@@ -201,6 +219,21 @@ class Ledger:
             self._open()
         return self
 
+    def _say_default_url(self) -> None:
+        """Before the default database is first opened: refuse it if the deployment says so,
+        else name the file in one warning (a worker misconfigured in production would otherwise
+        idle on an empty file without a word)."""
+        if not self._url_defaulted:
+            return
+        refuse_default_url()
+        log.warning(
+            "no database URL given (Ledger(url) or JOBLEDGER_URL): using the SQLite file %s; "
+            "%s=1 refuses this default",
+            self.url.sqlite_path.resolve(),
+            REQUIRE_URL_ENV,
+        )
+        self._url_defaulted = False
+
     def schema_version(self) -> int:
         """The highest migration applied to the database, 0 when it has none."""
         return self.backend.schema_version()
@@ -210,9 +243,12 @@ class Ledger:
         if self._backend is not None:
             raise ConfigError("the ledger is already open; set its URL before first use")
         self.url = DatabaseURL.parse(url)
+        self._url_defaulted = False
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; return the migrations applied now."""
+        if self._backend is None:
+            self._say_default_url()
         backend = self._backend or open_backend(self.url, create=True)
         applied = backend.migrate()
         if self._backend is None:
@@ -999,3 +1035,11 @@ def _replace(where: JobFilter, **changes: Any) -> JobFilter:
     from dataclasses import replace
 
     return replace(where, **changes)
+
+
+def refuse_default_url() -> None:
+    """Raise ``ConfigError`` when no database URL was given and ``JOBLEDGER_REQUIRE_URL``
+    forbids the default one (the CLI calls it for a ``--url`` left to its default too)."""
+    error = default_url_refused()
+    if error is not None:
+        raise error
