@@ -45,6 +45,7 @@ def insert_values(job: NewJob, run_at: float, now: float) -> dict[str, Any]:
         "now": now,
         "correlation_id": job.correlation_id,
         "group": job.group,
+        "trace_context": job.trace_context,
     }
 
 

@@ -56,6 +56,7 @@ NEW_JOB_COLUMNS = (
     _Column("lease_seconds", "float8", "lease_seconds", lambda v: repr(float(v))),
     _Column("correlation_id", "text", "correlation_id", _text),
     _Column("group_name", "text", "group", _text),
+    _Column("trace_context", "text", "trace_context", _text),
 )
 
 NEW_JOB_SQL = {

@@ -5,9 +5,9 @@
 -- A key with a live tombstone (its job was pruned) is not inserted: it still names that job.
 INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
                             attempt_limit, lease_seconds, created_at, updated_at, correlation_id,
-                            group_name)
+                            group_name, trace_context)
 SELECT :queue, :key, :task, :payload, :priority, :run_at, :max_attempts, :max_attempts,
-       :lease_seconds, :now, :now, :correlation_id, :group
+       :lease_seconds, :now, :now, :correlation_id, :group, :trace_context
 WHERE NOT EXISTS (
     SELECT 1 FROM jobledger_tombstones
     WHERE queue = :queue AND key = :key AND expires_at > :now
@@ -32,7 +32,7 @@ SET state = 'leased',
 -- name: leased
 -- What a claim returns of each job it leased.
 RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
-          run_at, priority, correlation_id, attempt_limit, group_name
+          run_at, priority, correlation_id, attempt_limit, group_name, trace_context
 
 -- name: job_claim
 -- {queues} is a list of :q0, :q1, … placeholders, filled in per call.
