@@ -63,9 +63,11 @@ from .errors import (
     NotFound,
     PayloadError,
 )
+from .observability.tracing import current_trace_context
 from .policy import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
+    from ._runtime.hooks import AttemptTracer
     from ._runtime.outcomes import Observers
     from ._runtime.pull import PullLeases
     from ._runtime.worker import Worker, WorkerStats
@@ -524,6 +526,9 @@ class Ledger:
         new_jobs = []
         # One call to the random source for the whole batch: a correlation id per job.
         random_ids = os.urandom(16 * len(specs)).hex()
+        # The batch is one enqueue: its jobs share the caller's trace context (None, the
+        # common case, without OpenTelemetry or outside a span).
+        trace_context = current_trace_context()
         for n, spec in enumerate(specs):
             payload_json = encode_payload(spec.payload)
             key = spec.key
@@ -554,6 +559,7 @@ class Ledger:
                     lease_seconds=lease_seconds,
                     correlation_id=spec.correlation_id or random_ids[32 * n : 32 * n + 32],
                     group=None if group is None else validate_group(group),
+                    trace_context=trace_context,
                 )
             )
         backend = self._backend or self._open(conn)
@@ -582,6 +588,13 @@ class Ledger:
             event.set()
 
     # -- workers -----------------------------------------------------------------------------------
+
+    def attempt_tracer(self) -> AttemptTracer | None:
+        """What follows each attempt of this ledger's workers as a span: OpenTelemetry's, when
+        this process uses it (has imported it, to configure its SDK), else None."""
+        from .observability.tracing import attempt_tracer
+
+        return attempt_tracer()
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
         """Build a ``Worker`` (see its options) without starting it."""
