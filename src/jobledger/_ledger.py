@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, Unpack, overload
 
+from ._connections import raw_connection
 from ._records import (
     Attempt,
     Enqueued,
@@ -515,6 +516,8 @@ class Ledger:
         on_conflict: Literal["raise", "report"] = "raise",
         priority_given: bool,
     ) -> list[InsertResult]:
+        # A SQLAlchemy Connection or Session: the DBAPI connection under it, in its transaction.
+        conn = raw_connection(conn)
         task = self._resolve_task(task_ref)
         name = task.name if isinstance(task, Task) else task
         target_queue = validate_queue_name(
