@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 from jobledger import ConfigError, Ledger, NotFound  # noqa: E402
 from jobledger._connections import _check_driver, raw_async_connection, raw_connection  # noqa: E402
 
+from .support.docs import section_code  # noqa: E402
 from .support.processes import ROOT  # noqa: E402
 
 
@@ -229,3 +230,17 @@ def test_a_ledger_without_sqlalchemy_connections_never_imports_it(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_the_docs_example_runs(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("JOBLEDGER_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", section_code("SQLAlchemy")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

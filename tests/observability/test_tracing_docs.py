@@ -5,22 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
+from ..support.docs import section_code
 from ..support.processes import ROOT
-
-
-def section_code(title: str) -> str:
-    """The first python block of the ``## title`` section of docs/integrations.md."""
-    text = (ROOT / "docs" / "integrations.md").read_text()
-    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert match, f"no python example under ## {title}"
-    return match[1]
 
 
 def test_the_opentelemetry_example_runs(tmp_path):
