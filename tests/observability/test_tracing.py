@@ -298,3 +298,17 @@ def test_a_request_without_traceparent_is_a_new_trace(ledger):
         wait_until(lambda: named(spans, "GET /v1/queues"), what="the server span")
     [server] = named(spans, "GET /v1/queues")
     assert server.parent is None
+
+
+def test_every_claim_carries_the_stored_context(ledger):
+    """The plain claim, the grouped claim and the claim by key (a broker's messages)."""
+    with tracer().start_as_current_span("enqueue") as parent:
+        ledger.enqueue("t", {}, key="plain", queue="q")
+        ledger.enqueue("t", {}, key="grouped", queue="q", group="tenant-1")
+        ledger.enqueue("t", {}, key="by-key", queue="k")
+    expected = _traceparent(parent.get_span_context())
+    claimed = ledger.backend.jobs.claim(["q"], "test", 10)
+    assert sorted(j.key for j in claimed) == ["grouped", "plain"]
+    [by_key] = ledger.backend.jobs.claim_keys([("k", "by-key")], "test")
+    for job in [*claimed, by_key.job]:
+        assert json.loads(job.trace_context)["traceparent"] == expected, job.key
