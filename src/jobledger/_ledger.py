@@ -459,8 +459,10 @@ class Ledger:
 
         A key that already exists in the queue creates nothing and returns the existing job with
         ``created=False``; with a different task or payload it raises ``KeyConflict`` and changes
-        nothing. With ``conn`` (an open psycopg or sqlite3 connection on the ledger's database)
-        the job is written in the caller's transaction and exists only if that commits.
+        nothing. With ``conn`` (an open psycopg or sqlite3 connection on the ledger's database,
+        or a SQLAlchemy ``Connection`` or ``Session`` on one) the job is written in the caller's
+        transaction and exists only if that commits. Inside an OpenTelemetry span, the span's
+        trace context is stored with the job (its attempts' spans link to it).
         ``group`` (or the task's group rule) puts the job in a group: see ``set_group_limits``.
         """
         spec = JobSpec(
