@@ -4,6 +4,8 @@ command (``worker APP``) refuses it when the app's own ``Ledger()`` has no URL e
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from .conftest import assert_one_line_error
@@ -16,6 +18,10 @@ EVERY_COMMAND_AND_MIGRATE = [*EVERY_COMMAND, ("migrate",)]
 def required(monkeypatch, tmp_path):
     monkeypatch.setenv("JOBLEDGER_REQUIRE_URL", "1")
     monkeypatch.chdir(tmp_path)
+    # The apps' module-level Ledger(), imported afresh as a new process would: one imported by
+    # an earlier test was given that test's --url.
+    for name in [m for m in sys.modules if m.startswith("tests.apps.")]:
+        monkeypatch.delitem(sys.modules, name)
     return tmp_path
 
 
