@@ -35,3 +35,20 @@ def test_int_columns_match(values):
 def test_a_shared_value_is_repeated():
     assert _array(["q"] * 3, _LITERALS["text"]) == '{"q","q","q"}'
     assert _array([None, None], _LITERALS["text"]) == "{NULL,NULL}"
+
+
+def test_a_column_null_for_the_whole_batch_is_sent_empty():
+    from datetime import datetime
+
+    from jobledger._records import NewJob
+    from jobledger.backends.postgres.newjob import new_job_arrays
+
+    jobs = [NewJob("q", f"k{i}", "t", "{}", 0, None, 5, 60.0) for i in range(3)]
+    arrays = new_job_arrays(jobs)
+    assert arrays["trace_context"] == arrays["group_name"] == arrays["run_at"] == "{}"
+    assert arrays["key"] == '{"k0","k1","k2"}'
+    jobs[1].trace_context = '{"traceparent":"x"}'
+    jobs[2].run_at = datetime(2026, 1, 1)
+    arrays = new_job_arrays(jobs)
+    assert arrays["trace_context"] == '{NULL,"{\\"traceparent\\":\\"x\\"}",NULL}'
+    assert arrays["run_at"].startswith("{NULL,NULL,")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, Unpack, overload
 
+from ._connections import raw_connection
 from ._records import (
     Attempt,
     Enqueued,
@@ -55,15 +57,18 @@ from ._task import (
 )
 from .backends import DEFAULT_URL, DatabaseURL, open_backend
 from .backends.base import Backend
+from .backends.url import REQUIRE_URL_ENV, default_url_refused
 from .errors import (
     ConfigError,
     InvalidTransition,
     NotFound,
     PayloadError,
 )
+from .observability.tracing import current_trace_context
 from .policy import DEFAULT_BACKOFF, Backoff
 
 if TYPE_CHECKING:
+    from ._runtime.hooks import AttemptTracer
     from ._runtime.outcomes import Observers
     from ._runtime.pull import PullLeases
     from ._runtime.worker import Worker, WorkerStats
@@ -72,7 +77,17 @@ if TYPE_CHECKING:
     from .maintenance.scheduler import Scheduler
     from .scheduling.schedule import ScheduleBook, Tick
 
-__all__ = ["DEFAULT_KEEP_KEYS", "DEFAULT_URL", "JobHistory", "Ledger", "RedriveResult"]
+__all__ = [
+    "DEFAULT_KEEP_KEYS",
+    "DEFAULT_URL",
+    "REQUIRE_URL_ENV",
+    "JobHistory",
+    "Ledger",
+    "RedriveResult",
+    "refuse_default_url",
+]
+
+log = logging.getLogger("jobledger.ledger")
 
 _INT32 = 2**31 - 1
 
@@ -119,7 +134,9 @@ class TaskOptions(TypedDict, total=False):
 class Ledger:
     """A durable job ledger on one database.
 
-    ``Ledger()`` reads ``JOBLEDGER_URL``, else uses ``sqlite:///jobledger.db``. Nothing touches
+    ``Ledger()`` reads ``JOBLEDGER_URL``, else uses ``sqlite:///jobledger.db`` and says so in a
+    warning naming the file, when the database is first opened; ``JOBLEDGER_REQUIRE_URL=1``
+    makes that first open raise ``ConfigError`` instead. Nothing touches
     the database until first use (or ``open()``); then the schema is created or upgraded
     (``auto_migrate``) and checked. ``create=False`` refuses to create a SQLite file that does not
     exist; with ``auto_migrate=False`` too, nothing is ever created (the CLI opens it so, so that
@@ -138,8 +155,11 @@ class Ledger:
         create: bool = True,
         listen_url: str | None = None,
     ):
-        raw = url or os.environ.get("JOBLEDGER_URL") or DEFAULT_URL
-        self.url = DatabaseURL.parse(raw)
+        raw = url or os.environ.get("JOBLEDGER_URL")
+        self.url = DatabaseURL.parse(raw or DEFAULT_URL)
+        # Said (or refused) when the database is opened, not here: a URL set later by
+        # use_url (the CLI's --url for an app's module-level Ledger()) is not a default.
+        self._url_defaulted = not raw
         self._listen_url = listen_url
         if listen_url is None and self.url.dialect == "postgres":
             self._listen_url = os.environ.get("JOBLEDGER_LISTEN_URL")
@@ -198,6 +218,7 @@ class Ledger:
         migrated database is then checked without the write lock that transaction holds."""
         with self._open_lock:
             if self._backend is None:
+                self._say_default_url()
                 backend = open_backend(self.url, create=self.create)
                 try:
                     if self.auto_migrate:
@@ -216,6 +237,21 @@ class Ledger:
             self._open()
         return self
 
+    def _say_default_url(self) -> None:
+        """Before the default database is first opened: refuse it if the deployment says so,
+        else name the file in one warning (a worker misconfigured in production would otherwise
+        idle on an empty file without a word)."""
+        if not self._url_defaulted:
+            return
+        refuse_default_url()
+        log.warning(
+            "no database URL given (Ledger(url) or JOBLEDGER_URL): using the SQLite file %s; "
+            "%s=1 refuses this default",
+            self.url.sqlite_path.resolve(),
+            REQUIRE_URL_ENV,
+        )
+        self._url_defaulted = False
+
     def schema_version(self) -> int:
         """The highest migration applied to the database, 0 when it has none."""
         return self.backend.schema_version()
@@ -226,6 +262,7 @@ class Ledger:
             raise ConfigError("the ledger is already open; set its URL before first use")
         parsed = DatabaseURL.parse(url)
         self.url = parsed.listening_at(self._listen_url if parsed.dialect == "postgres" else None)
+        self._url_defaulted = False
 
     def use_listen_url(self, listen_url: str | None) -> None:
         """Where LISTEN sessions connect (before first use), e.g. from ``--listen-url``: a
@@ -241,6 +278,8 @@ class Ledger:
 
     def migrate(self) -> list[str]:
         """Create or upgrade the schema; return the migrations applied now."""
+        if self._backend is None:
+            self._say_default_url()
         backend = self._backend or open_backend(self.url, create=True)
         applied = backend.migrate()
         if self._backend is None:
@@ -448,8 +487,10 @@ class Ledger:
 
         A key that already exists in the queue creates nothing and returns the existing job with
         ``created=False``; with a different task or payload it raises ``KeyConflict`` and changes
-        nothing. With ``conn`` (an open psycopg or sqlite3 connection on the ledger's database)
-        the job is written in the caller's transaction and exists only if that commits.
+        nothing. With ``conn`` (an open psycopg or sqlite3 connection on the ledger's database,
+        or a SQLAlchemy ``Connection`` or ``Session`` on one) the job is written in the caller's
+        transaction and exists only if that commits. Inside an OpenTelemetry span, the span's
+        trace context is stored with the job (its attempts' spans link to it).
         ``group`` (or the task's group rule) puts the job in a group: see ``set_group_limits``.
         """
         spec = JobSpec(
@@ -505,6 +546,8 @@ class Ledger:
         on_conflict: Literal["raise", "report"] = "raise",
         priority_given: bool,
     ) -> list[InsertResult]:
+        # A SQLAlchemy Connection or Session: the DBAPI connection under it, in its transaction.
+        conn = raw_connection(conn)
         task = self._resolve_task(task_ref)
         name = task.name if isinstance(task, Task) else task
         target_queue = validate_queue_name(
@@ -516,6 +559,9 @@ class Ledger:
         new_jobs = []
         # One call to the random source for the whole batch: a correlation id per job.
         random_ids = os.urandom(16 * len(specs)).hex()
+        # The batch is one enqueue: its jobs share the caller's trace context (None, the
+        # common case, without OpenTelemetry or outside a span).
+        trace_context = current_trace_context()
         for n, spec in enumerate(specs):
             payload_json = encode_payload(spec.payload)
             key = spec.key
@@ -546,6 +592,7 @@ class Ledger:
                     lease_seconds=lease_seconds,
                     correlation_id=spec.correlation_id or random_ids[32 * n : 32 * n + 32],
                     group=None if group is None else validate_group(group),
+                    trace_context=trace_context,
                 )
             )
         backend = self._backend or self._open(conn)
@@ -574,6 +621,13 @@ class Ledger:
             event.set()
 
     # -- workers -----------------------------------------------------------------------------------
+
+    def attempt_tracer(self) -> AttemptTracer | None:
+        """What follows each attempt of this ledger's workers as a span: OpenTelemetry's, when
+        this process uses it (has imported it, to configure its SDK), else None."""
+        from .observability.tracing import attempt_tracer
+
+        return attempt_tracer()
 
     def worker(self, queues: Sequence[str] | None = None, **options: Any) -> Worker:
         """Build a ``Worker`` (see its options) without starting it: ``run()`` runs it in this
@@ -1036,3 +1090,11 @@ def _replace(where: JobFilter, **changes: Any) -> JobFilter:
     from dataclasses import replace
 
     return replace(where, **changes)
+
+
+def refuse_default_url() -> None:
+    """Raise ``ConfigError`` when no database URL was given and ``JOBLEDGER_REQUIRE_URL``
+    forbids the default one (the CLI calls it for a ``--url`` left to its default too)."""
+    error = default_url_refused()
+    if error is not None:
+        raise error

@@ -112,7 +112,7 @@ def test_the_cli_constants_are_the_librarys():
     from jobledger._ledger import DEFAULT_KEEP_KEYS
     from jobledger._records import DEFAULT_RETENTION_SECONDS
     from jobledger._records import subscriptions as subs
-    from jobledger.backends.url import DEFAULT_URL
+    from jobledger.backends.url import DEFAULT_URL, REQUIRE_URL_ENV
     from jobledger.cli import actions, queues, subscriptions, views, worker
     from jobledger.observability.logs import LOG_FORMATS
     from jobledger.scheduling.schedule import DEFAULT_COHORT
@@ -120,6 +120,7 @@ def test_the_cli_constants_are_the_librarys():
     from jobledger.testing.history import ENV
 
     assert params.DEFAULT_URL == DEFAULT_URL
+    assert params.REQUIRE_URL_ENV == REQUIRE_URL_ENV
     assert [s.value for s in JobState] == views.STATES
     assert timedelta(days=actions._KEEP_KEYS_DAYS) == DEFAULT_KEEP_KEYS
     assert queues._RETENTION_DAYS * 86400 == DEFAULT_RETENTION_SECONDS

@@ -159,6 +159,9 @@ class ClaimedJob:
     correlation_id: str | None
     budget_left: int = field(default=0)
     group: str | None = None
+    trace_context: str | None = None
+    """The trace context of the enqueue (W3C ``traceparent`` and ``tracestate`` as a JSON
+    object), or None: what each attempt's span links to (see docs/integrations.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +225,9 @@ class NewJob:
     lease_seconds: float
     correlation_id: str | None = None
     group: str | None = None
+    trace_context: str | None = None
+    """The enqueue's W3C trace context (``traceparent``, ``tracestate``) as a JSON object, or
+    None: the common case, and the only one without OpenTelemetry."""
 
 
 @dataclass(frozen=True, slots=True)

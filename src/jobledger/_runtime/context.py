@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
 
+from .._connections import raw_connection
 from .._faults import fault_point
 from ..backends.base import Backend
 from ..errors import LeaseLost
@@ -110,7 +111,13 @@ class JobContext:
         commits together with the rest of that transaction.
         """
         return self._backend.effects.record(
-            self.queue, self.key, effect, self._hold.lease, detail, self._clock(), conn
+            self.queue,
+            self.key,
+            effect,
+            self._hold.lease,
+            detail,
+            self._clock(),
+            raw_connection(conn),
         )
 
     def once(self, effect: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:

@@ -1,5 +1,5 @@
-"""Extension points for what runs beside the core: observers of workers, and services that a
-worker starts and stops with itself (the scheduler, a metrics endpoint)."""
+"""Extension points for what runs beside the core: observers of workers, a tracer of attempts,
+and services that a worker starts and stops with itself (the scheduler, a metrics endpoint)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from .._records import ClaimedJob, RescueResult
+    from .leases import LeaseHold
+    from .outcomes import Finished
     from .runtime import Runtime
 
-__all__ = ["WorkerObserver", "WorkerService"]
+__all__ = ["AttemptTracer", "WorkerObserver", "WorkerService"]
 
 
 class WorkerObserver:
@@ -52,6 +54,27 @@ class WorkerObserver:
 
     def on_rescue(self, worker: Runtime, rescued: Sequence[RescueResult]) -> None:
         """The worker's rescuer closed expired leases."""
+
+
+class AttemptTracer(Protocol):
+    """Follows each attempt from its start to its written outcome (one span per attempt:
+    ``jobledger.observability.tracing``, when the process uses OpenTelemetry). A runtime
+    without one (the common case) pays nothing for it. Never raises."""
+
+    def start(self, hold: LeaseHold, holder: str, target: str | None = None) -> object:
+        """An attempt starts on this thread (or asyncio task): its span begins and is the
+        current one until ``returned`` (so that what the handler does is part of it).
+        ``target``: the host a push delivery POSTs to (None: a handler runs it). Returns what
+        ``returned`` needs."""
+        ...
+
+    def returned(self, hold: LeaseHold, token: object, error: BaseException | None) -> None:
+        """The handler returned (or raised ``error``), on the thread that called ``start``."""
+        ...
+
+    def ended(self, item: Finished) -> None:
+        """The attempt's outcome (``item.outcome``) is written: its span ends."""
+        ...
 
 
 class WorkerService(Protocol):

@@ -41,6 +41,7 @@ class LeaseHold:
         "future",
         "lock",
         "started_at",
+        "span",
     )
 
     def __init__(self, job: ClaimedJob, timeout: float | None = None):
@@ -61,6 +62,8 @@ class LeaseHold:
         """An async handler's run on the runtime's event loop (cancelled on a timeout)."""
         self.started_at = 0.0
         self.lock = threading.Lock()
+        self.span: Any = None
+        """The attempt's span while a tracer follows it (``AttemptTracer``), else None."""
 
     @property
     def active(self) -> bool:

@@ -31,7 +31,7 @@ from .outcomes import Finished, Recorder, failure, timed_out
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
-    from .hooks import WorkerObserver
+    from .hooks import AttemptTracer, WorkerObserver
 
 __all__ = ["Runtime", "WorkerStats"]
 
@@ -65,7 +65,8 @@ class Runtime:
     - ``clock``: the ``now`` for the database (None: its own clock); tests pass one;
     - ``backoff_for(job)``: the retry backoff of a job's task or queue;
     - ``lease_seconds``: the leases this runtime expects, to pace the keeper;
-    - ``grace_seconds``: how long a graceful stop waits for what is running.
+    - ``grace_seconds``: how long a graceful stop waits for what is running;
+    - ``tracer``: follows each attempt as a span (None: no tracing, the common case).
     """
 
     def __init__(
@@ -78,12 +79,14 @@ class Runtime:
         backoff_for: Callable[[ClaimedJob], Backoff] = lambda job: DEFAULT_BACKOFF,
         lease_seconds: Sequence[float] = (),
         grace_seconds: float = 30.0,
+        tracer: AttemptTracer | None = None,
     ):
         self._backend_of = backend
         self._backend: Backend | None = None
         self.name = name
         self.clock = clock
         self.grace_seconds = grace_seconds
+        self.tracer = tracer
         self.stats = WorkerStats()
         self._observers: list[WorkerObserver] = list(observers)
         self._backoff_for = backoff_for
@@ -266,6 +269,10 @@ class Runtime:
         fault_point("worker.after_finish")
 
     def _written(self, batch: list[Finished]) -> None:
+        if self.tracer is not None:
+            for item in batch:
+                if item.hold.span is not None:
+                    self.tracer.ended(item)
         self.finished([item.hold for item in batch])
 
     def finished(self, holds: list[LeaseHold]) -> None:

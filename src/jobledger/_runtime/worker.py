@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from .._services.queues import QueueSettingsBook
     from .._task import Task
     from ..backends.base import Backend, Listener
+    from .hooks import AttemptTracer
 
 __all__ = ["LedgerView", "UnknownTask", "Worker", "WorkerStats", "default_worker_name"]
 
@@ -85,6 +86,8 @@ class LedgerView(Protocol):
     def _register_wake(self, event: _threading.Event) -> None: ...
 
     def _unregister_wake(self, event: _threading.Event) -> None: ...
+
+    def attempt_tracer(self) -> AttemptTracer | None: ...
 
 
 class UnknownTask(Exception):
@@ -145,6 +148,7 @@ class Worker(Runtime):
             backoff_for=self._backoff,
             lease_seconds=leases,
             grace_seconds=grace_seconds,
+            tracer=ledger.attempt_tracer(),
         )
         self.queues = queues
         self.concurrency = concurrency
@@ -573,6 +577,8 @@ class Worker(Runtime):
         ctx = JobContext(hold, self._backend or self.backend, self.renew_one, self._now)
         started = hold.started_at
         error: BaseException | None = None
+        tracer = self.tracer
+        traced = tracer.start(hold, self.name) if tracer is not None else None
         try:
             task = self.ledger.get_task(job.task)
             if task is None:
@@ -588,6 +594,8 @@ class Worker(Runtime):
                 task.fn(ctx, **job.payload)
         except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
             error = exc
+        if tracer is not None:
+            tracer.returned(hold, traced, error)
         duration = time.monotonic() - started
         if hold.timeout is not None:
             with hold.lock:
@@ -607,6 +615,10 @@ class Worker(Runtime):
         if ctx.completed:
             # Completed in the handler's own transaction (whatever it raised afterwards).
             self.recorder.completed_in_transaction(hold, duration)
+            if tracer is not None and hold.span is not None:
+                item = Finished(hold, None, duration)
+                item.outcome = "done"
+                tracer.ended(item)
             self.finished([hold])
             return
         fault_point("worker.before_finish")

@@ -33,8 +33,9 @@ ORDERS = {
 
 
 def insert_values(job: NewJob, run_at: float, now: float) -> dict[str, Any]:
-    """The values of the ``job_insert`` statement on SQLite for one job (times as epoch seconds)."""
-    return {
+    """The values of the ``job_insert`` statement on SQLite for one job (times as epoch seconds),
+    and of ``job_insert_traced`` for one with a trace context."""
+    values = {
         "queue": job.queue,
         "key": job.key,
         "task": job.task,
@@ -47,6 +48,9 @@ def insert_values(job: NewJob, run_at: float, now: float) -> dict[str, Any]:
         "correlation_id": job.correlation_id,
         "group": job.group,
     }
+    if job.trace_context is not None:
+        values["trace_context"] = job.trace_context
+    return values
 
 
 def pause_reason(failure: Failure) -> str:

@@ -72,7 +72,8 @@ def _at(to_time: ToTime, value: Any) -> datetime:
 
 def claimed_job(row: Sequence[Any], to_time: ToTime) -> ClaimedJob:
     """A row of a claim's RETURNING list (id, queue, key, task, payload, attempts, lease_token,
-    lease_until, lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name)."""
+    lease_until, lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name,
+    trace_context)."""
     payload = row[4]
     return ClaimedJob(
         id=row[0],
@@ -89,6 +90,7 @@ def claimed_job(row: Sequence[Any], to_time: ToTime) -> ClaimedJob:
         correlation_id=row[11],
         budget_left=row[12] - row[5],
         group=row[13],
+        trace_context=row[14],
     )
 
 

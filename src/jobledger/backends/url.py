@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_URL", "DatabaseURL", "redact"]
+__all__ = ["DEFAULT_URL", "REQUIRE_URL_ENV", "DatabaseURL", "default_url_refused", "redact"]
 
 DEFAULT_URL = "sqlite:///jobledger.db"
+"""The database of ``Ledger()`` without a URL and without ``JOBLEDGER_URL``: for the tour."""
+
+REQUIRE_URL_ENV = "JOBLEDGER_REQUIRE_URL"
+"""Set to 1 (true, yes, on), a deployment refuses ``DEFAULT_URL``: a URL must be given."""
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+def default_url_refused(environ: Mapping[str, str] = os.environ) -> ConfigError | None:
+    """The error to raise when no URL was given and ``JOBLEDGER_REQUIRE_URL`` forbids the
+    default; None when the default may be used. A value that is not a yes or a no is an error
+    too, so that a typo does not silently allow the default."""
+    value = environ.get(REQUIRE_URL_ENV, "").strip().lower()
+    if value in _FALSE:
+        return None
+    if value not in _TRUE:
+        return ConfigError(
+            f"{REQUIRE_URL_ENV} must be 1 or 0 (true/false, yes/no, on/off), "
+            f"got {environ[REQUIRE_URL_ENV]!r}"
+        )
+    return ConfigError(
+        f"no database URL given and {REQUIRE_URL_ENV} is set, so the default {DEFAULT_URL} is "
+        "not used: pass Ledger(url), set JOBLEDGER_URL, or give the command --url"
+    )
+
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 

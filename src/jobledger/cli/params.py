@@ -32,6 +32,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: The database a command uses without --url or JOBLEDGER_URL (``Ledger()``'s default too).
 DEFAULT_URL = "sqlite:///jobledger.db"
+#: Set to 1, a command left without --url and JOBLEDGER_URL refuses DEFAULT_URL.
+REQUIRE_URL_ENV = "JOBLEDGER_REQUIRE_URL"
 
 _UNITS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)([wdhms]))+$")
@@ -217,8 +219,20 @@ def database_url(note: str) -> Callable[[F], F]:
         default=DEFAULT_URL,
         show_default=True,
         show_envvar=True,
-        help=f"Database URL: sqlite:///path or postgresql://user@host/db. {note}",
+        callback=_refuse_default_url,
+        help=f"Database URL: sqlite:///path or postgresql://user@host/db. {note} "
+        f"{REQUIRE_URL_ENV}=1 refuses the default: a URL must then be given.",
     )
+
+
+def _refuse_default_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """The default URL, unless the deployment forbids it (as ``Ledger()`` does)."""
+    source = ctx.get_parameter_source(param.name or "url")
+    if source is click.core.ParameterSource.DEFAULT and os.environ.get(REQUIRE_URL_ENV):
+        from .._ledger import refuse_default_url
+
+        refuse_default_url()
+    return value
 
 
 url_option = database_url("Never created: `jobledger migrate` creates it.")

@@ -22,6 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .._ledger import Ledger
 from .._runtime.worker import default_worker_name
+from ..observability.tracing import tracing_on
 from .api import RouteGroup, build_routes
 from .observe import observe
 from .openapi import openapi_document
@@ -129,9 +130,14 @@ def create_app(
             state.wakeups.close()
             state.wakeups = None
 
+    traced = []
+    if tracing_on():  # OpenTelemetry in this process: a server span per request
+        from .tracing import TraceRequests
+
+        traced = [Middleware(TraceRequests, routes=routes)]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(NoSniff), *middleware],
+        middleware=[*traced, Middleware(NoSniff), *middleware],
         exception_handlers={HTTPException: _http_exception, Exception: _unexpected},
         lifespan=lifespan,
     )

@@ -59,6 +59,7 @@ from .._webhooks import event_body, signature_header, webhook_id
 from ..backends.base import Backend
 from ..errors import BackendUnavailable, ConfigError, NotFound
 from ..maintenance.rescuer import Rescuer
+from ..observability.tracing import trace_headers
 from ..policy import DEFAULT_BACKOFF, Backoff, classify_status
 from ..policy import Decision as Verdict
 from .guard import AddressPolicy, GuardedNetworkBackend, TargetRefused, plain_http
@@ -235,7 +236,7 @@ class PushService:
         self.name = name or default_worker_name()
         # The one runtime: claims, the fenced outcome writes (in batches, shared by every
         # lane) and what they mean. Push tells its own observers (``DeliveryReport``).
-        self.runtime = Runtime(lambda: ledger.backend, self.name)
+        self.runtime = Runtime(lambda: ledger.backend, self.name, tracer=ledger.attempt_tracer())
         interval = self.settings.rescue_interval
         self._rescuer = Rescuer(lambda: ledger.backend, interval) if interval else None
         self.counters = PushCounters()
@@ -584,14 +585,27 @@ class _Lane:
         headers: dict[str, str] = {}
         answer = b""
         failure: tuple[str, str] | None = None
+        tracer = self.service.runtime.tracer
+        traced = None
+        if tracer is not None:
+            traced = tracer.start(hold, self.worker, urlsplit(sub.url).hostname or "")
         try:
-            status, headers, answer = await self._post(sub, job, msg_id, body)
+            status, headers, answer = await self._post(sub, job, msg_id, body, trace_headers(hold))
         except asyncio.CancelledError:
+            if tracer is not None:
+                tracer.returned(hold, traced, None)
+                given_back = Finished(hold, released=True)
+                given_back.outcome = "released"
+                tracer.ended(given_back)
             await self._give_back(hold)
             self._report(sub, job, msg_id, None, "released", started, "Cancelled", None, None)
             raise
         except Exception as exc:  # every way a request can fail without an answer
             failure = _error_of(exc, sub.timeout_seconds)
+        if tracer is not None:
+            tracer.returned(hold, traced, None)
+            if hold.span is not None and status is not None:
+                hold.span.set_attribute("http.response.status_code", status)
         duration = time.monotonic() - started
         if status is not None:
             decision = decide(status, headers, answer, body_kept=self.service.settings.body_kept)
@@ -604,7 +618,12 @@ class _Lane:
         await self._finish(sub, hold, msg_id, status, decision, duration)
 
     async def _post(
-        self, sub: Subscription, job: ClaimedJob, msg_id: str, body: bytes
+        self,
+        sub: Subscription,
+        job: ClaimedJob,
+        msg_id: str,
+        body: bytes,
+        trace: dict[str, str] | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
         parts = urlsplit(sub.url)
         moment = datetime.now(UTC)
@@ -629,6 +648,9 @@ class _Lane:
             cid = job.correlation_id
             if cid.isascii() and cid.isprintable():
                 headers.append((b"jobledger-correlation-id", cid.encode("ascii")))
+        if trace:
+            # W3C trace context: the attempt's span (or the enqueue's context, forwarded).
+            headers.extend((k.encode("ascii"), v.encode("ascii")) for k, v in trace.items())
         timeout = sub.timeout_seconds
         limits = {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
         keep = self.service.settings.body_kept * 4 + 4

@@ -56,6 +56,7 @@ NEW_JOB_COLUMNS = (
     _Column("lease_seconds", "float8", "lease_seconds", lambda v: repr(float(v))),
     _Column("correlation_id", "text", "correlation_id", _text),
     _Column("group_name", "text", "group", _text),
+    _Column("trace_context", "text", "trace_context", _text),
 )
 
 NEW_JOB_SQL = {
@@ -68,8 +69,16 @@ NEW_JOB_SQL = {
 
 def new_job_arrays(jobs: Sequence[NewJob]) -> dict[str, str]:
     """The columns of a batch as array literals (``{new_arrays}``): building one string per
-    column costs far less than binding each element of a list."""
-    return {c.name: _array([getattr(j, c.attr) for j in jobs], c.literal) for c in NEW_JOB_COLUMNS}
+    column costs far less than binding each element of a list.
+
+    A column that is NULL for the whole batch (the trace context without OpenTelemetry, the
+    group of jobs without one, …) is sent as an empty array: ``unnest`` pads the shorter arrays
+    with NULLs, so it costs the batch one ``{}`` instead of a NULL per job."""
+    arrays = {}
+    for c in NEW_JOB_COLUMNS:
+        values = [getattr(j, c.attr) for j in jobs]
+        arrays[c.name] = "{}" if values.count(None) == len(values) else _array(values, c.literal)
+    return arrays
 
 
 def _array(values: list[Any], literal: Callable[[Any], str]) -> str:

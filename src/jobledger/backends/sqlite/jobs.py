@@ -74,12 +74,13 @@ class SqliteJobs:
         pruned: dict[tuple[str, str], tuple[int, str, Any]] = {}
         with self._db.transaction(conn) as c:
             insert, lookup = self._sql["job_insert"], self._sql["job_existing"]
+            traced = self._sql["job_insert_traced"]
             for job in jobs:
                 ident = (job.queue, job.key)
                 if ident in created or ident in existing or ident in pruned:
                     continue
                 row = c.execute(
-                    insert,
+                    insert if job.trace_context is None else traced,
                     insert_values(job, clock if job.run_at is None else epoch(job.run_at), clock),
                 ).fetchone()
                 if row is not None:
@@ -113,7 +114,7 @@ class SqliteJobs:
             for item in items:
                 job = item.job
                 row = c.execute(
-                    self._sql["job_insert"],
+                    self._sql["job_insert" if job.trace_context is None else "job_insert_traced"],
                     insert_values(job, clock if job.run_at is None else epoch(job.run_at), clock),
                 ).fetchone()
                 if row is not None:

@@ -30,6 +30,7 @@ from ..._records import (
     QueueInfo,
     encode_payload,
 )
+from ...observability.tracing import current_trace_context
 from ..api import Call, Param, Reply, RouteGroup, json_response
 from ..models import GROUP, KEY, MESSAGE_ID, PAYLOAD, QUEUE_NAME, STATE, TIME, iso
 from ..problems import Problem
@@ -215,6 +216,8 @@ def make_item(
         lease_seconds=settings.lease_seconds,
         correlation_id=uuid.uuid4().hex,
         group=job_group,
+        # The request's server span, continuing the caller's traceparent (when traced).
+        trace_context=current_trace_context(),
     )
     return PublishItem(job, fingerprint(payload, delay, priority, job_group), api_key.id)
 

@@ -66,14 +66,14 @@ claimed AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
               j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
-              j.group_name
+              j.group_name, j.trace_context
 ), opened AS (
     INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
 )
 -- Payload and token as text: the worker parses the JSON itself, and a token stays a string.
 SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
-       lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name
+       lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name, trace_context
 FROM claimed
 
 -- name: held_leases
@@ -235,7 +235,7 @@ WITH picked AS (
     WHERE j.id = p.id AND j.state = 'pending'
     RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
               j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
-              j.group_name
+              j.group_name, j.trace_context
 ), opened AS (
     INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed

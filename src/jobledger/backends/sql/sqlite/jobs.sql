@@ -2,12 +2,25 @@
 -- SQLite. Times are seconds since the Unix epoch; {limit} is written in as a literal.
 
 -- name: job_insert
--- A key with a live tombstone (its job was pruned) is not inserted: it still names that job.
 INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
                             attempt_limit, lease_seconds, created_at, updated_at, correlation_id,
                             group_name)
 SELECT :queue, :key, :task, :payload, :priority, :run_at, :max_attempts, :max_attempts,
        :lease_seconds, :now, :now, :correlation_id, :group
+{@job_insert_unless_known}
+
+-- name: job_insert_traced
+-- job_insert with the enqueue's trace context: a statement of its own, so that the common
+-- enqueue (no trace context) binds and writes nothing more for it, row by row.
+INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
+                            attempt_limit, lease_seconds, created_at, updated_at, correlation_id,
+                            group_name, trace_context)
+SELECT :queue, :key, :task, :payload, :priority, :run_at, :max_attempts, :max_attempts,
+       :lease_seconds, :now, :now, :correlation_id, :group, :trace_context
+{@job_insert_unless_known}
+
+-- name: job_insert_unless_known
+-- A key with a live tombstone (its job was pruned) is not inserted: it still names that job.
 WHERE NOT EXISTS (
     SELECT 1 FROM jobledger_tombstones
     WHERE queue = :queue AND key = :key AND expires_at > :now
@@ -32,7 +45,7 @@ SET state = 'leased',
 -- name: leased
 -- What a claim returns of each job it leased.
 RETURNING id, queue, key, task, payload, attempts, lease_token, lease_until, lease_seconds,
-          run_at, priority, correlation_id, attempt_limit, group_name
+          run_at, priority, correlation_id, attempt_limit, group_name, trace_context
 
 -- name: job_claim
 -- {queues} is a list of :q0, :q1, … placeholders, filled in per call.
