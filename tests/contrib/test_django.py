@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -121,6 +122,8 @@ def check_keys(facts: Facts) -> None:
     assert facts["keyed_key"] == "manual-1"
     assert facts["conflict"] == "KeyConflict"
     assert facts["unkeyed_new_each_time"] is True
+    assert facts["welcome_same_id"] is True
+    assert facts["welcome_key"] == "welcome:7"
 
 
 def check_json_only(facts: Facts) -> None:
@@ -281,6 +284,23 @@ def test_worker_command_help_names_its_options(project: Project) -> None:
     out = project.manage("jobledger_worker", "--help").stdout
     for option in ("--backend", "--queue", "--burst", "--concurrency", "--grace"):
         assert option in out
+
+
+def test_the_docs_show_the_project_s_code() -> None:
+    """Each code block of docs/integrations.md's Django section that names a file of the test
+    project is a part of that file, as it is: the docs show what the tests run."""
+    text = (ROOT / "docs" / "integrations.md").read_text()
+    section = text[text.index("\n## Django\n") :]
+    section = section[: section.find("\n## ", 1)] if "\n## " in section[1:] else section
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    shown = 0
+    for block in blocks:
+        first, _, code = block.partition("\n")
+        if first.startswith("# tests/django_project/"):
+            source = (ROOT / first[2:].strip()).read_text()
+            assert code in source, f"docs/integrations.md shows code that {first[2:]} lacks"
+            shown += 1
+    assert shown >= 5
 
 
 # -- Django 6 (django.tasks), in a Python 3.12+ environment of its own -----------------------------------

@@ -65,14 +65,10 @@ def _postgres_url(settings: dict[str, Any], options: dict[str, Any], schema: str
     if password:
         userinfo += ":" + quote(str(password), safe="")
     netloc = userinfo + "@" if userinfo else ""
-    if str(host).startswith("/"):  # a Unix socket directory
-        query["host"] = str(host)
-        if port:
-            query["port"] = str(port)
-    else:
-        netloc += str(host)
-        if port:
-            netloc += f":{port}"
+    # A Unix socket directory is percent-encoded in the host part, as libpq reads it.
+    netloc += quote(str(host), safe="") if str(host).startswith("/") else str(host)
+    if port:
+        netloc += f":{port}"
     for key, value in options.items():
         if key in _DJANGO_ONLY or not isinstance(value, str | int | float):
             continue

@@ -22,6 +22,7 @@ from jobledger.contrib.django.compat import (
     task_started,
 )
 from shop.models import Event, Order
+from shop.orders import place_order, welcome
 from shop.tasks import (
     add,
     double,
@@ -64,24 +65,23 @@ class Rollback(Exception):
 
 
 def atomic():
+    visible_inside = []
     with transaction.atomic():
-        Order.objects.create(name="kept")
-        kept = record.enqueue("kept")
-        visible_inside = in_ledger(kept.id)
+        _, kept_id = place_order("kept")  # a savepoint inside this transaction
+        visible_inside.append(in_ledger(kept_id))
     try:
         with transaction.atomic():
-            Order.objects.create(name="lost")
-            lost = record.enqueue("lost")
+            _, lost_id = place_order("lost")
             raise Rollback
     except Rollback:
         pass
-    lost_exists = exists(lost.id)
+    lost_exists = exists(lost_id)
     auto = record.enqueue("autocommit")
     auto_visible = in_ledger(auto.id)
     ran = burst()
     return {
-        "kept_visible_before_commit": visible_inside,
-        "kept_exists": exists(kept.id),
+        "kept_visible_before_commit": visible_inside[0],
+        "kept_exists": exists(kept_id),
         "lost_exists": lost_exists,
         "autocommit_visible_at_once": auto_visible,
         "orders": sorted(Order.objects.values_list("name", flat=True)),
@@ -240,7 +240,10 @@ def keys():
         conflict = type(exc).__name__
     plain = add.enqueue(1, 1)
     plain_again = add.enqueue(1, 1)
+    welcomed, welcomed_again = welcome(7), welcome(7)
     return {
+        "welcome_same_id": welcomed.id == welcomed_again.id,
+        "welcome_key": task_backends["default"].ledger.job(int(welcomed.id)).key,
         "digest_same_id": first.id == again.id,
         "digest_key": task_backends["default"].ledger.job(int(first.id)).key,
         "other_week_new": other_week.id != first.id,
