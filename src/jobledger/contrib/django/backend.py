@@ -10,7 +10,7 @@ from typing import Any
 from django.core import checks
 from django.utils import timezone
 
-from ...errors import NotFound, PayloadError
+from ...errors import NotFound, PayloadError, SchemaMismatch
 from . import compat
 from .databases import ledger_url
 from .ledger import DjangoLedger, check_json, import_task, ledger_for
@@ -101,15 +101,20 @@ class TaskBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         }
         payload = {"args": args, "kwargs": kwargs}
         database = self.settings.database
-        if database is None:
-            enqueued = ledger.enqueue(job_task, payload, **options)
-        else:
-            from django.db import connections
+        try:
+            if database is None:
+                enqueued = ledger.enqueue(job_task, payload, **options)
+            else:
+                from django.db import connections
 
-            connection = connections[database]
-            connection.validate_no_broken_transaction()
-            connection.ensure_connection()
-            enqueued = ledger.enqueue(job_task, payload, conn=connection.connection, **options)
+                connection = connections[database]
+                connection.validate_no_broken_transaction()
+                connection.ensure_connection()
+                enqueued = ledger.enqueue(job_task, payload, conn=connection.connection, **options)
+        except SchemaMismatch as exc:
+            raise SchemaMismatch(
+                f"{exc} (in a Django project, `python manage.py migrate` creates them)"
+            ) from None
         if not enqueued.created:
             return self.get_result(str(enqueued.id))
         result = compat.TaskResult(

@@ -8,7 +8,6 @@ and registers a handler that calls its function with the job's ``args`` and ``kw
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import threading
@@ -100,103 +99,102 @@ def import_task(path: str) -> Any:
 
 
 def _handler(ledger: DjangoLedger, django_task: Any) -> Callable[..., Any]:
-    """A jobledger handler that runs the Django task's function with the job's arguments,
-    with fresh Django database connections as Django's own workers have them."""
+    """A jobledger handler that runs the Django task's function with the job's arguments (an
+    async handler for an ``async def`` task, run on the worker's event loop)."""
     if iscoroutinefunction(django_task.func):
 
         async def run_async(ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
-            await sync_to_async(close_old_connections)()
+            attempt = _Attempt(ledger, ctx, django_task)
             try:
-                running = await asyncio.to_thread(_running, ledger, ctx, django_task)
-                if running is not None:
-                    await sync_to_async(_send_started)(ledger, running)
-                leading = (
-                    [compat.TaskContext(task_result=running)] if django_task.takes_context else []
-                )
+                leading = await sync_to_async(attempt.begin)()
                 try:
-                    value = _returned(await django_task.func(*leading, *args, **kwargs))
+                    returned = await django_task.func(*leading, *args, **kwargs)
                 except Exception as exc:
-                    outcome = _as_outcome(exc)
-                    await sync_to_async(_send_failed)(ledger, ctx, running, exc, outcome)
-                    raise outcome from exc
-                await asyncio.to_thread(keep_result, ctx, value)
-                await sync_to_async(_send_succeeded)(ledger, running, value)
-                return value
+                    raise await sync_to_async(attempt.failed)(exc) from exc
+                return await sync_to_async(attempt.succeeded)(returned)
             finally:
-                await sync_to_async(close_old_connections)()
+                await sync_to_async(attempt.end)()
 
         return run_async
 
     def run(ctx: JobContext, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        close_old_connections()
+        attempt = _Attempt(ledger, ctx, django_task)
         try:
-            running = _running(ledger, ctx, django_task)
-            if running is not None:
-                _send_started(ledger, running)
-            leading = [compat.TaskContext(task_result=running)] if django_task.takes_context else []
+            leading = attempt.begin()
             try:
-                value = _returned(django_task.func(*leading, *args, **kwargs))
+                returned = django_task.func(*leading, *args, **kwargs)
             except Exception as exc:
-                outcome = _as_outcome(exc)
-                _send_failed(ledger, ctx, running, exc, outcome)
-                raise outcome from exc
-            keep_result(ctx, value)
-            _send_succeeded(ledger, running, value)
-            return value
+                raise attempt.failed(exc) from exc
+            return attempt.succeeded(returned)
         finally:
-            close_old_connections()
+            attempt.end()
 
     return run
 
 
-def _running(ledger: DjangoLedger, ctx: JobContext, django_task: Any) -> Any:
-    """The running job as a ``TaskResult``, for the task's context and the signals: read only
-    when the task takes its context or something listens to the signals."""
-    if not (
-        django_task.takes_context
-        or compat.task_started.has_listeners()
-        or compat.task_finished.has_listeners()
-    ):
-        return None
-    return ledger.django_backend.get_result(str(ctx.job_id))
+class _Attempt:
+    """One run of a Django task in a worker, around the call of its function: fresh Django
+    database connections before and after (as Django's own workers have them), the task's
+    context, the signals, and the return value kept with the job."""
 
+    def __init__(self, ledger: DjangoLedger, ctx: JobContext, django_task: Any):
+        self.ledger = ledger
+        self.ctx = ctx
+        self.task = django_task
+        self.sender = type(ledger.django_backend)
+        self.running: Any = None
 
-def _send_started(ledger: DjangoLedger, running: Any) -> None:
-    compat.task_started.send(sender=type(ledger.django_backend), task_result=running)
+    def begin(self) -> list[Any]:
+        """Get ready to call the function; return the arguments that go before the job's (the
+        context, for a task that takes it)."""
+        close_old_connections()
+        # The running TaskResult, read only when the task takes its context or something
+        # listens to the signals (Django's own logging does).
+        if (
+            self.task.takes_context
+            or compat.task_started.has_listeners()
+            or compat.task_finished.has_listeners()
+        ):
+            self.running = self.ledger.django_backend.get_result(str(self.ctx.job_id))
+            compat.task_started.send(sender=self.sender, task_result=self.running)
+        return [compat.TaskContext(task_result=self.running)] if self.task.takes_context else []
 
+    def succeeded(self, returned: Any) -> Any:
+        try:
+            value = _returned(returned)
+        except Permanent as exc:
+            raise self.failed(exc) from None
+        keep_result(self.ctx, value)
+        if self.running is not None:
+            result = self._finished(compat.TaskResultStatus.SUCCESSFUL)
+            object.__setattr__(result, "_return_value", value)
+            compat.task_finished.send(sender=self.sender, task_result=result)
+        return value
 
-def _send_succeeded(ledger: DjangoLedger, running: Any, value: Any) -> None:
-    if running is None:
-        return
-    result = _finished(running, compat.TaskResultStatus.SUCCESSFUL, timezone.now())
-    object.__setattr__(result, "_return_value", value)
-    compat.task_finished.send(sender=type(ledger.django_backend), task_result=result)
+    def failed(self, exc: Exception) -> HandlerOutcome:
+        """The outcome the exception means. ``task_finished`` is sent only when it ends the job
+        (failed for good): an attempt that will be retried is READY again, not finished."""
+        outcome = _as_outcome(exc)
+        retried = isinstance(outcome, Retry) and self.ctx.budget_left > 0
+        if self.running is not None and not retried:
+            result = self._finished(compat.TaskResultStatus.FAILED)
+            result.errors.append(
+                compat.TaskError(
+                    exception_class_path=exception_path(exc),
+                    traceback="".join(traceback.format_exception(exc)),
+                )
+            )
+            compat.task_finished.send(sender=self.sender, task_result=result)
+        return outcome
 
+    def end(self) -> None:
+        close_old_connections()
 
-def _send_failed(
-    ledger: DjangoLedger,
-    ctx: JobContext,
-    running: Any,
-    exc: BaseException,
-    outcome: HandlerOutcome,
-) -> None:
-    """``task_finished`` for an attempt that ends the job (failed for good); an attempt that
-    will be retried sends nothing: the task is READY again, not finished."""
-    if running is None or (isinstance(outcome, Retry) and ctx.budget_left > 0):
-        return
-    result = _finished(running, compat.TaskResultStatus.FAILED, timezone.now())
-    result.errors.append(
-        compat.TaskError(
-            exception_class_path=exception_path(exc),
-            traceback="".join(traceback.format_exception(exc)),
+    def _finished(self, status: Any) -> Any:
+        running = self.running
+        return replace(
+            running, status=status, finished_at=timezone.now(), errors=list(running.errors)
         )
-    )
-    compat.task_finished.send(sender=type(ledger.django_backend), task_result=result)
-
-
-def _finished(running: Any, status: Any, at: Any) -> Any:
-    result = replace(running, status=status, finished_at=at, errors=list(running.errors))
-    return result
 
 
 def _as_outcome(exc: Exception) -> HandlerOutcome:

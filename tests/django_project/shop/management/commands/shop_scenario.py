@@ -319,7 +319,10 @@ def enqueue_for_command():
 
 def result_of(result_id):
     result = add.get_result(result_id)
-    return {"status": result.status, "return_value": result.return_value}
+    facts = {"status": result.status}
+    if result.is_finished:
+        facts["return_value"] = result.return_value
+    return facts
 
 
 class Command(BaseCommand):
