@@ -73,6 +73,13 @@ def check_run_after(facts: Facts) -> None:
     assert facts["now_status"] == "SUCCESSFUL"
 
 
+def check_naive_times(facts: Facts) -> None:
+    assert facts["run_after_naive"] is True
+    assert facts["run_after_kept"] is True
+    assert facts["enqueued_at_naive"] is True
+    assert facts["run_at_utc"] == facts["expected_utc"]  # read in TIME_ZONE
+
+
 def check_queues(facts: Facts) -> None:
     assert facts["refused"] == "Queue 'nowhere' is not valid for backend."
     assert facts["mail_queue"] == "emails"
@@ -150,6 +157,7 @@ CHECKS: dict[str, Callable[[Facts], None]] = {
     "elsewhere": check_elsewhere,
     "priority": check_priority,
     "run_after": check_run_after,
+    "naive_times": check_naive_times,
     "queues": check_queues,
     "results": check_results,
     "async_tasks": check_async_tasks,

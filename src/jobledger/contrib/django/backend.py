@@ -10,12 +10,13 @@ from typing import Any
 from django.core import checks
 from django.utils import timezone
 
+from ..._records import JobState
 from ...errors import NotFound, PayloadError, SchemaMismatch
 from . import compat
 from .databases import ledger_url
 from .ledger import DjangoLedger, check_json, import_task, ledger_for
 from .options import BackendOptions
-from .results import task_result
+from .results import local_time, task_result
 
 __all__ = ["TaskBackend", "job_key"]
 
@@ -167,9 +168,8 @@ class TaskBackend(compat.BaseTaskBackend):  # type: ignore[misc]
                 f"{result_id} (job {job.id} is not a Django task: {job.task})"
             )
         priority = max(-100, min(100, job.priority))
-        run_after = (
-            job.run_at if job.state.value == "pending" and job.run_at > job.created_at else None
-        )
+        deferred = job.state is JobState.PENDING and job.run_at > job.created_at
+        run_after = local_time(job.run_at) if deferred else None
         # A queue no longer in QUEUES is refused by ``using``: then the task as declared.
         with suppress(compat.InvalidTask):
             task = task.using(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..._ledger import JobHistory, Ledger
     from ..._runtime.context import JobContext
 
-__all__ = ["STATUS", "keep_result", "stored_result", "task_result"]
+__all__ = ["STATUS", "keep_result", "local_time", "stored_result", "task_result"]
 
 STATUS = {
     JobState.PENDING: "READY",
@@ -55,10 +55,10 @@ def task_result(ledger: Ledger, history: JobHistory, task: Any, alias: str) -> A
         task=task,
         id=str(job.id),
         status=status,
-        enqueued_at=_local(job.created_at),
-        started_at=_local(attempts[0].started_at) if attempts else None,
-        last_attempted_at=_local(attempts[-1].started_at) if attempts else None,
-        finished_at=_local(job.finished_at) if job.state.is_final else None,
+        enqueued_at=local_time(job.created_at),
+        started_at=local_time(attempts[0].started_at) if attempts else None,
+        last_attempted_at=local_time(attempts[-1].started_at) if attempts else None,
+        finished_at=local_time(job.finished_at) if job.state.is_final else None,
         args=list(job.payload.get("args", [])),
         kwargs=dict(job.payload.get("kwargs", {})),
         backend=alias,
@@ -79,7 +79,7 @@ def _original(trace: str) -> str:
     return trace
 
 
-def _local(at: datetime | None) -> datetime | None:
+def local_time(at: datetime | None) -> datetime | None:
     """An aware UTC time as Django expects it: aware with USE_TZ, else naive local time."""
     if at is None or settings.USE_TZ:
         return at

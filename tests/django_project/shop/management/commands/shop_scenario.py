@@ -3,12 +3,14 @@ happened as JSON (the test asserts on it). ``all`` runs every scenario in one da
 
 import asyncio
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from io import StringIO
+from zoneinfo import ZoneInfo
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.test import override_settings
 from django.utils import timezone
 
 from jobledger import KeyConflict, NotFound, PayloadError
@@ -137,6 +139,24 @@ def run_after():
         "later_run_after_seconds": abs((result.task.run_after - later_at).total_seconds()),
         "now_status": task_backends["default"].get_result(now.id).status,
     }
+
+
+def naive_times():
+    """With USE_TZ = False, Django's times are naive, in TIME_ZONE."""
+    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Berlin"):
+        later_at = datetime.now() + timedelta(hours=3)  # naive, in Berlin
+        later = record.using(run_after=later_at).enqueue("n-later")
+        result = task_backends["default"].get_result(later.id)
+        job = task_backends["default"].ledger.job(int(later.id))
+        return {
+            "run_after_naive": timezone.is_naive(result.task.run_after),
+            "run_after_kept": abs((result.task.run_after - later_at).total_seconds()) < 0.001,
+            "enqueued_at_naive": timezone.is_naive(result.enqueued_at),
+            "run_at_utc": job.run_at.isoformat(),
+            "expected_utc": later_at.replace(tzinfo=ZoneInfo("Europe/Berlin"))
+            .astimezone(UTC)
+            .isoformat(),
+        }
 
 
 def queues():
@@ -304,6 +324,7 @@ SCENARIOS = {
     "elsewhere": elsewhere,
     "priority": priority,
     "run_after": run_after,
+    "naive_times": naive_times,
     "queues": queues,
     "results": results,
     "async_tasks": async_tasks,
