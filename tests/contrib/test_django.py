@@ -121,6 +121,10 @@ def check_async_tasks(facts: Facts) -> None:
     assert facts == {"sync_enqueued": 42, "async_enqueued": 8, "status": "SUCCESSFUL"}
 
 
+def check_connections(facts: Facts) -> None:
+    assert facts == {"runs": 2, "fresh": True, "closed": True}
+
+
 def check_keys(facts: Facts) -> None:
     assert facts["digest_same_id"] is True
     assert facts["digest_key"] == "4187:2026-W33"
@@ -161,6 +165,7 @@ CHECKS: dict[str, Callable[[Facts], None]] = {
     "queues": check_queues,
     "results": check_results,
     "async_tasks": check_async_tasks,
+    "connections": check_connections,
     "keys": check_keys,
     "json_only": check_json_only,
     "signals": check_signals,

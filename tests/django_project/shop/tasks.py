@@ -50,6 +50,19 @@ def flaky(label):
     return "second time lucky"
 
 
+CONNECTIONS = []
+"""The database connection each run of ``which_connection`` used (kept, so none is reused)."""
+
+
+@task
+def which_connection():
+    from django.db import connection
+
+    connection.ensure_connection()
+    CONNECTIONS.append(connection.connection)
+    return len(CONNECTIONS)
+
+
 @task
 async def double(x):
     await asyncio.sleep(0)

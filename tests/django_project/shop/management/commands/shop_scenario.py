@@ -34,6 +34,7 @@ from shop.tasks import (
     refuse,
     send_digest,
     which_attempt,
+    which_connection,
 )
 
 
@@ -224,6 +225,26 @@ def results():
     }
 
 
+def connections():
+    """The worker closes a task's old database connections around each run, as Django's
+    request cycle does (CONN_MAX_AGE 0: each run gets a fresh one)."""
+    from shop import tasks
+
+    which_connection.enqueue()
+    which_connection.enqueue()
+    burst()
+    first, second = tasks.CONNECTIONS
+    return {"runs": len(tasks.CONNECTIONS), "fresh": first is not second, "closed": _closed(first)}
+
+
+def _closed(dbapi_connection):
+    try:
+        dbapi_connection.cursor().execute("SELECT 1")
+    except Exception:
+        return True
+    return False
+
+
 def async_tasks():
     sync_enqueued = double.enqueue(21)
 
@@ -328,6 +349,7 @@ SCENARIOS = {
     "queues": queues,
     "results": results,
     "async_tasks": async_tasks,
+    "connections": connections,
     "keys": keys,
     "json_only": json_only,
     "signals": signals,
