@@ -135,6 +135,7 @@ def check_keys(facts: Facts) -> None:
     assert facts["unkeyed_new_each_time"] is True
     assert facts["welcome_same_id"] is True
     assert facts["welcome_key"] == "welcome:7"
+    assert facts["same_in_transaction"] is True
 
 
 def check_json_only(facts: Facts) -> None:

@@ -117,7 +117,10 @@ class TaskBackend(compat.BaseTaskBackend):  # type: ignore[misc]
                 f"{exc} (in a Django project, `python manage.py migrate` creates them)"
             ) from None
         if not enqueued.created:
-            return self.get_result(str(enqueued.id))
+            # The job of this key, as it stands; one enqueued earlier in the caller's
+            # transaction is not committed yet, so not readable here: it is READY.
+            with suppress(compat.TaskResultDoesNotExist):
+                return self.get_result(str(enqueued.id))
         result = compat.TaskResult(
             task=task,
             id=str(enqueued.id),
@@ -132,7 +135,8 @@ class TaskBackend(compat.BaseTaskBackend):  # type: ignore[misc]
             errors=[],
             worker_ids=[],
         )
-        self._announce(result)
+        if enqueued.created:
+            self._announce(result)
         return result
 
     def _announce(self, result: Any) -> None:

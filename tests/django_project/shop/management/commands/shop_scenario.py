@@ -282,7 +282,13 @@ def keys():
     plain = add.enqueue(1, 1)
     plain_again = add.enqueue(1, 1)
     welcomed, welcomed_again = welcome(7), welcome(7)
+    with transaction.atomic():  # twice in one transaction, before it commits
+        with job_key("in-one-transaction"):
+            once = record.enqueue("k-once")
+            twice = record.enqueue("k-once")
+        twice_status = twice.status
     return {
+        "same_in_transaction": once.id == twice.id and twice_status == "READY",
         "welcome_same_id": welcomed.id == welcomed_again.id,
         "welcome_key": task_backends["default"].ledger.job(int(welcomed.id)).key,
         "digest_same_id": first.id == again.id,
