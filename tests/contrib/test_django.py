@@ -266,6 +266,14 @@ def test_system_checks_pass(project: Project) -> None:
     assert "System check identified no issues" in done.stdout
 
 
+def test_system_checks_say_a_database_the_workers_cannot_share(tmp_path: Path) -> None:
+    memory = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    done = Project(sys.executable, _env(memory, tmp_path)).manage("check", check=False)
+    assert done.returncode != 0
+    assert "(jobledger.E002)" in done.stderr
+    assert "in-memory SQLite database, which workers in other processes cannot share" in done.stderr
+
+
 def test_migrate_creates_the_ledger_tables(project: Project) -> None:
     """``manage.py migrate`` creates the ledger's tables in the app's database (before any use
     of the ledger), so that the first enqueue inside a transaction finds them."""
