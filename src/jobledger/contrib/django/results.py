@@ -45,7 +45,7 @@ def task_result(ledger: Ledger, history: JobHistory, task: Any, alias: str) -> A
     errors = [
         compat.TaskError(
             exception_class_path=a.error_class,
-            traceback=_original(a.traceback or a.error_message or ""),
+            traceback=_original(a.error_class, a.traceback or a.error_message or ""),
         )
         for a in attempts
         if a.error_class is not None
@@ -70,11 +70,13 @@ def task_result(ledger: Ledger, history: JobHistory, task: Any, alias: str) -> A
     return result
 
 
-def _original(trace: str) -> str:
+def _original(error_class: str, trace: str) -> str:
     """The traceback of the task's own exception: the worker records it as the cause of the
-    jobledger outcome it was turned into (see ``ledger._as_outcome``); that last part goes."""
+    jobledger outcome it was turned into (see ``ledger._as_outcome``); that last part goes.
+    (A ``Retry`` or ``Permanent`` the task raised itself keeps its whole traceback.)"""
     cut = trace.rfind(_CAUSE)
-    if cut != -1 and "jobledger.errors." in trace[cut:]:
+    own_outcome = error_class.startswith("jobledger.errors.")
+    if cut != -1 and not own_outcome and "jobledger.errors." in trace[cut:]:
         return trace[:cut].rstrip("\n") + "\n"
     return trace
 
