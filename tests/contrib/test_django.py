@@ -388,3 +388,8 @@ def test_django6_project(database: dict[str, Any], tmp_path: Path) -> None:
     assert sorted(facts) == sorted(CHECKS)
     for name, check in CHECKS.items():
         check(facts[name])
+    if database["ENGINE"].endswith("sqlite3"):
+        memory = {**database, "NAME": ":memory:"}
+        done = Project(python, _env(memory, tmp_path)).manage("check", check=False)
+        assert done.returncode != 0
+        assert "(jobledger.E002)" in done.stderr

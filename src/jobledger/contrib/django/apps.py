@@ -16,6 +16,10 @@ class JobledgerConfig(AppConfig):  # type: ignore[misc]
     verbose_name = "jobledger"
 
     def ready(self) -> None:
+        # The Tasks framework registers its system checks (the backends' own among them) when
+        # it is imported, which Django 6 does not do by itself.
+        from . import compat  # noqa: F401
+
         post_migrate.connect(_migrate_ledgers, sender=self, dispatch_uid="jobledger.migrate")
 
 
