@@ -12,7 +12,7 @@ import types
 import jobledger
 
 # Subpackages a user may import from; every other module is private (``_name``) or internal.
-PUBLIC_SUBPACKAGES = {"client", "push", "testing"}
+PUBLIC_SUBPACKAGES = {"client", "contrib", "push", "testing"}
 INTERNAL_SUBPACKAGES = {
     "backends",
     "brokers",
