@@ -19,7 +19,7 @@ from ..url import DatabaseURL
 from .database import PostgresDatabase
 from .history import PostgresRemoval
 from .jobs import PostgresJobs
-from .listener import PgListener
+from .listener import PgFinishListener, PgListener
 
 __all__ = ["PostgresBackend"]
 
@@ -39,6 +39,9 @@ class PostgresBackend(SqlBackend):
 
     def listener(self, queues: Sequence[str]) -> PgListener:
         return PgListener(self.db, set(queues))
+
+    def finish_listener(self) -> PgFinishListener:
+        return PgFinishListener(self.db)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
