@@ -668,7 +668,7 @@ class Ledger:
         if wait is None or job.state.is_final:
             return _result_of(job)
         deadline = time.monotonic() + wait
-        event = self.finishes.arm(job.queue)
+        event = self.finishes.arm(job.queue, connect_wait=wait)
         cap = self.result_poll_interval or (0.25 if event is None else 2.0)
         pause = min(0.01, cap)
         try:

@@ -1,9 +1,9 @@
 """Waiting for jobs to finish (``ledger.result(ref, timeout=...)``).
 
 On PostgreSQL, completions (and failures and rescues that leave jobs dead) NOTIFY a channel of
-their own once per batch, naming the batch's queues. One ``LISTEN`` connection per ledger,
-shared by every waiter of the process, hears them and wakes the waiters of those queues, who
-then look at their job again. The connection is made when the first waiter arms and closed a
+their own once per batch, naming the batch's queue (or none, for a batch of several). One
+``LISTEN`` connection per ledger, shared by every waiter of the process, hears them and wakes
+the waiters of that queue (of every queue, for none), who then look at their job again. The connection is made when the first waiter arms and closed a
 while after the last one has gone. Without a listener (SQLite) ``arm`` returns None and the
 waiter polls.
 """
@@ -45,10 +45,11 @@ class FinishWatch(Service):
         self._waiters: dict[threading.Event, str] = {}
         self._watch: _Watch | None = None
 
-    def arm(self, queue: str) -> threading.Event | None:
+    def arm(self, queue: str, connect_wait: float = CONNECT_WAIT) -> threading.Event | None:
         """An event that is set when a job of ``queue`` may have finished; None when the
         database tells no one (poll instead). Arm *before* looking at the job, so that a
-        finish between the look and the wait is not missed; ``disarm`` when done."""
+        finish between the look and the wait is not missed; ``disarm`` when done. The first
+        waiter waits up to ``connect_wait`` seconds for the listening connection."""
         backend = self._backend
         if not backend.supports_listen:
             return None
@@ -61,7 +62,7 @@ class FinishWatch(Service):
                 threading.Thread(
                     target=self._listen, args=(watch,), name="jobledger-results", daemon=True
                 ).start()
-        watch.ready.wait(CONNECT_WAIT)
+        watch.ready.wait(connect_wait)
         return event
 
     def disarm(self, event: threading.Event) -> None:

@@ -112,7 +112,7 @@ class PostgresDatabase:
         self.schema = url.schema
         self.channel = f"jobledger_{self.schema}"
         #: Told when jobs finish (done, or dead by a worker's failure or the rescuer), once per
-        #: batch, with their queues: waiters for results LISTEN here. At most 63 characters
+        #: batch, with their queue: waiters for results LISTEN here. At most 63 characters
         #: (a schema's name has at most 48).
         self.finish_channel = f"jobledger_{self.schema}_done"
         self.tables = {

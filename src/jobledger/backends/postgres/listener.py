@@ -1,6 +1,6 @@
 """Wake-ups on PostgreSQL: LISTEN on the ledger's channel (enqueues NOTIFY it), and on its
 channel of finished jobs (completions, and failures that leave jobs dead, NOTIFY it once per
-batch with their queues)."""
+batch with their queue, or nothing for a batch of several queues)."""
 
 from __future__ import annotations
 
@@ -95,10 +95,10 @@ class PgFinishListener(PgListener):
         super().__init__(db, set(), db.finish_channel)
 
     def wait_finished(self, timeout: float) -> set[str] | None:
-        """Wait up to ``timeout`` seconds for jobs to finish. The queues they finished in, or
+        """Wait up to ``timeout`` seconds for jobs to finish. The queue they finished in, or
         ``{ANY_QUEUE}`` when that is not known (the first call, which connects; a connection
-        made again; a batch of too many queues); None when nothing finished."""
+        made again; a batch of several queues); None when nothing finished."""
         got = self._receive(timeout, lambda payload: True)
         if not got:
             return None
-        return set(got[0].split()) or {ANY_QUEUE}
+        return {got[0] or ANY_QUEUE}

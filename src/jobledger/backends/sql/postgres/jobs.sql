@@ -93,7 +93,7 @@ RETURNING j.id, j.lease_until
 
 -- name: job_complete
 -- The batch completion. "told" wakes whoever waits for these jobs' results (ledger.result with
--- a timeout): one NOTIFY for the whole batch, naming its queues, unless %(tell)s is false (a
+-- a timeout): one NOTIFY for the whole batch, naming its queue, unless %(tell)s is false (a
 -- completion in the handler's transaction tells once its result is written: job_result_store).
 WITH done AS (
     UPDATE {jobs} AS j
@@ -128,10 +128,11 @@ closed AS (
 SELECT id, (SELECT count(*) FROM told) FROM done
 
 -- name: finished_notify
--- One NOTIFY on the channel of finished jobs, naming their queues (space-separated; empty when
--- that would not fit in a notification's payload: then a waiter of any queue looks again).
-SELECT pg_notify({finish_channel}, CASE WHEN length(string_agg(DISTINCT queue, ' ')) < 7900
-                                        THEN string_agg(DISTINCT queue, ' ') ELSE '' END)
+-- One NOTIFY on the channel of finished jobs, naming their queue when they are all of one
+-- (empty otherwise: then the waiters of every queue look again). min and max, not a sorted
+-- DISTINCT: one pass over the batch, compared byte by byte.
+SELECT pg_notify({finish_channel}, CASE WHEN min(queue COLLATE "C") = max(queue COLLATE "C")
+                                        THEN min(queue COLLATE "C") ELSE '' END)
 
 -- name: job_result_store
 -- The result of a job its handler completed in its own transaction (ctx.transaction()),
