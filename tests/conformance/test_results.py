@@ -310,3 +310,41 @@ def test_prune_removes_results_with_their_jobs(ledger):
         ledger.result("p1")
     with pytest.raises(NotFound, match="was pruned at"):
         ledger.result("p1", timeout=1)
+
+
+def test_results_the_database_refuses_are_dropped_and_the_jobs_still_done(ledger, caplog):
+    """``encode_result`` keeps out what the databases refuse; should one refuse a result all the
+    same, the batch is completed without results rather than retried (running its handlers
+    again)."""
+
+    @ledger.task(queue="r")
+    def give(ctx, n: int):  # type: ignore[no-untyped-def]
+        return {"n": n}
+
+    @ledger.task(queue="r")
+    def quiet(ctx) -> None:
+        pass
+
+    jobs = ledger.backend.jobs
+    complete = jobs.complete
+    calls = []
+
+    def refusing(leases, now=None, conn=None, results=None):  # type: ignore[no-untyped-def]
+        calls.append(results)
+        if results:
+            raise ValueError("invalid input syntax for type json")
+        return complete(leases, now, conn)
+
+    jobs.complete = refusing  # type: ignore[method-assign]
+    ids = [ledger.enqueue(give, {"n": n}, key=f"g{n}").id for n in range(2)]
+    quiet_id = ledger.enqueue(quiet, {}, key="quiet").id
+    with caplog.at_level(logging.WARNING, logger="jobledger.worker"):
+        _burst(ledger, batch_size=10)
+    assert calls[-1] is None  # the batch again, without its results
+    for job_id in ids:
+        job = ledger.job(job_id)
+        assert (job.state, job.attempts, job.result) == (JobState.DONE, 1, None)
+        [event] = ledger.history(job_id).events
+        assert event.kind == "result_dropped" and "the database refused it" in (event.note or "")
+    assert ledger.job(quiet_id).state is JobState.DONE
+    assert ledger.history(quiet_id).events == []

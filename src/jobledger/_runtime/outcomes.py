@@ -256,8 +256,11 @@ class Recorder:
         store what it returned (``item``, from ``returned``: the completion committed before the
         handler returned), count it, tell the observers and log it as any completion."""
         item = item or Finished(hold, None, duration)
+        backend = self.backend
         try:
-            self.backend.jobs.store_result(hold.lease, item.result)
+            # Also for no result where waiters are told: the telling waited for this write.
+            if item.result is not None or backend.supports_listen:
+                backend.jobs.store_result(hold.lease, item.result)
         except BackendUnavailable as exc:
             if item.result is not None:
                 item.result_dropped = (

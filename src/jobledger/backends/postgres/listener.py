@@ -89,10 +89,27 @@ class PgListener:
 
 
 class PgFinishListener(PgListener):
-    """LISTEN on the channel of finished jobs, for waiters on results (``ledger.result``)."""
+    """LISTEN on the channel of finished jobs, for waiters on results (``ledger.result``).
+
+    Its connection holds a shared advisory lock while it listens: completions tell only while
+    someone holds it (``someone_waits`` in jobs.sql), so a ledger nobody waits on sends no
+    NOTIFY. The lock goes with the connection."""
 
     def __init__(self, db: PostgresDatabase):
         super().__init__(db, set(), db.finish_channel)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = super()._connect()
+        try:
+            # After LISTEN: a completion that sees the lock held tells a connection that hears.
+            conn.execute(
+                "SELECT pg_advisory_lock_shared(hashtextextended(%s, 0))", (self._db.waiters_lock,)
+            )
+        except BaseException:
+            with suppress(psycopg.Error):
+                conn.close()
+            raise
+        return conn
 
     def wait_finished(self, timeout: float) -> set[str] | None:
         """Wait up to ``timeout`` seconds for jobs to finish. The queue they finished in, or

@@ -93,8 +93,9 @@ RETURNING j.id, j.lease_until
 
 -- name: job_complete
 -- The batch completion. "told" wakes whoever waits for these jobs' results (ledger.result with
--- a timeout): one NOTIFY for the whole batch, naming its queue, unless %(tell)s is false (a
--- completion in the handler's transaction tells once its result is written: job_result_store).
+-- a timeout): one NOTIFY for the whole batch, naming its queue, when someone waits, unless
+-- %(tell)s is false (a completion in the handler's transaction tells once its result is
+-- written: job_result_store).
 WITH done AS (
     UPDATE {jobs} AS j
     SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now}
@@ -123,9 +124,18 @@ closed AS (
     FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
 ), told AS (
     {@finished_notify}
-    FROM done WHERE %(tell)s::bool HAVING count(*) > 0
+    FROM done HAVING CASE WHEN count(*) > 0 AND %(tell)s::bool THEN {@someone_waits} END
 )
 SELECT id, (SELECT count(*) FROM told) FROM done
+
+-- name: someone_waits
+-- True when a process waits for results: each listening connection for them holds the shared
+-- lock {waiters_lock} (postgres/listener.py). Taking it exclusively fails then; when nobody
+-- waits it succeeds, held until this transaction ends, and nothing is told: a drain without
+-- waiters pays no NOTIFY (whose commit PostgreSQL serialises with every other notifying
+-- commit). A listener that locks while this transaction holds the lock waits for its commit,
+-- then looks at the jobs. Another completion holding it meanwhile makes this one tell anyway.
+NOT pg_try_advisory_xact_lock({waiters_lock})
 
 -- name: finished_notify
 -- One NOTIFY on the channel of finished jobs, naming their queue when they are all of one
@@ -143,7 +153,7 @@ WITH stored AS (
     RETURNING id, queue
 ), told AS (
     {@finished_notify}
-    FROM stored HAVING count(*) > 0
+    FROM stored HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
 )
 SELECT id, (SELECT count(*) FROM told) FROM stored
 
@@ -179,7 +189,7 @@ WITH f AS (
     WHERE a.job_id = moved.id AND a.attempt = moved.attempts
 ), told AS (
     {@finished_notify}
-    FROM moved WHERE state = 'dead' HAVING count(*) > 0
+    FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
 )
 SELECT id, state, group_name, queue, (SELECT count(*) FROM told) FROM moved
 
@@ -224,7 +234,7 @@ WITH expired AS (
     FROM moved WHERE a.job_id = moved.id AND a.attempt = moved.attempts
 ), told AS (
     {@finished_notify}
-    FROM moved WHERE state = 'dead' HAVING count(*) > 0
+    FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
 )
 SELECT id, queue, key, state, attempts, (SELECT count(*) FROM told) FROM moved
 
