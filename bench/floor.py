@@ -29,6 +29,11 @@ def _pg_sql(schema_tables: dict[str, str]) -> dict[str, str]:
             text = text.replace("{" + placeholder + "}", columns)
         for placeholder, table in schema_tables.items():
             text = text.replace("{" + placeholder + "}", table)
+        # The completion tells waiters for results only while one listens (none does here).
+        text = text.replace("{finish_channel}", "'jobledger_public_done'")
+        text = text.replace(
+            "{waiters_lock}", "hashtextextended('jobledger:public:result-waiters', 0)"
+        )
         named[name] = text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
     return named
 
@@ -77,6 +82,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
                     "ids": "{" + ",".join([str(r[0]) for r in rows]) + "}",
                     "tokens": "{" + ",".join([r[6] for r in rows]) + "}",
                     "now": None,
+                    "tell": True,
                 },
             )
             done += len(rows)

@@ -62,3 +62,41 @@ def test_listener_wakes_after_its_connection_is_killed_and_listens_again(pg):
     finally:
         ledger.close()
         pg.drop_schema(schema)
+
+
+def _notes(conn: psycopg.Connection) -> list[str]:  # type: ignore[type-arg]
+    """The notifications already received on ``conn`` (a round trip fetches them)."""
+    conn.execute("SELECT 1")
+    return [n.payload for n in conn.notifies(timeout=0.2)]
+
+
+def test_completions_tell_waiters_for_results_only_while_one_listens(pg):
+    """A drain nobody waits on sends no NOTIFY (PostgreSQL serialises notifying commits); while a
+    ledger's result listener is connected, each completion batch sends one, naming its queue."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: {"n": n}, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(40)])
+        db = ledger.backend.db
+        with psycopg.connect(db.url.conninfo, autocommit=True) as spy:
+            spy.execute(f'LISTEN "{db.finish_channel}"')
+            ledger.run_worker(["q"], burst=True, handle_signals=False, batch_size=10)
+            assert len(ledger.jobs()) == 40 and _notes(spy) == []
+            listener = ledger.backend.finish_listener()
+            try:
+                assert listener.wait_finished(5.0) == {"*"}  # connected: look at everything
+                ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"m{n}"} for n in range(3)])
+                ledger.run_worker(["q"], burst=True, handle_signals=False, batch_size=10)
+                told = _notes(spy)
+                assert told and set(told) == {"q"} and len(told) <= 3, told
+                assert listener.wait_finished(5.0) == {"q"}
+            finally:
+                listener.close()
+            # The lock went with the listener's connection: silence again.
+            ledger.enqueue("t", {"n": 99}, key="last")
+            ledger.run_worker(["q"], burst=True, handle_signals=False)
+            assert ledger.result("last") == {"n": 99} and _notes(spy) == []
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)

@@ -36,6 +36,7 @@ from ._records import (
     validate_key,
 )
 from ._runtime.hooks import WorkerObserver, WorkerService
+from ._services.finishes import FinishWatch
 from ._services.health import Health
 from ._services.jobs import JobReads
 from ._services.keys import Keys
@@ -61,8 +62,11 @@ from .backends.url import REQUIRE_URL_ENV, default_url_refused
 from .errors import (
     ConfigError,
     InvalidTransition,
+    JobFailed,
     NotFound,
     PayloadError,
+    ResultNotReady,
+    ResultTimeout,
 )
 from .observability.tracing import current_trace_context
 from .policy import DEFAULT_BACKOFF, Backoff
@@ -187,7 +191,14 @@ class Ledger:
         self.job_reads = JobReads(self)
         self.minute_stats = MinuteStatsBook(self)
         self.listening = Listening(self)
+        self.finishes = FinishWatch(self)
         self.health = Health(self)
+        self.result_poll_interval: float | None = None
+        """The longest pause between two looks at a job while ``result`` waits for it, in
+        seconds. None: 0.25 s where the database cannot tell of finished jobs (SQLite: the
+        pauses start at 10 ms and double up to it), 2 s where it can (PostgreSQL's LISTEN wakes
+        the waiter; looking again anyway covers a notification missed while the connection was
+        made again, and an operator's cancel, which tells no one)."""
 
     def __repr__(self) -> str:
         return f"Ledger({self.url.redacted!r})"
@@ -288,6 +299,7 @@ class Ledger:
         return applied
 
     def close(self) -> None:
+        self.finishes.close()
         with self._open_lock:
             if self._backend is not None:
                 self._backend.close()
@@ -720,6 +732,59 @@ class Ledger:
                 return self.job(int(ref))
             raise
 
+    def result(
+        self,
+        ref: int | str,
+        *,
+        queue: str | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Any:
+        """What the handler of a finished job returned — by key or id, as ``find`` takes them.
+
+        A done job: the JSON value its handler returned, as stored (None when it returned None,
+        when an operator resolved it, or when what it returned could not be stored: its
+        history then says why). A dead or cancelled job: ``JobFailed``, with its state and last
+        error. A job not finished yet: ``ResultNotReady`` — or, with ``timeout`` (seconds),
+        wait up to that long for it to finish, then as above, or ``ResultTimeout`` (a
+        ``TimeoutError``). On PostgreSQL the wait is woken by the completion's NOTIFY from any
+        process; on SQLite it polls (``result_poll_interval``). ``NotFound`` for an unknown key
+        or id, and for a job that was pruned (saying when).
+        """
+        wait = None
+        if timeout is not None:
+            wait = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+            if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait < 1e9:
+                raise ConfigError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        job = self.find(ref, queue)
+        if wait is None or job.state.is_final:
+            return _result_of(job)
+        deadline = time.monotonic() + wait
+        event = self.finishes.arm(job.queue, connect_wait=wait)
+        cap = self.result_poll_interval or (0.25 if event is None else 2.0)
+        pause = min(0.01, cap)
+        try:
+            while True:
+                if event is not None:
+                    event.clear()
+                try:
+                    job = self.job(job.id)
+                except NotFound:
+                    note = self._pruned_note(job.key, job.queue)
+                    raise NotFound(f"job {job.id} is gone while waiting for it{note}") from None
+                if job.state.is_final:
+                    return _result_of(job)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ResultTimeout(job.id, job.queue, job.key, job.state, wait)
+                if event is None:
+                    time.sleep(min(pause, left))
+                    pause = min(pause * 2, cap)
+                else:
+                    event.wait(min(cap, left))
+        finally:
+            if event is not None:
+                self.finishes.disarm(event)
+
     def history(self, job_id: int) -> JobHistory:
         job = self.backend.history.get(job_id)
         return JobHistory(
@@ -1004,6 +1069,15 @@ class Ledger:
             ticks = _in_batches(lambda: self.backend.schedules.tick_prune(before, batch), batch)
             total = total + PruneResult(ticks=ticks)
         return total
+
+
+def _result_of(job: JobRow) -> Any:
+    """The result of a job as it is now: its stored value, or why there is none."""
+    if job.state is JobState.DONE:
+        return job.result
+    if job.state.is_final:
+        raise JobFailed(job.id, job.queue, job.key, job.state, job.last_error, job.last_error_class)
+    raise ResultNotReady(job.id, job.queue, job.key, job.state)
 
 
 def _in_batches(delete: Callable[[], int], batch: int) -> int:

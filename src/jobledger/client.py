@@ -349,7 +349,8 @@ class Client:
         return list(self._request("GET", "/v1/queues").json()["queues"])
 
     def get_message(self, message_id: str | int) -> dict[str, Any]:
-        """A message with its attempt history (admin)."""
+        """A message with its attempt history (admin), and its ``result`` — what the handler
+        returned — once it is done (null before)."""
         return dict(self._request("GET", f"/v1/messages/{message_id}").json())
 
     def find_messages(

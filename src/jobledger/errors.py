@@ -7,6 +7,9 @@ What jobledger raises to its callers::
     ├── PayloadError           a payload that is not a JSON object, or larger than 256 KiB
     ├── KeyConflict            the key exists in the queue with another task or payload
     ├── NotFound               no job with that id or key
+    ├── JobFailed              the job whose result was asked for ended dead or cancelled
+    ├── ResultNotReady         the job whose result was asked for has not finished yet
+    │   └── ResultTimeout      … and did not finish within the wait (also a TimeoutError)
     ├── InvalidTransition      the operation does not apply to the job's state (redrive a done job)
     ├── LeaseLost              a write named a stale lease token and changed nothing
     ├── LeadershipLost         a scheduler's leader lease expired or was taken; it wrote nothing
@@ -35,6 +38,7 @@ __all__ = [
     "ConfigError",
     "HandlerOutcome",
     "InvalidTransition",
+    "JobFailed",
     "JobledgerError",
     "KeyConflict",
     "LeadershipLost",
@@ -42,6 +46,8 @@ __all__ = [
     "NotFound",
     "PayloadError",
     "Permanent",
+    "ResultNotReady",
+    "ResultTimeout",
     "Retry",
     "SchemaMismatch",
     "SubscriptionExists",
@@ -80,6 +86,69 @@ class KeyConflict(JobledgerError):
 
 class NotFound(JobledgerError, LookupError):
     """No job (or other record) matches the given id or key."""
+
+
+class JobFailed(JobledgerError):
+    """The job ended without a result: it is dead (``error`` says why) or was cancelled.
+
+    Raised by ``Ledger.result``. ``state`` is ``"dead"`` or ``"cancelled"``; ``error`` and
+    ``error_class`` are the job's last error (None for a job cancelled before it ran).
+    """
+
+    def __init__(
+        self,
+        job_id: int,
+        queue: str,
+        key: str,
+        state: str,
+        error: str | None = None,
+        error_class: str | None = None,
+    ):
+        self.job_id = job_id
+        self.queue = queue
+        self.key = key
+        self.state = state
+        self.error = error
+        self.error_class = error_class
+        how = "was cancelled" if state == "cancelled" else f"is {state}"
+        why = ""
+        if error:
+            shown = error if len(error) <= 500 else error[:500] + "…"
+            why = f": {error_class}: {shown}" if error_class else f": {shown}"
+        super().__init__(f"job {job_id} ({queue}/{key}) {how}, so it has no result{why}")
+
+
+class ResultNotReady(JobledgerError):
+    """The job has not finished (it is pending or leased): it has no result yet.
+
+    Raised by ``Ledger.result`` without ``timeout``; pass ``timeout=`` seconds to wait for it.
+    """
+
+    def __init__(self, job_id: int, queue: str, key: str, state: str, message: str = ""):
+        self.job_id = job_id
+        self.queue = queue
+        self.key = key
+        self.state = state
+        super().__init__(
+            message
+            or f"job {job_id} ({queue}/{key}) is {state}: it has not finished, so it has no "
+            "result yet (pass timeout= to wait for it)"
+        )
+
+
+class ResultTimeout(ResultNotReady, TimeoutError):
+    """``Ledger.result(..., timeout=)`` waited that long and the job has not finished."""
+
+    def __init__(self, job_id: int, queue: str, key: str, state: str, timeout: float):
+        self.timeout = timeout
+        super().__init__(
+            job_id,
+            queue,
+            key,
+            state,
+            f"job {job_id} ({queue}/{key}) is still {state} after waiting {timeout:g} s for "
+            "its result",
+        )
 
 
 class InvalidTransition(JobledgerError):

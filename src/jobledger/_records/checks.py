@@ -19,6 +19,7 @@ __all__ = [
     "MAX_LEASE_SECONDS",
     "MAX_PAYLOAD_BYTES",
     "encode_payload",
+    "encode_result",
     "finite_number",
     "payload_digest",
     "validate_key",
@@ -38,6 +39,9 @@ _ENCODER = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+# U+0000 in a JSON text: ``\u0000`` after an even number of backslashes (``\\u0000`` is
+# a backslash followed by the letters u0000, which may be stored).
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 def encode_payload(payload: Any) -> str:
@@ -61,6 +65,35 @@ def encode_payload(payload: Any) -> str:
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB). "
             "Store large data elsewhere and pass its id."
         )
+    return text
+
+
+def encode_result(value: Any) -> str | None:
+    """The JSON text of a handler's return value, to store with its job (None for None).
+
+    Any JSON value may be returned (an object, a list, a string, a number, a bool), of at most
+    256 KiB once encoded, as for payloads; not NaN or infinity, and no string with U+0000
+    (PostgreSQL's ``jsonb`` cannot hold one). Anything else raises ``ValueError`` saying why:
+    the job is done all the same, and its result is null (see docs/concepts.md, Results).
+    """
+    if value is None:
+        return None
+    try:
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"it is not JSON-serialisable: {exc}") from None
+    except RecursionError:
+        raise ValueError("it nests too deeply to be encoded as JSON") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("it holds a string with an unpaired surrogate (not UTF-8)") from None
+    if size > MAX_PAYLOAD_BYTES:
+        raise ValueError(
+            f"it is {size} bytes of JSON; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB)"
+        )
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise ValueError("it holds a string with U+0000, which the ledger cannot store")
     return text
 
 

@@ -134,6 +134,11 @@ class JobRow:
     correlation_id: str | None
     group: str | None = None
     """The job's group (tenant, customer, downstream host), or None."""
+    result: Any = None
+    """What the handler returned (JSON: an object, list, string, number or bool), stored when
+    its attempt completed; None while the job is not done, when the handler returned None, or
+    when what it returned could not be stored (its history then has a ``result_dropped``
+    event). ``Ledger.result`` reads it, and waits for it."""
 
     @property
     def budget_left(self) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._records import ClaimedJob, Failure, JobState, Lease
+from .._records import ClaimedJob, Failure, JobState, Lease, encode_result
 from ..errors import BackendUnavailable, LeaseLost
 from ..policy import Backoff, Decision, classify
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
     from .leases import LeaseHold
 
-__all__ = ["Finished", "Recorder", "failure", "timed_out"]
+__all__ = ["Finished", "Recorder", "failure", "returned", "timed_out"]
 
 log = logging.getLogger("jobledger.worker")
 
@@ -88,7 +88,8 @@ def timed_out(seconds: float) -> Decision:
 class Finished:
     """One attempt's end, as a transport hands it to the recorder.
 
-    ``failure`` None and ``released`` False: done. ``released``: given back unstarted, not
+    ``failure`` None and ``released`` False: done, with ``result`` (the JSON text of what the
+    handler returned, None for None: see ``returned``). ``released``: given back unstarted, not
     charged. ``on_recorded(item, outcome)`` is told what it became (on the thread that wrote
     it), for a transport that acts on it (a broker consumer acks, push reports the delivery).
     """
@@ -98,6 +99,10 @@ class Finished:
     duration: float | None = None
     released: bool = False
     on_recorded: Callable[[Finished, str], None] | None = None
+    result: str | None = None
+    result_dropped: str | None = None
+    """Why the handler's return value is not stored (it is not JSON, or too large): the job is
+    done all the same, with a null result, and its history says why."""
     outcome: str = field(default="", init=False)
     """What the recorder made of it: ``done``, ``retry``, ``dead``, ``timed_out``,
     ``released`` or ``lease_lost``."""
@@ -105,6 +110,20 @@ class Finished:
     @property
     def job(self) -> ClaimedJob:
         return self.hold.job
+
+
+def returned(hold: LeaseHold, value: Any, duration: float | None = None) -> Finished:
+    """The ``Finished`` item of an attempt whose handler returned ``value``: done, with the
+    value to store as its result. A value that cannot be stored (``encode_result``) does not
+    fail the attempt — its effect happened, it must not run again — it is dropped, and the
+    recorder says so (a warning naming the task, and a ``result_dropped`` event)."""
+    item = Finished(hold, None, duration)
+    if value is not None:
+        try:
+            item.result = encode_result(value)
+        except ValueError as exc:
+            item.result_dropped = f"the handler's return value was not stored: {exc}"
+    return item
 
 
 class Observers(Protocol):
@@ -150,7 +169,7 @@ class Recorder:
         released = [f for f in batch if f.released]
         stale: set[int] = set()
         if done:
-            stale.update(backend.jobs.complete([f.hold.lease for f in done], now))
+            stale.update(self._complete(backend, done, now))
         states: dict[int, JobState | None] = {}
         if failed:
             results = backend.jobs.fail([f.failure for f in failed if f.failure is not None], now)
@@ -175,6 +194,8 @@ class Recorder:
                     observed.append((item.hold.job, "done", item.duration or 0.0, None))
                     if lines:
                         self._line(item, None)
+                    if item.result_dropped is not None:
+                        self.result_dropped(item.hold, item.result_dropped)
             else:
                 state = states.get(job_id)
                 if state is None:
@@ -203,13 +224,78 @@ class Recorder:
                 except Exception:  # a transport's callback must never lose the others
                     log.exception("handling the outcome of job %d failed", item.hold.job.id)
 
-    def completed_in_transaction(self, hold: LeaseHold, duration: float) -> None:
+    def _complete(self, backend: Backend, done: list[Finished], now: datetime | None) -> list[int]:
+        """Complete the done items (with their results); the ids whose lease was stale.
+
+        Results cost nothing when no handler of the batch returned one. Should the database
+        refuse the results (it never should: ``encode_result`` checks them), the jobs are
+        completed without: a batch that kept failing would run their handlers again."""
+        leases = [f.hold.lease for f in done]
+        results = {f.hold.lease.job_id: f.result for f in done if f.result is not None}
+        if not results:
+            return backend.jobs.complete(leases, now)
+        try:
+            return backend.jobs.complete(leases, now, results=results)
+        except BackendUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the jobs are done whatever their results
+            log.exception("the database refused the results of %d jobs", len(results))
+            for f in done:
+                if f.result is not None:
+                    f.result = None
+                    f.result_dropped = (
+                        f"the handler's return value was not stored: the database refused "
+                        f"it ({type(exc).__name__})"
+                    )
+            return backend.jobs.complete(leases, now)
+
+    def completed_in_transaction(
+        self, hold: LeaseHold, duration: float, item: Finished | None = None
+    ) -> None:
         """A handler completed its job in the ledger's transaction (``ctx.transaction()``):
-        count it, tell the observers and log it as any completion."""
+        store what it returned (``item``, from ``returned``: the completion committed before the
+        handler returned), count it, tell the observers and log it as any completion."""
+        item = item or Finished(hold, None, duration)
+        backend = self.backend
+        try:
+            # Also for no result where waiters are told: the telling waited for this write.
+            if item.result is not None or backend.supports_listen:
+                backend.jobs.store_result(hold.lease, item.result)
+        except BackendUnavailable as exc:
+            if item.result is not None:
+                item.result_dropped = (
+                    f"the handler's return value was not stored: the database was "
+                    f"unavailable ({exc})"
+                )
         self.observers.count(completed=1)
         self.observers.outcomes([(hold.job, "done", duration, None)])
         if log.isEnabledFor(logging.INFO):
-            self._line(Finished(hold, None, duration), None)
+            self._line(item, None)
+        if item.result_dropped is not None:
+            self.result_dropped(hold, item.result_dropped)
+
+    def result_dropped(self, hold: LeaseHold, why: str) -> None:
+        """A job is done but what its handler returned is not stored: say so in the log and in
+        its history (a ``result_dropped`` event)."""
+        job = hold.job
+        log.warning(
+            "job %d %s/%s (task %s) is done, and its result is null: %s",
+            job.id,
+            job.queue,
+            job.key,
+            job.task,
+            why,
+            extra={"job_id": job.id, "key": job.key, "queue": job.queue, "task": job.task},
+        )
+        with contextlib.suppress(BackendUnavailable):
+            self.backend.history.record_event(
+                job.id,
+                "result_dropped",
+                self.holder,
+                why,
+                {"attempt": job.attempt},
+                self.clock(),
+            )
 
     def lease_lost(self, hold: LeaseHold, action: str, actor: str | None = None) -> None:
         """Record a refused write in the job's history, count it, and say so."""

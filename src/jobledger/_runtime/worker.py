@@ -47,7 +47,7 @@ from ..policy import Backoff
 from .context import JobContext
 from .hooks import WorkerObserver, WorkerService
 from .leases import LeaseHold
-from .outcomes import Finished
+from .outcomes import returned
 from .runtime import Runtime, WorkerStats
 
 if TYPE_CHECKING:
@@ -579,6 +579,7 @@ class Worker(Runtime):
         error: BaseException | None = None
         tracer = self.tracer
         traced = tracer.start(hold, self.name) if tracer is not None else None
+        value: Any = None
         try:
             task = self.ledger.get_task(job.task)
             if task is None:
@@ -589,9 +590,9 @@ class Worker(Runtime):
                 raise Permanent(str(exc), error_class="PayloadError") from None
             hold.timeout = self._timeout_of(task, job.queue)
             if task.is_async:
-                self._run_async(task, ctx, hold)
+                value = self._run_async(task, ctx, hold)
             else:
-                task.fn(ctx, **job.payload)
+                value = task.fn(ctx, **job.payload)
         except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
             error = exc
         if tracer is not None:
@@ -613,20 +614,21 @@ class Worker(Runtime):
                     return
                 hold.timeout = None  # returned in time: no longer subject to its timeout
         if ctx.completed:
-            # Completed in the handler's own transaction (whatever it raised afterwards).
-            self.recorder.completed_in_transaction(hold, duration)
+            # Completed in the handler's own transaction (whatever it raised afterwards); what
+            # it returned is stored now.
+            item = returned(hold, value if error is None else None, duration)
+            self.recorder.completed_in_transaction(hold, duration, item)
             if tracer is not None and hold.span is not None:
-                item = Finished(hold, None, duration)
                 item.outcome = "done"
                 tracer.ended(item)
             self.finished([hold])
             return
         fault_point("worker.before_finish")
         self._submit(
-            Finished(hold, None, duration) if error is None else self.fail(hold, error, duration)
+            returned(hold, value, duration) if error is None else self.fail(hold, error, duration)
         )
 
-    def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> None:
+    def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> Any:
         with self._loop_lock:
             # The application's loop when the worker was started from one, else its own.
             if self._loop is None:
@@ -641,7 +643,7 @@ class Worker(Runtime):
             late = hold.timed_out
         if late:  # it timed out before it was handed to the loop
             future.cancel()
-        future.result()
+        return future.result()
 
     def abandon(self, hold: LeaseHold) -> None:
         """A timed-out attempt: cancel an async handler; for a sync one, give its slot to a new

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import SchemaMismatch
 from .api import Api
-from .base import Listener
+from .base import FinishListener, Listener
 from .database import Database
 from .effects import Effects
 from .groups import Groups
@@ -52,6 +52,10 @@ class SqlBackend:
 
     def listener(self, queues: Sequence[str]) -> Listener | None:
         """None: without wake-ups, workers poll (see ``supports_listen``)."""
+        return None
+
+    def finish_listener(self) -> FinishListener | None:
+        """None: without wake-ups, waiters for results poll."""
         return None
 
     # -- lifecycle -------------------------------------------------------------------------------

@@ -41,13 +41,27 @@ from .stats import Stats
 from .subscriptions import Subscriptions
 from .url import DatabaseURL
 
-__all__ = ["Backend", "Listener"]
+__all__ = ["ANY_QUEUE", "Backend", "FinishListener", "Listener"]
+
+#: In what ``FinishListener.wait_finished`` returns: any queue may have had a job finish.
+ANY_QUEUE = "*"
 
 
 class Listener(Protocol):
     """A wake-up channel: ``wait`` returns True when work may have arrived."""
 
     def wait(self, timeout: float) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class FinishListener(Protocol):
+    """Told when jobs finish (done, or dead by a failure or the rescuer) in any process."""
+
+    def wait_finished(self, timeout: float) -> set[str] | None:
+        """The queues in which jobs finished within ``timeout`` seconds (``{ANY_QUEUE}``: any
+        may have), or None when none did."""
+        ...
 
     def close(self) -> None: ...
 
@@ -114,4 +128,9 @@ class Backend(Protocol):
 
     def listener(self, queues: Sequence[str]) -> Listener | None:
         """A wake-up channel for these queues, or None when ``supports_listen`` is False."""
+        ...
+
+    def finish_listener(self) -> FinishListener | None:
+        """A channel told when jobs finish, or None when ``supports_listen`` is False (then
+        waiters for results poll)."""
         ...

@@ -4,7 +4,7 @@ transaction, batched where a batch makes sense."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -93,10 +93,26 @@ class Jobs(Protocol):
         ...
 
     def complete(
-        self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
+        self,
+        leases: Sequence[Lease],
+        now: datetime | None = None,
+        conn: Any = None,
+        results: Mapping[int, str] | None = None,
     ) -> list[int]:
         """Mark jobs done for the leases still held; return the ids whose lease was stale.
-        With ``conn`` the completion joins that open transaction."""
+        With ``conn`` the completion joins that open transaction.
+
+        ``results`` holds, by job id, the JSON text of what each handler that returned a value
+        returned (``encode_result``); it is stored with the job. Jobs without one keep a NULL
+        result. On PostgreSQL the batch tells waiters for results (one NOTIFY, unless ``conn``:
+        then ``store_result`` tells, once the handler has returned)."""
+        ...
+
+    def store_result(self, lease: Lease, result: str | None) -> bool:
+        """Store the result of a job that ``lease`` completed in the handler's own transaction
+        (``ctx.transaction()``), once the handler returned (None: it returned nothing, or what
+        it returned could not be stored), and tell waiters. Fenced by the lease: False, and
+        nothing written, when the job is not done under this lease."""
         ...
 
     def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:

@@ -61,7 +61,8 @@ FromJson = Callable[[Any], Any]
 JOB_COLUMNS = (
     "id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts, "
     "attempt_limit, lease_seconds, lease_until, lease_token, leased_by, created_at, updated_at, "
-    "finished_at, last_error, last_error_class, last_traceback, correlation_id, group_name"
+    "finished_at, last_error, last_error_class, last_traceback, correlation_id, group_name, "
+    "CAST(result AS TEXT)"
 )
 
 
@@ -95,7 +96,7 @@ def claimed_job(row: Sequence[Any], to_time: ToTime) -> ClaimedJob:
 
 
 def job_row(row: Sequence[Any], to_time: ToTime) -> JobRow:
-    """A row of ``JOB_COLUMNS``."""
+    """A row of ``JOB_COLUMNS`` (the result last, as JSON text)."""
     payload = row[4]
     if isinstance(payload, str):
         payload = json.loads(payload)
@@ -123,6 +124,9 @@ def job_row(row: Sequence[Any], to_time: ToTime) -> JobRow:
         last_traceback=row[20],
         correlation_id=row[21],
         group=row[22],
+        # Read as JSON text in both dialects (a jsonb string would come back decoded, and could
+        # not be told from a text of JSON).
+        result=None if row[23] is None else json.loads(row[23]),
     )
 
 

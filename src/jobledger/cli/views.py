@@ -301,6 +301,8 @@ def timeline(history: JobHistory) -> list[dict[str, Any]]:
 def show(url: str, job: JobRef, traceback: bool, as_json: bool) -> None:
     """Show one job — by KEY or ID, or --id N / --key K — and its history as a timeline: each
     attempt (worker, start, outcome, error), operator actions (who, why), recorded effects.
+    A done job's result (what its handler returned) is shown cut at 200 characters; --json
+    has it whole.
 
     A bare JOB of digits that is one job's id and another's key is refused: say which with
     --id or --key. A job that was pruned is reported with when it was pruned and until when
@@ -332,6 +334,7 @@ def show(url: str, job: JobRef, traceback: bool, as_json: bool) -> None:
         ("priority", str(j.priority)),
         ("group", j.group or "-"),
         ("payload", _short(j.payload)),
+        ("result", _short(j.result) if j.state.value == "done" else "-"),
         ("last error", error_text(j.last_error_class, j.last_error) if j.last_error else "-"),
         ("correlation", j.correlation_id or "-"),
     ]
@@ -349,6 +352,7 @@ def show(url: str, job: JobRef, traceback: bool, as_json: bool) -> None:
         click.echo(j.last_traceback)
 
 
-def _short(payload: dict[str, Any], limit: int = 200) -> str:
-    text = json.dumps(payload, ensure_ascii=False)
+def _short(value: Any, limit: int = 200) -> str:
+    """JSON on one line, cut at ``limit`` characters (``--json`` has all of it)."""
+    text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= limit else text[:limit] + "…"

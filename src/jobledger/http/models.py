@@ -17,7 +17,7 @@ from .._records import (
     QueueInfo,
 )
 from .problems import invalid
-from .schema import AnyObject, Array, Boolean, Integer, Number, Object, String
+from .schema import AnyObject, AnyValue, Array, Boolean, Integer, Number, Object, String
 
 QUEUE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$"
 #: Keys: 1-512 characters without control characters (as for keys given from Python).
@@ -214,6 +214,11 @@ MESSAGE = Object(
         "last_error_class": String(nullable=True),
         "correlation_id": String(nullable=True),
         "group": String(nullable=True, description="The message's group, or null."),
+        "result": AnyValue(
+            description="What the handler returned when the message was done (any JSON "
+            "value); null until then, when it returned nothing, or when its value could not "
+            "be stored (the history's `result_dropped` event says why)."
+        ),
         "history": Object(
             {"attempts": Array(ATTEMPT), "events": Array(EVENT)},
             required=("attempts", "events"),
@@ -234,6 +239,7 @@ MESSAGE = Object(
         "max_attempts",
         "created_at",
         "updated_at",
+        "result",
         "history",
     ),
     additional=True,
@@ -415,6 +421,7 @@ def message_json(job: JobRow, attempts: list[Attempt], events: list[Event]) -> d
         "last_error_class": job.last_error_class,
         "correlation_id": job.correlation_id,
         "group": job.group,
+        "result": job.result,
         "history": {
             "attempts": [attempt_json(a) for a in attempts],
             "events": [event_json(e) for e in events],

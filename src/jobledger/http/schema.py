@@ -3,7 +3,7 @@
 Each route declares its body, query and path parameters with these; the same object validates
 the request and renders its schema, so the document cannot drift from what the server accepts.
 Only what the API needs is here: strings, numbers, booleans, objects with known fields, arrays,
-and free-form JSON objects (payloads).
+free-form JSON objects (payloads) and any JSON value (a job's result).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 __all__ = [
     "AnyObject",
+    "AnyValue",
     "Array",
     "Boolean",
     "Integer",
@@ -408,6 +409,28 @@ class AnyObject(Schema):
         if not isinstance(value, dict):
             errors.append((path, f"expected an object, got {_type_name(value)}"))
             return value
+        problem = _json_problem(value, path, 1)
+        if problem is not None:
+            errors.append(problem)
+        return value
+
+
+@dataclass
+class AnyValue(Schema):
+    """Any JSON value, null included (a job's result). Its strings may not contain U+0000,
+    and it nests at most ``MAX_DEPTH`` levels deep."""
+
+    description: str | None = None
+    name: str | None = None
+
+    def json_schema(self) -> dict[str, Any]:
+        return {}
+
+    def _render(self, components: dict[str, Any]) -> dict[str, Any]:
+        components.setdefault("JsonValue", JSON_VALUE)
+        return {"$ref": "#/components/schemas/JsonValue"}
+
+    def _check(self, value: Any, path: str, errors: list[tuple[str, str]]) -> Any:
         problem = _json_problem(value, path, 1)
         if problem is not None:
             errors.append(problem)

@@ -19,7 +19,7 @@ from ..url import DatabaseURL
 from .database import PostgresDatabase
 from .history import PostgresRemoval
 from .jobs import PostgresJobs
-from .listener import PgListener
+from .listener import PgFinishListener, PgListener
 
 __all__ = ["PostgresBackend"]
 
@@ -41,6 +41,9 @@ class PostgresBackend(SqlBackend):
 
     def listener(self, queues: Sequence[str]) -> PgListener | None:
         return PgListener(self.db, set(queues)) if self.supports_listen else None
+
+    def finish_listener(self) -> PgFinishListener | None:
+        return PgFinishListener(self.db) if self.supports_listen else None
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -71,13 +71,17 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _fill(text: str, tables: dict[str, str]) -> str:
+def _fill(text: str, tables: dict[str, str], finish_channel: str, waiters_lock: str) -> str:
     """A named query with its placeholders filled: ``{new_…}`` are the columns of a new job
     (``NEW_JOB_COLUMNS``), ``{now}`` is the caller's explicit time or the database clock,
+    ``{finish_channel}`` the channel told of finished jobs and ``{waiters_lock}`` the advisory
+    lock that says someone listens on it (literals: made of the schema's name, an identifier),
     ``{jobs}`` and the other table names are schema-qualified."""
     for name, value in NEW_JOB_SQL.items():
         text = text.replace("{" + name + "}", value)
     text = text.replace("{now}", "COALESCE(%(now)s::timestamptz, now())")
+    text = text.replace("{finish_channel}", f"'{finish_channel}'")
+    text = text.replace("{waiters_lock}", f"hashtextextended('{waiters_lock}', 0)")
     for name, qualified in tables.items():
         text = text.replace("{" + name + "}", qualified)
     return text
@@ -112,11 +116,21 @@ class PostgresDatabase:
         #: False through a pooler in transaction mode: a statement prepared on one server
         #: session would be executed on another (``pooler=transaction``, see backends/url.py).
         self.prepares = not url.pooled_transactions
+        #: Told when jobs finish (done, or dead by a worker's failure or the rescuer), once per
+        #: batch, with their queue: waiters for results LISTEN here. At most 63 characters
+        #: (a schema's name has at most 48).
+        self.finish_channel = f"jobledger_{self.schema}_done"
+        #: Named in the shared advisory lock each connection listening on ``finish_channel``
+        #: holds, so that completions tell only while someone listens.
+        self.waiters_lock = f"jobledger:{self.schema}:result-waiters"
         self.tables = {
             name: pgsql.Identifier(self.schema, f"jobledger_{name}").as_string(None)
             for name in _TABLES
         }
-        self.sql = {name: _fill(text, self.tables) for name, text in queries("postgres").items()}
+        self.sql = {
+            name: _fill(text, self.tables, self.finish_channel, self.waiters_lock)
+            for name, text in queries("postgres").items()
+        }
         self._probe()
         self._closed = False
         self._lock = threading.Lock()

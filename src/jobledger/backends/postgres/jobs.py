@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -239,17 +239,33 @@ class PostgresJobs:
         return {r[0]: _utc(r[1]) for r in self._db.quick(self._db.sql["job_heartbeat"], params)}  # type: ignore[misc]
 
     def complete(
-        self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
+        self,
+        leases: Sequence[Lease],
+        now: datetime | None = None,
+        conn: Any = None,
+        results: Mapping[int, str] | None = None,
     ) -> list[int]:
         if not leases:
             return []
-        params = self._lease_params(leases) | {"now": now}
+        params = self._lease_params(leases) | {"now": now, "tell": conn is None}
+        name = "job_complete"
+        if results:
+            # Only a batch with a result pays for binding one more array (element by element).
+            held = [lease for lease in leases if _UUID.fullmatch(lease.token)]
+            params["results"] = [results.get(lease.job_id) for lease in held]
+            name = "job_complete_results"
         if conn is None:
-            rows = self._db.hot(self._db.sql["job_complete"], params)
+            rows = self._db.hot(self._db.sql[name], params)
         else:
-            rows = self._db.run("job_complete", params, conn=conn)
+            rows = self._db.run(name, params, conn=conn)
         done = {r[0] for r in rows}
         return [lease.job_id for lease in leases if lease.job_id not in done]
+
+    def store_result(self, lease: Lease, result: str | None) -> bool:
+        if not _UUID.fullmatch(lease.token):
+            return False
+        params = {"id": lease.job_id, "token": lease.token, "result": result}
+        return bool(self._db.run("job_result_store", params))
 
     def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
         if not failures:
@@ -274,7 +290,7 @@ class PostgresJobs:
             # the group's other jobs.
             with self._db.transaction() as c:
                 rows = c.execute(self._db.sql["job_fail"], params).fetchall()
-                for job_id, _, group, queue in rows:
+                for job_id, _, group, queue, _ in rows:
                     failure = pauses.get(job_id)
                     if failure is not None and group is not None:
                         c.execute(

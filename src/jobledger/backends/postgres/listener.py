@@ -1,19 +1,23 @@
-"""Wake-ups on PostgreSQL: LISTEN on the ledger's channel (enqueues NOTIFY it), on a session of
-its own: to the ledger's URL, or to its listen URL when that goes through a pooler."""
+"""Wake-ups on PostgreSQL: LISTEN on the ledger's channel (enqueues NOTIFY it), and on its
+channel of finished jobs (completions, and failures that leave jobs dead, NOTIFY it once per
+batch with their queue, or nothing for a batch of several queues) — each on a session of its
+own: to the ledger's URL, or to its listen URL when that goes through a pooler."""
 
 from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
 import psycopg
 from psycopg import sql as pgsql
 
+from ..base import ANY_QUEUE
 from .database import CONNECT_TIMEOUT, PostgresDatabase
 
-__all__ = ["PgListener"]
+__all__ = ["PgFinishListener", "PgListener"]
 
 
 class PgListener:
@@ -26,9 +30,10 @@ class PgListener:
 
     _MAX_BACKOFF = 5.0
 
-    def __init__(self, db: PostgresDatabase, queues: set[str]):
+    def __init__(self, db: PostgresDatabase, queues: set[str], channel: str | None = None):
         self._db = db
         self._queues = queues
+        self._channel = channel or db.channel
         self._conn: psycopg.Connection[Any] | None = None
         self._failures = 0
         self._retry_at = 0.0
@@ -38,7 +43,7 @@ class PgListener:
         if conninfo is None:  # the backend offers no listener then: see supports_listen
             raise psycopg.OperationalError("no direct URL to LISTEN on")
         conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
-        conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._db.channel)))
+        conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._channel)))
         return conn
 
     def _failed(self) -> None:
@@ -52,29 +57,67 @@ class PgListener:
 
         Returns True on a wake-up, or after a connection broke or was made again (a
         notification may have been missed in between)."""
+        return bool(self._receive(timeout, self._queues.__contains__))
+
+    def _receive(self, timeout: float, wanted: Callable[[str], bool]) -> list[str]:
+        """The payloads of the first wanted notification within ``timeout`` (``[ANY_QUEUE]``
+        after the connection broke or was made again), or ``[]``."""
         if self._conn is None or self._conn.closed:
             pause = self._retry_at - time.monotonic()
             if pause > 0:
                 time.sleep(min(pause, timeout))
-                return False
+                return []
             try:
                 self._conn = self._connect()
             except psycopg.Error:
                 self._failed()
-                return False
+                return []
             self._failures = 0
-            return True
+            return [ANY_QUEUE]
         try:
             for note in self._conn.notifies(timeout=timeout):
-                if note.payload in self._queues:
-                    return True
-            return False
+                if wanted(note.payload):
+                    return [note.payload]
+            return []
         except psycopg.Error:
             self._failed()
-            return True
+            return [ANY_QUEUE]
 
     def close(self) -> None:
         if self._conn is not None:
             with suppress(psycopg.Error):
                 self._conn.close()
             self._conn = None
+
+
+class PgFinishListener(PgListener):
+    """LISTEN on the channel of finished jobs, for waiters on results (``ledger.result``).
+
+    Its connection holds a shared advisory lock while it listens: completions tell only while
+    someone holds it (``someone_waits`` in jobs.sql), so a ledger nobody waits on sends no
+    NOTIFY. The lock goes with the connection."""
+
+    def __init__(self, db: PostgresDatabase):
+        super().__init__(db, set(), db.finish_channel)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = super()._connect()
+        try:
+            # After LISTEN: a completion that sees the lock held tells a connection that hears.
+            conn.execute(
+                "SELECT pg_advisory_lock_shared(hashtextextended(%s, 0))", (self._db.waiters_lock,)
+            )
+        except BaseException:
+            with suppress(psycopg.Error):
+                conn.close()
+            raise
+        return conn
+
+    def wait_finished(self, timeout: float) -> set[str] | None:
+        """Wait up to ``timeout`` seconds for jobs to finish. The queue they finished in, or
+        ``{ANY_QUEUE}`` when that is not known (the first call, which connects; a connection
+        made again; a batch of several queues); None when nothing finished."""
+        got = self._receive(timeout, lambda payload: True)
+        if not got:
+            return None
+        return {got[0] or ANY_QUEUE}

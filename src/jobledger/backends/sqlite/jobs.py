@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -301,7 +301,11 @@ class SqliteJobs:
         )
 
     def complete(
-        self, leases: Sequence[Lease], now: datetime | None = None, conn: Any = None
+        self,
+        leases: Sequence[Lease],
+        now: datetime | None = None,
+        conn: Any = None,
+        results: Mapping[int, str] | None = None,
     ) -> list[int]:
         if not leases:
             return []
@@ -315,11 +319,19 @@ class SqliteJobs:
                 ids = [lease.job_id for lease in held[start : start + 500]]
                 text = self._sql["job_complete"].replace("{ids}", ",".join("?" * len(ids)))
                 c.execute(text, [clock, clock, *ids])
+            if results:
+                stored = [(results[h.job_id], h.job_id) for h in held if h.job_id in results]
+                c.executemany(self._sql["job_result"], stored)
             c.executemany(
                 self._sql["attempt_done"], [(clock, lease.job_id, lease.attempt) for lease in held]
             )
         done = {lease.job_id for lease in held}
         return [lease.job_id for lease in leases if lease.job_id not in done]
+
+    def store_result(self, lease: Lease, result: str | None) -> bool:
+        params = {"id": lease.job_id, "token": lease.token, "result": result}
+        with self._db.transaction() as c:
+            return c.execute(self._sql["job_result_store"], params).rowcount > 0
 
     def _held(self, c: sqlite3.Connection, leases: Sequence[Lease]) -> list[Lease]:
         """The leases that are current, read in the caller's write transaction (which holds

@@ -27,7 +27,6 @@ from ..._task import Task
 from ...errors import HandlerOutcome, PayloadError, Permanent, Retry
 from ...policy import classify
 from . import compat
-from .results import keep_result
 
 if TYPE_CHECKING:
     from ..._runtime.context import JobContext
@@ -164,7 +163,6 @@ class _Attempt:
             value = _returned(returned)
         except Permanent as exc:
             raise self.failed(exc) from None
-        keep_result(self.ctx, value)
         if self.running is not None:
             result = self._finished(compat.TaskResultStatus.SUCCESSFUL)
             object.__setattr__(result, "_return_value", value)

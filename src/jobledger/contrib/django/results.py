@@ -10,22 +10,19 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.utils import timezone
 
-from ..._records import AttemptOutcome, JobRow, JobState
+from ..._records import AttemptOutcome, JobState
 from . import compat
 
 if TYPE_CHECKING:
     from ..._ledger import JobHistory, Ledger
-    from ..._runtime.context import JobContext
 
-__all__ = ["STATUS", "keep_result", "local_time", "stored_result", "task_result"]
+__all__ = ["STATUS", "local_time", "task_result"]
 
 STATUS = {
     JobState.PENDING: "READY",
@@ -66,7 +63,7 @@ def task_result(ledger: Ledger, history: JobHistory, task: Any, alias: str) -> A
         worker_ids=[a.worker for a in attempts],
     )
     if job.state is JobState.DONE:
-        object.__setattr__(result, "_return_value", stored_result(ledger, job))
+        object.__setattr__(result, "_return_value", job.result)
     return result
 
 
@@ -87,54 +84,3 @@ def local_time(at: datetime | None) -> datetime | None:
         return at
     naive: datetime = timezone.make_naive(at)
     return naive
-
-
-# -- the return value --------------------------------------------------------------------------
-# A handler's return value is kept in the job's ``result`` column (migration 010). Where the
-# ledger records it itself (``JobRow.result``), these two functions leave it to the ledger;
-# otherwise they write and read the column themselves, the write in the transaction that
-# completes the job, so that a result exists exactly when the job is done.
-
-_LEDGER_KEEPS_RESULTS = any(f.name == "result" for f in fields(JobRow))
-
-
-def keep_result(ctx: JobContext, value: Any) -> None:
-    """Store ``value`` with the job, completing the job in the same transaction."""
-    if _LEDGER_KEEPS_RESULTS or value is None:
-        return  # the worker stores what the handler returns; None needs no row change
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    with ctx.transaction() as conn:
-        if _dialect(conn) == "sqlite":
-            conn.execute("UPDATE jobledger_jobs SET result = ? WHERE id = ?", (text, ctx.job_id))
-        else:
-            conn.execute(
-                f"UPDATE {_pg_table(ctx)} SET result = %s::jsonb WHERE id = %s", (text, ctx.job_id)
-            )
-
-
-def stored_result(ledger: Ledger, job: JobRow) -> Any:
-    """The return value kept with a done job (None when it returned nothing)."""
-    if _LEDGER_KEEPS_RESULTS:
-        return getattr(job, "result", None)
-    database: Any = getattr(ledger.backend, "db")  # noqa: B009 - the dialect's database
-    with database.reading() as conn:
-        if _dialect(conn) == "sqlite":
-            row = conn.execute(
-                "SELECT result FROM jobledger_jobs WHERE id = ?", (job.id,)
-            ).fetchone()
-        else:
-            table = f'"{ledger.url.schema}".jobledger_jobs'
-            row = conn.execute(
-                f"SELECT result::text FROM {table} WHERE id = %s", (job.id,)
-            ).fetchone()
-    value = row[0] if row else None
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _dialect(conn: Any) -> str:
-    return "sqlite" if type(conn).__module__.startswith("sqlite3") else "postgres"
-
-
-def _pg_table(ctx: JobContext) -> str:
-    schema = ctx._backend.url.schema  # noqa: SLF001 - the bridge until the ledger keeps results
-    return f'"{schema}".jobledger_jobs'

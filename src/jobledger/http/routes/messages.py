@@ -119,8 +119,9 @@ async def _message(call: Call, job: JobRow) -> dict[str, Any]:
     errors=(404,),
 )
 async def get_message(call: Call) -> Response:
-    """Attempts (who held the lease, when, the outcome and error) and operator events (redrive,
-    resolve, refused late writes). The lease token is never shown."""
+    """Attempts (who held the lease, when, the outcome and error), operator events (redrive,
+    resolve, refused late writes) and, once the message is done, its `result`: what the
+    handler returned. The lease token is never shown."""
     job = await call.run(call.state.ledger.job, call.path["message_id"])
     return json_response(await _message(call, job))
 

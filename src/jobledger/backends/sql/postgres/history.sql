@@ -6,7 +6,8 @@
 -- {where} is built from fixed clauses, {order} is one of a fixed few, {page} a LIMIT or nothing.
 SELECT id, queue, key, task, payload, state, priority, run_at, attempts, max_attempts,
        attempt_limit, lease_seconds, lease_until, lease_token, leased_by, created_at, updated_at,
-       finished_at, last_error, last_error_class, last_traceback, correlation_id, group_name
+       finished_at, last_error, last_error_class, last_traceback, correlation_id, group_name,
+       CAST(result AS TEXT)
 FROM {jobs} WHERE {where} ORDER BY {order} {page}
 
 -- name: attempt_list

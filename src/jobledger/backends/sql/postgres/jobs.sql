@@ -92,16 +92,70 @@ SET lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.le
 RETURNING j.id, j.lease_until
 
 -- name: job_complete
+-- The batch completion. "told" wakes whoever waits for these jobs' results (ledger.result with
+-- a timeout): one NOTIFY for the whole batch, naming its queue, when someone waits, unless
+-- %(tell)s is false (a completion in the handler's transaction tells once its result is
+-- written: job_result_store).
 WITH done AS (
     UPDATE {jobs} AS j
     SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now}
     {@held_leases}
-    RETURNING j.id, j.attempts
-), closed AS (
+    RETURNING j.id, j.attempts, j.queue
+), {@done_rest}
+
+-- name: job_complete_results
+-- The batch completion when some handlers returned a value: %(results)s is the JSON text of
+-- each lease's result (NULL for a handler that returned None), in the order of %(ids)s.
+WITH done AS (
+    UPDATE {jobs} AS j
+    SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now},
+        result = l.result::jsonb
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::text[])
+         AS l(id, token, result)
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
+      AND j.state = 'leased'
+    RETURNING j.id, j.attempts, j.queue
+), {@done_rest}
+
+-- name: done_rest
+-- What every completion does after marking its jobs done: close their attempts, tell waiters.
+closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'done'
     FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+), told AS (
+    {@finished_notify}
+    FROM done HAVING CASE WHEN count(*) > 0 AND %(tell)s::bool THEN {@someone_waits} END
 )
-SELECT id FROM done
+SELECT id, (SELECT count(*) FROM told) FROM done
+
+-- name: someone_waits
+-- True when a process waits for results: each listening connection for them holds the shared
+-- lock {waiters_lock} (postgres/listener.py). Taking it exclusively fails then; when nobody
+-- waits it succeeds, held until this transaction ends, and nothing is told: a drain without
+-- waiters pays no NOTIFY (whose commit PostgreSQL serialises with every other notifying
+-- commit). A listener that locks while this transaction holds the lock waits for its commit,
+-- then looks at the jobs. Another completion holding it meanwhile makes this one tell anyway.
+NOT pg_try_advisory_xact_lock({waiters_lock})
+
+-- name: finished_notify
+-- One NOTIFY on the channel of finished jobs, naming their queue when they are all of one
+-- (empty otherwise: then the waiters of every queue look again). min and max, not a sorted
+-- DISTINCT: one pass over the batch, compared byte by byte.
+SELECT pg_notify({finish_channel}, CASE WHEN min(queue COLLATE "C") = max(queue COLLATE "C")
+                                        THEN min(queue COLLATE "C") ELSE '' END)
+
+-- name: job_result_store
+-- The result of a job its handler completed in its own transaction (ctx.transaction()),
+-- written once the handler returned, fenced by the lease that completed it.
+WITH stored AS (
+    UPDATE {jobs} SET result = %(result)s::jsonb
+    WHERE id = %(id)s AND lease_token = %(token)s::uuid AND state = 'done'
+    RETURNING id, queue
+), told AS (
+    {@finished_notify}
+    FROM stored HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
+)
+SELECT id, (SELECT count(*) FROM told) FROM stored
 
 -- name: job_fail
 WITH f AS (
@@ -133,8 +187,11 @@ WITH f AS (
         error_class = f.error_class, error_message = f.message, traceback = f.traceback
     FROM moved JOIN f ON f.id = moved.id
     WHERE a.job_id = moved.id AND a.attempt = moved.attempts
+), told AS (
+    {@finished_notify}
+    FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
 )
-SELECT id, state, group_name, queue FROM moved
+SELECT id, state, group_name, queue, (SELECT count(*) FROM told) FROM moved
 
 -- name: job_release
 WITH released AS (
@@ -175,8 +232,11 @@ WITH expired AS (
     SET finished_at = {now}, outcome = 'lease_expired', error_class = 'LeaseExpired',
         error_message = moved.last_error
     FROM moved WHERE a.job_id = moved.id AND a.attempt = moved.attempts
+), told AS (
+    {@finished_notify}
+    FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
 )
-SELECT id, queue, key, state, attempts FROM moved
+SELECT id, queue, key, state, attempts, (SELECT count(*) FROM told) FROM moved
 
 -- name: tombstone_live
 -- Tombstones still blocking these keys. Run after the insert, in a statement of its own: under

@@ -75,6 +75,17 @@ UPDATE jobledger_jobs
 SET state = 'done', lease_until = NULL, finished_at = ?, updated_at = ?
 WHERE state = 'leased' AND id IN ({ids})
 
+-- name: job_result
+-- The result of a job just completed in the same write transaction (only for handlers that
+-- returned a value; the others keep NULL).
+UPDATE jobledger_jobs SET result = ? WHERE id = ?
+
+-- name: job_result_store
+-- The result of a job its handler completed in its own transaction (ctx.transaction()),
+-- written once the handler returned, fenced by the lease that completed it.
+UPDATE jobledger_jobs SET result = :result
+WHERE id = :id AND lease_token = :token AND state = 'done'
+
 -- name: attempt_done
 UPDATE jobledger_attempts SET finished_at = ?, outcome = 'done'
 WHERE job_id = ? AND attempt = ? AND outcome IS NULL
