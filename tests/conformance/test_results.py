@@ -238,13 +238,13 @@ def _other_process_ledger(db_url: str) -> Ledger:
     return Ledger(db_url)
 
 
+@pytest.mark.parametrize("backend_name", ["postgres"])  # SQLite has no LISTEN: waiters poll
 @pytest.mark.parametrize("ending", ["done", "dead", "done-in-transaction"])
 def test_on_postgres_a_waiter_is_woken_by_listen_not_by_polling(ledger, db_url, ending):
     """The waiter's polling interval is an hour, its timeout ten minutes, and the job finishes
     in another ledger (no in-process wake-up): only the completion's NOTIFY can end the wait
     within the minute the test gives it."""
-    if not ledger.listening.supported:
-        pytest.skip("the database has no LISTEN/NOTIFY: waiters poll (the case above)")
+    assert ledger.listening.supported
     ledger.result_poll_interval = 3600.0
     worker_side = _other_process_ledger(db_url)
     go = threading.Event()
