@@ -22,7 +22,7 @@ from .._records import (
     RescueResult,
 )
 
-__all__ = ["Jobs"]
+__all__ = ["AsyncJobs", "Jobs"]
 
 
 class Jobs(Protocol):
@@ -110,4 +110,23 @@ class Jobs(Protocol):
 
     def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
         """Close attempts whose lease expired: pending again with budget left, dead without."""
+        ...
+
+
+class AsyncJobs(Protocol):
+    """The enqueue awaited on the running event loop, on a backend whose driver has an asyncio
+    API (``Backend.async_jobs``). It belongs to the loop it is first used on."""
+
+    async def insert(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        conn: Any = None,
+        on_conflict: OnConflict = "raise",
+    ) -> list[InsertResult]:
+        """As ``Jobs.insert``; ``conn`` is the caller's async connection (its transaction)."""
+        ...
+
+    async def close(self) -> None:
+        """Close what it opened (its connections)."""
         ...
