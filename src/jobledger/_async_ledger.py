@@ -34,7 +34,7 @@ from typing import (
 )
 
 from ._ledger import Ledger, _DictSpec, _one_spec, _specs
-from ._records import Enqueued, InsertResult, JobSpec
+from ._records import Enqueued, InsertResult, JobSpec, NewJob
 from ._task import Task
 from .backends import DatabaseURL
 from .errors import ConfigError
@@ -123,6 +123,7 @@ class AsyncLedger:
         self._async_jobs: AsyncJobs | None = None
         self._native_known = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._gate: asyncio.Semaphore | None = None
         # The same decorators and builders as the sync ledger's: tasks live there.
         self.task = ledger.task
         self.schedule = ledger.schedule
@@ -142,18 +143,23 @@ class AsyncLedger:
     # -- the database ------------------------------------------------------------------------------
 
     async def open(self) -> AsyncLedger:
-        """Open the database now (on a thread) rather than on first use; return the ledger."""
-        await self._off_loop(self.sync.open)
+        """Open the database now rather than on first use (migrating it with
+        ``auto_migrate``), and the async connections; return the ledger. Call it at startup
+        (an app's lifespan): the first connection of a process loads what the driver loads
+        lazily, which would otherwise hold the first enqueues up."""
+        native = await self._native()
+        if native is not None:
+            await native.open()
         return self
 
     async def close(self) -> None:
         """Close the async connections, the threads, and the sync ledger unless it was given
         to ``AsyncLedger.of``."""
-        jobs, self._async_jobs = self._async_jobs, None
-        self._native_known = False
-        self._loop = None
-        if jobs is not None:
+        jobs, loop = self._async_jobs, self._loop
+        self._forget_loop()
+        if jobs is not None and loop is asyncio.get_running_loop():
             await jobs.close()
+        # (Opened on a loop that has ended since: its connections ended with it.)
         if self._owns:
             await self._off_loop(self.sync.close)
         for pool in (self._threads, self._writer):
@@ -229,12 +235,24 @@ class AsyncLedger:
         on_conflict: Literal["raise", "report"] = "raise",
         priority_given: bool,
     ) -> list[InsertResult]:
-        jobs = self.sync._new_jobs(task, specs, queue=queue, now=now, priority_given=priority_given)
         native = await self._native()
-        if native is not None:
-            return self.sync._written(
-                await native.insert(jobs, now, conn=conn, on_conflict=on_conflict)
+        async with self._admission():
+            jobs = self.sync._new_jobs(
+                task, specs, queue=queue, now=now, priority_given=priority_given
             )
+            if native is not None:
+                return self.sync._written(
+                    await native.insert(jobs, now, conn=conn, on_conflict=on_conflict)
+                )
+            return await self._write_on_thread(jobs, now, conn, on_conflict)
+
+    async def _write_on_thread(
+        self,
+        jobs: list[NewJob],
+        now: datetime | None,
+        conn: Any,
+        on_conflict: Literal["raise", "report"],
+    ) -> list[InsertResult]:
         if conn is not None:
             raise ConfigError(
                 f"AsyncLedger cannot enqueue in a caller's connection on {self.sync.url.redacted}"
@@ -247,9 +265,28 @@ class AsyncLedger:
             writer = self._writer = ThreadPoolExecutor(1, thread_name_prefix="jobledger-write")
         return await self._run(writer, self.sync._write, jobs, now, None, on_conflict)
 
+    def _admission(self) -> asyncio.Semaphore:
+        """The enqueues in flight at once: as many as the writes can use (the async pool's
+        connections, or the one writer thread and a few queued behind it). The others wait
+        here at once, so that a burst (``gather`` of a thousand enqueues) never holds the
+        loop for the checks of all of them in one go: each is checked when admitted."""
+        gate = self._gate
+        if gate is None:
+            size = self.sync.url.pool_size if self._async_jobs is not None else 4
+            gate = self._gate = asyncio.Semaphore(size)
+        return gate
+
+    def _forget_loop(self) -> None:
+        self._async_jobs = None
+        self._native_known = False
+        self._loop = None
+        self._gate = None
+
     async def _native(self) -> AsyncJobs | None:
         """The backend's asyncio enqueue, or None (then its sync one runs on a thread)."""
         loop = asyncio.get_running_loop()
+        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+            self._forget_loop()  # the loop it was used on has ended (asyncio.run returned)
         if not self._native_known:
             backend = self.sync._backend
             if backend is None:
@@ -260,8 +297,8 @@ class AsyncLedger:
                 self._loop = loop
         if self._async_jobs is not None and self._loop is not loop:
             raise ConfigError(
-                "this AsyncLedger enqueues on the event loop it was first used on; close it"
-                " (await aledger.close()) before using it on another loop"
+                "this AsyncLedger enqueues on the event loop it was first used on, which is"
+                " still running; use one AsyncLedger per loop (or close it there first)"
             )
         return self._async_jobs
 

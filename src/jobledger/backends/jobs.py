@@ -127,6 +127,11 @@ class AsyncJobs(Protocol):
         """As ``Jobs.insert``; ``conn`` is the caller's async connection (its transaction)."""
         ...
 
+    async def open(self) -> None:
+        """Open its connections now rather than on first use (their first connect loads what
+        the driver loads lazily); wait until one is ready."""
+        ...
+
     async def close(self) -> None:
         """Close what it opened (its connections)."""
         ...

@@ -1,7 +1,7 @@
 """The enqueue under asyncio: the plans of ``plan.py`` driven over psycopg's async connections.
 
-An ``AsyncConnectionPool`` of its own, opened on first use on the running event loop and closed
-by ``close``; or the caller's ``psycopg.AsyncConnection``, whose transaction decides whether the
+Connections of its own (``_Connections``), made on first use on the running event loop and
+closed by ``close``; or the caller's ``psycopg.AsyncConnection``, whose transaction decides whether the
 jobs exist. The statements, their order and what their rows mean are the plan's
 (``PostgresJobs.insert_plan``), the same that ``PostgresJobs.insert`` drives in a thread.
 """
@@ -28,12 +28,52 @@ __all__ = ["PostgresAsyncJobs"]
 _T = TypeVar("_T")
 
 
-async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    # As the thread pools' connections are (database._configure): autocommit, nothing prepared
-    # behind our back, times in UTC.
-    await conn.set_autocommit(True)
-    conn.prepare_threshold = None
-    await conn.execute("SET TIME ZONE 'UTC'")
+class _Connections:
+    """At most ``size`` async connections, each made when a task needs one and none is idle, by
+    that task: no task of the pool's own runs in the background, so nothing is left running
+    when the loop ends unclosed (``asyncio.run`` returning), which psycopg_pool's
+    ``AsyncConnectionPool`` would hold up. Configured as the thread pools' connections are
+    (``database._configure``): autocommit, nothing prepared behind our back, times in UTC."""
+
+    def __init__(self, conninfo: str, size: int):
+        self._conninfo = conninfo
+        self._slots = asyncio.Semaphore(size)
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._closed = False
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else await self._connect()
+            try:
+                yield conn
+            finally:
+                idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                if self._closed or conn.broken or not idle:
+                    await conn.close()
+                else:
+                    self._idle.append(conn)
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        if self._closed:
+            raise BackendUnavailable("the ledger's async connections are closed")
+        conn = await psycopg.AsyncConnection.connect(
+            self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+        )
+        conn.prepare_threshold = None
+        await conn.execute("SET TIME ZONE 'UTC'")
+        return conn
+
+    async def check(self) -> None:
+        """A connection was found broken: the idle ones may be too (a server restart), so
+        close them; new ones are made as needed."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self.check()
 
 
 class PostgresAsyncJobs:
@@ -42,8 +82,7 @@ class PostgresAsyncJobs:
     def __init__(self, db: PostgresDatabase, jobs: PostgresJobs):
         self._db = db
         self._jobs = jobs
-        self._pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
-        self._opening: asyncio.Lock | None = None
+        self._pool: _Connections | None = None
 
     async def insert(
         self,
@@ -106,7 +145,7 @@ class PostgresAsyncJobs:
             for _ in range(3):
                 async with pool.connection() as own:
                     try:
-                        await pool.check_connection(own)
+                        await psycopg_pool.AsyncConnectionPool.check_connection(own)
                     except psycopg.Error:
                         pass  # broken: the pool discards it when it comes back
                     else:
@@ -127,34 +166,21 @@ class PostgresAsyncJobs:
         async with conn.transaction():
             yield conn
 
-    async def _broken(
-        self, pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Any]]
-    ) -> None:
+    async def _broken(self, pool: _Connections) -> None:
         """A pooled connection was found broken: fail now if the server is down (asked off the
         loop: the probe connects), else have the pool check its other connections."""
         await asyncio.to_thread(self._db.fail_if_down)
         await pool.check()
 
-    async def _opened(self) -> psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Any]]:
-        if self._pool is not None:
-            return self._pool
-        if self._opening is None:
-            self._opening = asyncio.Lock()
-        async with self._opening:
-            if self._pool is None:
-                pool = psycopg_pool.AsyncConnectionPool(
-                    self._db.url.conninfo,
-                    min_size=1,
-                    max_size=self._db.url.pool_size,
-                    kwargs={"connect_timeout": CONNECT_TIMEOUT},
-                    configure=_configure,
-                    timeout=CONNECT_TIMEOUT,
-                    open=False,
-                    name="jobledger-async",
-                )
-                await pool.open()
-                self._pool = pool
+    async def _opened(self) -> _Connections:
+        if self._pool is None:
+            self._pool = _Connections(self._db.url.conninfo, self._db.url.pool_size)
         return self._pool
+
+    async def open(self) -> None:
+        with self._db.translate():
+            async with (await self._opened()).connection() as c:
+                await c.execute("SELECT 1")
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
