@@ -293,3 +293,31 @@ def test_the_ledgers_later_methods_are_awaited_too():
 
     for name in _async_ledger._LATER:
         assert hasattr(AsyncLedger, name) == hasattr(Ledger, name), name
+
+
+def test_connections_the_server_closed_are_replaced(pg):
+    """After the server ends every connection (a restart, a failover), the next enqueues go
+    out on fresh connections: the single enqueue is sent again, the checked path takes a
+    connection found alive."""
+    schema, url = pg.new_schema_url()
+
+    async def main() -> None:
+        async with AsyncLedger(url) as aledger:
+            await aledger.migrate()
+            await aledger.open()
+            await asyncio.gather(*(aledger.enqueue("t", {}, key=f"a{n}") for n in range(20)))
+            with psycopg.connect(pg.url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            assert (await aledger.enqueue("t", {}, key="b")).created
+            batch = [{"key": "a0"}, {"key": "c"}]  # a known key: the checked path
+            results = await aledger.enqueue_many("t", batch)
+            assert [r.created for r in results] == [False, True]
+            assert len(await aledger.jobs()) == 22
+
+    try:
+        asyncio.run(main())
+    finally:
+        pg.drop_schema(schema)
