@@ -321,3 +321,21 @@ def test_connections_the_server_closed_are_replaced(pg):
         asyncio.run(main())
     finally:
         pg.drop_schema(schema)
+
+
+def test_a_refused_job_is_refused_before_the_database_is_opened(tmp_path):
+    """As with ``Ledger``: the checks come first, so a bad job says what is wrong with it even
+    when the database cannot be opened."""
+    from jobledger import PayloadError
+
+    aledger = AsyncLedger(f"sqlite:///{tmp_path}/missing.db", create=False)
+
+    async def main() -> None:
+        with pytest.raises(PayloadError, match="a key is required"):
+            await aledger.enqueue("t", {"n": 1})
+        with pytest.raises(PayloadError, match="JSON object"):
+            await aledger.enqueue_many("t", [{"payload": [1], "key": "k"}])
+        await aledger.close()
+
+    asyncio.run(main())
+    assert not (tmp_path / "missing.db").exists()

@@ -147,9 +147,10 @@ class AsyncLedger:
         ``auto_migrate``), and the async connections; return the ledger. Call it at startup
         (an app's lifespan): the first connection of a process loads what the driver loads
         lazily, which would otherwise hold the first enqueues up."""
-        native = await self._native()
-        if native is not None:
-            await native.open()
+        async with self._admission():
+            native = await self._native()
+            if native is not None:
+                await native.open()
         return self
 
     async def close(self) -> None:
@@ -235,11 +236,12 @@ class AsyncLedger:
         on_conflict: Literal["raise", "report"] = "raise",
         priority_given: bool,
     ) -> list[InsertResult]:
-        native = await self._native()
         async with self._admission():
+            # Checked first, as by Ledger: a refused job never opens the database.
             jobs = self.sync._new_jobs(
                 task, specs, queue=queue, now=now, priority_given=priority_given
             )
+            native = await self._native()
             if native is not None:
                 return self.sync._written(
                     await native.insert(jobs, now, conn=conn, on_conflict=on_conflict)
@@ -266,14 +268,22 @@ class AsyncLedger:
         return await self._run(writer, self.sync._write, jobs, now, None, on_conflict)
 
     def _admission(self) -> asyncio.Semaphore:
-        """The enqueues in flight at once: as many as the writes can use (the async pool's
-        connections, or the one writer thread and a few queued behind it). The others wait
-        here at once, so that a burst (``gather`` of a thousand enqueues) never holds the
-        loop for the checks of all of them in one go: each is checked when admitted."""
+        """The enqueues in flight at once: as many as the writes can use (``pool_size``: the
+        async connections, or calls queued for the one writer thread). The others wait here
+        at once, so that a burst (``gather`` of a thousand enqueues) never holds the loop for
+        the checks of all of them in one go: each is checked when admitted."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._loop is not None and not self._loop.is_closed():
+                raise ConfigError(
+                    "this AsyncLedger enqueues on the event loop it was first used on, which is"
+                    " still running; use one AsyncLedger per loop (or close it there first)"
+                )
+            self._forget_loop()  # the loop it was used on has ended (asyncio.run returned)
+            self._loop = loop
         gate = self._gate
         if gate is None:
-            size = self.sync.url.pool_size if self._async_jobs is not None else 4
-            gate = self._gate = asyncio.Semaphore(size)
+            gate = self._gate = asyncio.Semaphore(self.sync.url.pool_size)
         return gate
 
     def _forget_loop(self) -> None:
@@ -283,10 +293,8 @@ class AsyncLedger:
         self._gate = None
 
     async def _native(self) -> AsyncJobs | None:
-        """The backend's asyncio enqueue, or None (then its sync one runs on a thread)."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
-            self._forget_loop()  # the loop it was used on has ended (asyncio.run returned)
+        """The backend's asyncio enqueue, or None (then its sync one runs on a thread); of the
+        loop ``_admission`` checked."""
         if not self._native_known:
             backend = self.sync._backend
             if backend is None:
@@ -294,12 +302,6 @@ class AsyncLedger:
             if not self._native_known:
                 self._async_jobs = backend.async_jobs()
                 self._native_known = True
-                self._loop = loop
-        if self._async_jobs is not None and self._loop is not loop:
-            raise ConfigError(
-                "this AsyncLedger enqueues on the event loop it was first used on, which is"
-                " still running; use one AsyncLedger per loop (or close it there first)"
-            )
         return self._async_jobs
 
     # -- everything else: the sync ledger's methods, on a thread -----------------------------------
