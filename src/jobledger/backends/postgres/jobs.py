@@ -93,7 +93,7 @@ class PostgresJobs:
         on_conflict: OnConflict,
     ) -> Plan[list[InsertResult]]:
         """The enqueue, as a plan (see ``plan.py``): driven in a thread by ``insert``, and under
-        asyncio by ``aio.AsyncJobs``. Without the caller's transaction, one job is one prepared
+        asyncio by ``aio.PostgresAsyncJobs``. Without the caller's transaction, one job is one prepared
         statement, a batch of new keys one statement; a known key (or the caller's
         transaction) takes the checked path."""
         if not jobs:
