@@ -6,8 +6,8 @@ generator of ``Statement`` run in one transaction — ours, or a savepoint in th
 error of a step is thrown into the plan at the ``yield``, so it catches what it expects
 (``except psycopg.errors.…``) as a plain call would. What the plan returns is the result.
 
-``run`` drives a plan over the thread pools of ``PostgresDatabase``; ``aio.PostgresAsyncJobs.run`` drives
-the same plan over psycopg's async connections. The SQL, the order of the steps and what their
+``run`` drives a plan over the thread pools of ``PostgresDatabase``;
+``aio.PostgresAsyncJobs.run`` drives the same plan over psycopg's async connections. The SQL, the order of the steps and what their
 rows mean live in the plan alone (the enqueue: ``PostgresJobs.insert_plan``).
 """
 
