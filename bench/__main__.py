@@ -343,10 +343,18 @@ def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
     return ratios
 
 
+#: jobledger's asyncio API (AsyncLedger), measured by its adapter in the enqueue workload.
+ASYNC_ENQUEUE = [
+    ("enqueue_async_single_per_s", "async enqueue one by one, jobs/s"),
+    ("enqueue_async_concurrent_per_s", "async enqueue, 100 at once, jobs/s"),
+    ("enqueue_async_bulk_per_s", "async enqueue in batches of 1,000, jobs/s"),
+]
+
 #: What --baseline compares, round by round: (key in a system's rounds, label).
 VERSUS = [
     ("enqueue_single_per_s", "enqueue one by one, jobs/s"),
     ("enqueue_bulk_per_s", "enqueue in batches of 1,000, jobs/s"),
+    *ASYNC_ENQUEUE,
     ("drain_1p_per_s", "drain, 1 process, jobs/s"),
     ("drain_2p_per_s", "drain, 2 processes, jobs/s"),
 ]
@@ -424,6 +432,9 @@ def render(report: dict[str, Any]) -> str:
 
     row("enqueue one by one, jobs/s", lambda r: r.get("enqueue_single_per_s"))
     row("enqueue in batches of 1,000, jobs/s", lambda r: r.get("enqueue_bulk_per_s"))
+    for key, label in ASYNC_ENQUEUE:
+        if any(r.get(key) for r in results.values()):
+            row(label, lambda r, key=key: r.get(key))
     for key in sorted({k for r in results.values() for k in r if k.endswith("p_per_s")}):
         n = key.split("_")[1]
         rows.append(

@@ -27,7 +27,14 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
     for dialect in ("sqlite", "postgres"):
         r = report["results"][f"jobledger/{dialect}"]
         assert "error" not in r
-        for key in ("enqueue_single_per_s", "enqueue_bulk_per_s", "drain_1p_per_s"):
+        for key in (
+            "enqueue_single_per_s",
+            "enqueue_bulk_per_s",
+            "enqueue_async_single_per_s",
+            "enqueue_async_concurrent_per_s",
+            "enqueue_async_bulk_per_s",
+            "drain_1p_per_s",
+        ):
             assert r[key] > 0, (dialect, key, r)
         assert r["drain_2p_per_s"] > 0 and r["drain_1p_peak_rss_mb"] > 0
         assert r["steady"]["samples"] > 0 and r["steady"]["p50_ms"] > 0
@@ -38,6 +45,7 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
     largest = report["scale"]["postgres"]["10,000 pending + 2,000 done"]
     assert largest["generic_plan_uses_index"] is True
     assert "drain, 2 process(es), jobs/s" in proc.stdout
+    assert "async enqueue in batches of 1,000, jobs/s" in proc.stdout
 
 
 def test_the_groups_bench_runs_every_case_on_both_backends(pg):

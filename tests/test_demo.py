@@ -103,3 +103,11 @@ def test_quick_tour_runs():
     assert proc.returncode == 0, proc.stderr
     assert "created=True" in proc.stdout and "created=False" in proc.stdout
     assert "is done after 1 attempt" in proc.stdout
+
+
+def test_quick_tour_async_runs():
+    """The README's async twin of the tour (examples/quick_tour_async.py)."""
+    proc = run("examples/quick_tour_async.py", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "created=True" in proc.stdout and "created=False" in proc.stdout
+    assert "is done after 1 attempt" in proc.stdout

@@ -212,6 +212,32 @@ def test_the_async_forms_unwrap_to_psycopgs_async_connection(ledger):
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)
+def test_asyncledger_enqueues_in_a_sqlalchemy_async_session_and_its_commit_decides(ledger):
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+
+    from jobledger import AsyncLedger
+
+    aledger = AsyncLedger.of(ledger)
+
+    async def scenario() -> None:
+        engine = create_async_engine(sqlalchemy_url(ledger))
+        try:
+            async with engine.connect() as c:
+                await aledger.enqueue("receipt", {}, key="rolled-back", conn=c)
+                await c.rollback()
+            async with AsyncSession(engine) as session, session.begin():
+                await aledger.enqueue("receipt", {}, key="committed", conn=session)
+        finally:
+            await engine.dispose()
+            await aledger.close()
+
+    asyncio.run(scenario())
+    assert _jobs(ledger) == ["committed"]
+
+
 def test_a_ledger_without_sqlalchemy_connections_never_imports_it(tmp_path):
     code = (
         "import sqlite3, sys\n"

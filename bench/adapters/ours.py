@@ -62,7 +62,10 @@ def main() -> None:
             lambda: [ledger.enqueue("noop", {"n": i}, key=f"s{i}") for i in range(args.single)]
         )
         bulk = timed(lambda: _fill(ledger, args.bulk, args.batch, prefix="b"))
-        emit({"single": rate(args.single, single), "bulk": rate(args.bulk, bulk)})
+        emit(
+            {"single": rate(args.single, single), "bulk": rate(args.bulk, bulk)}
+            | _enqueue_async(ledger, args.single, args.bulk, args.batch)
+        )
     elif args.command == "fill":
         ledger = _ledger(args.dsn)
         seconds = timed(lambda: _fill(ledger, args.n, args.batch, prefix="f"))
@@ -84,6 +87,54 @@ def main() -> None:
         emit({"enqueued": sent})
     elif args.command == "work":
         _work(args)
+
+
+#: Enqueues in flight at once in the "concurrent" async figure (an app's requests).
+ASYNC_CONCURRENCY = 100
+
+
+def _enqueue_async(ledger: Ledger, single: int, bulk: int, batch: int) -> dict[str, float]:
+    """The same enqueues through ``AsyncLedger`` (absent at revisions without it): one by one,
+    awaited in turn; ``ASYNC_CONCURRENCY`` at a time (``gather``); in batches."""
+    try:
+        from jobledger import AsyncLedger
+    except ImportError:
+        return {}
+    import asyncio
+
+    async def main() -> dict[str, float]:
+        async with AsyncLedger.of(ledger) as aledger:
+            await aledger.open()  # connections opened before the clock starts
+            start = time.perf_counter()
+            for i in range(single):
+                await aledger.enqueue("noop", {"n": i}, key=f"as{i}")
+            one = time.perf_counter() - start
+            start = time.perf_counter()
+            for first in range(0, single, ASYNC_CONCURRENCY):
+                await asyncio.gather(
+                    *(
+                        aledger.enqueue("noop", {"n": i}, key=f"ac{i}")
+                        for i in range(first, min(single, first + ASYNC_CONCURRENCY))
+                    )
+                )
+            concurrent = time.perf_counter() - start
+            start = time.perf_counter()
+            for first in range(0, bulk, batch):
+                await aledger.enqueue_many(
+                    "noop",
+                    [
+                        {"payload": {"n": i}, "key": f"ab{i}"}
+                        for i in range(first, min(bulk, first + batch))
+                    ],
+                )
+            many = time.perf_counter() - start
+        return {
+            "async_single": rate(single, one),
+            "async_concurrent": rate(single, concurrent),
+            "async_bulk": rate(bulk, many),
+        }
+
+    return asyncio.run(main())
 
 
 def _fill(ledger: Ledger, n: int, batch: int, prefix: str) -> None:

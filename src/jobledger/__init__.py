@@ -49,6 +49,9 @@ from .errors import (
 __version__ = "0.1.0"
 
 if _TYPE_CHECKING:
+    from ._async_ledger import (
+        AsyncLedger,
+    )
     from ._ledger import (
         JobHistory,
         Ledger,
@@ -110,6 +113,7 @@ if _TYPE_CHECKING:
     )
 
 __all__ = [
+    "AsyncLedger",
     "Attempt",
     "AttemptOutcome",
     "BackendUnavailable",
@@ -166,6 +170,7 @@ __all__ = [
 
 # Where each lazily imported name lives.
 _LAZY = {
+    "AsyncLedger": "_async_ledger",
     "Attempt": "_records",
     "AttemptOutcome": "_records",
     "Backoff": "policy",

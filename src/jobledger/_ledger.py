@@ -505,15 +505,7 @@ class Ledger:
         trace context is stored with the job (its attempts' spans link to it).
         ``group`` (or the task's group rule) puts the job in a group: see ``set_group_limits``.
         """
-        spec = JobSpec(
-            payload if payload is not None else {},
-            key,
-            _seconds(delay),
-            run_at,
-            priority if priority is not None else 0,
-            correlation_id,
-            group,
-        )
+        spec = _one_spec(payload, key, delay, run_at, priority, correlation_id, group)
         results = self._insert(
             task, [spec], queue=queue, conn=conn, now=now, priority_given=priority is not None
         )
@@ -536,7 +528,7 @@ class Ledger:
         ``on_conflict="raise"``: one conflicting key raises ``KeyConflict`` and nothing of the
         batch is written. ``"report"``: the others are written and the conflicts are marked.
         """
-        specs = [j if isinstance(j, JobSpec) else _spec_from_dict(j) for j in jobs]
+        specs = _specs(jobs)
         return self._insert(
             task,
             specs,
@@ -558,8 +550,33 @@ class Ledger:
         on_conflict: Literal["raise", "report"] = "raise",
         priority_given: bool,
     ) -> list[InsertResult]:
+        jobs = self._new_jobs(task_ref, specs, queue=queue, now=now, priority_given=priority_given)
+        return self._write(jobs, now, conn, on_conflict)
+
+    def _write(
+        self,
+        jobs: list[NewJob],
+        now: datetime | None,
+        conn: Any,
+        on_conflict: Literal["raise", "report"],
+    ) -> list[InsertResult]:
         # A SQLAlchemy Connection or Session: the DBAPI connection under it, in its transaction.
         conn = raw_connection(conn)
+        backend = self._backend or self._open(conn)
+        return self._written(backend.jobs.insert(jobs, now, conn=conn, on_conflict=on_conflict))
+
+    def _new_jobs(
+        self,
+        task_ref: Task | str,
+        specs: Sequence[JobSpec | _DictSpec],
+        *,
+        queue: str | None,
+        now: datetime | None,
+        priority_given: bool,
+    ) -> list[NewJob]:
+        """The jobs an enqueue writes, checked: the task's rules (key, group, priority,
+        payload), the queue, the due time, a correlation id for each. ``AsyncLedger`` builds
+        its jobs here too, and only writes them its own way."""
         task = self._resolve_task(task_ref)
         name = task.name if isinstance(task, Task) else task
         target_queue = validate_queue_name(
@@ -607,8 +624,11 @@ class Ledger:
                     trace_context=trace_context,
                 )
             )
-        backend = self._backend or self._open(conn)
-        results = backend.jobs.insert(new_jobs, now, conn=conn, on_conflict=on_conflict)
+        return new_jobs
+
+    def _written(self, results: list[InsertResult]) -> list[InsertResult]:
+        """After an insert: wake this process's idle workers if a job was created (other
+        processes' are woken by the insert's NOTIFY, where the database has it)."""
         if any(r.created for r in results):
             self._wake_workers()
         return results
@@ -1140,6 +1160,32 @@ class _DictSpec(NamedTuple):
     priority: Any
     correlation_id: str | None
     group: str | None
+
+
+def _one_spec(
+    payload: dict[str, Any] | None,
+    key: str | None,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+    priority: int | None,
+    correlation_id: str | None,
+    group: str | None,
+) -> JobSpec:
+    """The job of ``enqueue``'s arguments."""
+    return JobSpec(
+        payload if payload is not None else {},
+        key,
+        _seconds(delay),
+        run_at,
+        priority if priority is not None else 0,
+        correlation_id,
+        group,
+    )
+
+
+def _specs(jobs: Iterable[JobSpec | dict[str, Any]]) -> list[JobSpec | _DictSpec]:
+    """The jobs of ``enqueue_many``'s items."""
+    return [j if isinstance(j, JobSpec) else _spec_from_dict(j) for j in jobs]
 
 
 def _spec_from_dict(item: dict[str, Any]) -> _DictSpec:

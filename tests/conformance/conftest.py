@@ -9,6 +9,8 @@ import pytest
 from jobledger import Ledger
 from jobledger._records import ClaimedJob, Lease
 
+from ..support.async_api import AsyncDriven
+
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 
 
@@ -40,3 +42,18 @@ def enqueue(ledger: Ledger, n: int, *, now: datetime = T0, queue: str = "q", **k
     job_id, created = ledger.enqueue("work", {"n": n}, key=f"k{n}", queue=queue, now=now, **kw)
     assert created
     return job_id
+
+
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest, ledger: Ledger):
+    """The ledger of the test through each API in turn: the ``Ledger`` itself, then an
+    ``AsyncLedger`` over it driven on an event loop (tests/support/async_api.py). A case that
+    takes ``api`` checks the same behaviour of both, written once."""
+    if request.param == "sync":
+        yield ledger
+        return
+    driven = AsyncDriven(ledger)
+    try:
+        yield driven
+    finally:
+        driven.close()

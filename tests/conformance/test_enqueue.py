@@ -19,88 +19,87 @@ from jobledger import (
 )
 from jobledger.errors import ConfigError
 
+from ..support.async_api import app_connection, is_async
 from .conftest import T0, at, enqueue
 
 
-def test_same_key_twice_makes_one_row(ledger, tasks):
+def test_same_key_twice_makes_one_row(api, tasks):
     """Drill 1."""
-    first = ledger.enqueue(tasks["work"], {"n": 1}, key="4187:2026-W33", now=T0)
-    again = ledger.enqueue(tasks["work"], {"n": 1}, key="4187:2026-W33", now=at(5))
+    first = api.enqueue(tasks["work"], {"n": 1}, key="4187:2026-W33", now=T0)
+    again = api.enqueue(tasks["work"], {"n": 1}, key="4187:2026-W33", now=at(5))
     assert first.created and not again.created
     assert again.id == first.id
-    assert len(ledger.jobs(JobFilter(queue="q"))) == 1
+    assert len(api.jobs(JobFilter(queue="q"))) == 1
 
 
-def test_same_key_in_another_queue_is_another_job(ledger, tasks):
-    a = ledger.enqueue("work", {"n": 1}, key="k", queue="q", now=T0)
-    b = ledger.enqueue("work", {"n": 1}, key="k", queue="other", now=T0)
+def test_same_key_in_another_queue_is_another_job(api, tasks):
+    a = api.enqueue("work", {"n": 1}, key="k", queue="q", now=T0)
+    b = api.enqueue("work", {"n": 1}, key="k", queue="other", now=T0)
     assert a.created and b.created and a.id != b.id
 
 
-def test_payload_order_does_not_matter(ledger, tasks):
-    first = ledger.enqueue(
-        ledger.task(lambda ctx, a, b: None, name="pair", queue="q"),
+def test_payload_order_does_not_matter(api, tasks):
+    first = api.enqueue(
+        api.task(lambda ctx, a, b: None, name="pair", queue="q"),
         {"a": 1, "b": 2},
         key="k2",
         now=T0,
     )
-    again = ledger.enqueue("pair", {"b": 2, "a": 1}, key="k2", now=T0)
+    again = api.enqueue("pair", {"b": 2, "a": 1}, key="k2", now=T0)
     assert first.id == again.id and not again.created
 
 
-def test_same_key_other_payload_is_a_conflict_and_changes_nothing(ledger, tasks):
-    job_id = enqueue(ledger, 1)
-    before = ledger.job(job_id)
+def test_same_key_other_payload_is_a_conflict_and_changes_nothing(api, tasks):
+    job_id = enqueue(api, 1)
+    before = api.job(job_id)
     with pytest.raises(KeyConflict) as err:
-        ledger.enqueue("work", {"n": 2}, key="k1", now=at(10))
+        api.enqueue("work", {"n": 2}, key="k1", now=at(10))
     assert "k1" in str(err.value) and err.value.existing_ids == [job_id]
-    assert ledger.job(job_id) == before
+    assert api.job(job_id) == before
 
 
-def test_same_key_other_task_is_a_conflict(ledger, tasks):
-    enqueue(ledger, 1)
+def test_same_key_other_task_is_a_conflict(api, tasks):
+    enqueue(api, 1)
     with pytest.raises(KeyConflict):
-        ledger.enqueue("elsewhere", {"n": 1}, key="k1", queue="q", now=T0)
+        api.enqueue("elsewhere", {"n": 1}, key="k1", queue="q", now=T0)
 
 
-def test_batch_with_a_conflict_writes_nothing(ledger, tasks):
-    enqueue(ledger, 1)
+def test_batch_with_a_conflict_writes_nothing(api, tasks):
+    enqueue(api, 1)
     batch = [
         JobSpec({"n": 10}, key="k10"),
         JobSpec({"n": 99}, key="k1"),
         JobSpec({"n": 11}, key="k11"),
     ]
     with pytest.raises(KeyConflict):
-        ledger.enqueue_many("work", batch, now=T0)
-    assert [j.key for j in ledger.jobs()] == ["k1"]
+        api.enqueue_many("work", batch, now=T0)
+    assert [j.key for j in api.jobs()] == ["k1"]
 
 
-def test_batch_report_mode_writes_the_others(ledger, tasks):
-    enqueue(ledger, 1)
+def test_batch_report_mode_writes_the_others(api, tasks):
+    enqueue(api, 1)
     batch = [
         {"payload": {"n": 10}, "key": "k10"},
         {"payload": {"n": 99}, "key": "k1"},
         {"payload": {"n": 1}, "key": "k1"},
     ]
-    results = ledger.enqueue_many("work", batch, on_conflict="report", now=T0)
+    results = api.enqueue_many("work", batch, on_conflict="report", now=T0)
     assert [(r.created, r.conflict) for r in results] == [
         (True, False),
         (False, True),
         (False, False),
     ]
-    assert sorted(j.key for j in ledger.jobs()) == ["k1", "k10"]
+    assert sorted(j.key for j in api.jobs()) == ["k1", "k10"]
 
 
-def test_duplicate_keys_within_one_batch(ledger, tasks):
-    results = ledger.enqueue_many(
+def test_duplicate_keys_within_one_batch(api, tasks):
+    results = api.enqueue_many(
         "work", [JobSpec({"n": 1}, key="a"), JobSpec({"n": 1}, key="a")], now=T0
     )
     assert results[0].created and not results[1].created and results[0].id == results[1].id
     with pytest.raises(KeyConflict):
-        ledger.enqueue_many(
-            "work", [JobSpec({"n": 1}, key="b"), JobSpec({"n": 2}, key="b")], now=T0
-        )
-    assert ledger.jobs(JobFilter(key_prefix="b")) == []
+        api.enqueue_many("work", [JobSpec({"n": 1}, key="b"), JobSpec({"n": 2}, key="b")], now=T0)
+    assert api.jobs(JobFilter(key_prefix="b")) == []
 
 
 @pytest.mark.parametrize(
@@ -113,48 +112,46 @@ def test_duplicate_keys_within_one_batch(ledger, tasks):
         ({"blob": "x" * (256 * 1024)}, "256 KiB"),
     ],
 )
-def test_bad_payloads_are_refused_clearly(ledger, tasks, payload, message):
+def test_bad_payloads_are_refused_clearly(api, tasks, payload, message):
     with pytest.raises(PayloadError, match=message):
-        ledger.enqueue("work", payload, key="bad", now=T0)
-    assert ledger.jobs() == []
+        api.enqueue("work", payload, key="bad", now=T0)
+    assert api.jobs() == []
 
 
-def test_payload_of_exactly_256_kib_is_accepted(ledger):
-    ledger.task(lambda ctx, blob: None, name="big", queue="q")
+def test_payload_of_exactly_256_kib_is_accepted(api):
+    api.task(lambda ctx, blob: None, name="big", queue="q")
     overhead = len('{"blob":""}')
-    job_id, created = ledger.enqueue(
-        "big", {"blob": "x" * (256 * 1024 - overhead)}, key="big", now=T0
-    )
-    assert created and len(ledger.job(job_id).payload["blob"]) == 256 * 1024 - overhead
+    job_id, created = api.enqueue("big", {"blob": "x" * (256 * 1024 - overhead)}, key="big", now=T0)
+    assert created and len(api.job(job_id).payload["blob"]) == 256 * 1024 - overhead
 
 
-def test_payload_must_fit_the_handler(ledger, tasks):
+def test_payload_must_fit_the_handler(api, tasks):
     with pytest.raises(PayloadError, match="does not fit task 'work'"):
-        ledger.enqueue("work", {"unknown": 1}, key="x", now=T0)
+        api.enqueue("work", {"unknown": 1}, key="x", now=T0)
 
 
 @pytest.mark.parametrize("key", ["", "a" * 513, "line\nbreak", 42])
-def test_bad_keys_are_refused(ledger, tasks, key):
+def test_bad_keys_are_refused(api, tasks, key):
     with pytest.raises(PayloadError):
-        ledger.enqueue("work", {"n": 1}, key=key, now=T0)
+        api.enqueue("work", {"n": 1}, key=key, now=T0)
 
 
-def test_a_key_is_required(ledger, tasks):
+def test_a_key_is_required(api, tasks):
     with pytest.raises(PayloadError, match="a key is required"):
-        ledger.enqueue("work", {"n": 1}, now=T0)
+        api.enqueue("work", {"n": 1}, now=T0)
 
 
-def test_key_rule_derives_the_key(ledger):
-    digest = ledger.task(
+def test_key_rule_derives_the_key(api):
+    digest = api.task(
         lambda ctx, customer_id, week: None, name="digest", queue="q", key="{customer_id}:{week}"
     )
     job_id, _ = digest.enqueue({"customer_id": 4187, "week": "2026-W33"}, now=T0)
-    assert ledger.job(job_id).key == "4187:2026-W33"
+    assert api.job(job_id).key == "4187:2026-W33"
 
 
-def test_unregistered_task_by_name(ledger):
-    job_id, created = ledger.enqueue("elsewhere.task", {"x": 1}, key="k", queue="remote", now=T0)
-    job = ledger.job(job_id)
+def test_unregistered_task_by_name(api):
+    job_id, created = api.enqueue("elsewhere.task", {"x": 1}, key="k", queue="remote", now=T0)
+    job = api.job(job_id)
     assert (
         created
         and job.task == "elsewhere.task"
@@ -163,97 +160,100 @@ def test_unregistered_task_by_name(ledger):
     )
 
 
-def test_delay_and_run_at(ledger, tasks):
-    a = ledger.enqueue("work", {"n": 1}, key="a", delay=30, now=T0).id
-    b = ledger.enqueue("work", {"n": 2}, key="b", run_at=at(60), now=T0).id
-    assert ledger.job(a).run_at == at(30) and ledger.job(b).run_at == at(60)
+def test_delay_and_run_at(api, tasks):
+    a = api.enqueue("work", {"n": 1}, key="a", delay=30, now=T0).id
+    b = api.enqueue("work", {"n": 2}, key="b", run_at=at(60), now=T0).id
+    assert api.job(a).run_at == at(30) and api.job(b).run_at == at(60)
     with pytest.raises(ConfigError):
-        ledger.enqueue("work", {"n": 3}, key="c", delay=1, run_at=at(1), now=T0)
+        api.enqueue("work", {"n": 3}, key="c", delay=1, run_at=at(1), now=T0)
     with pytest.raises(ConfigError):
-        ledger.enqueue("work", {"n": 3}, key="c", delay=-1, now=T0)
-    assert ledger.backend.jobs.claim(["q"], "w", 10, now=at(29)) == []
-    assert [j.id for j in ledger.backend.jobs.claim(["q"], "w", 10, now=at(60))] == [a, b]
+        api.enqueue("work", {"n": 3}, key="c", delay=-1, now=T0)
+    assert api.backend.jobs.claim(["q"], "w", 10, now=at(29)) == []
+    assert [j.id for j in api.backend.jobs.claim(["q"], "w", 10, now=at(60))] == [a, b]
 
 
-def test_higher_priority_first_then_oldest_run_at(ledger, tasks):
-    low_old = ledger.enqueue("work", {"n": 1}, key="low-old", run_at=at(-20), now=T0).id
-    high_new = ledger.enqueue(
-        "work", {"n": 2}, key="high-new", run_at=at(-1), priority=5, now=T0
-    ).id
-    low_new = ledger.enqueue("work", {"n": 3}, key="low-new", run_at=at(-10), now=T0).id
-    high_old = ledger.enqueue(
-        "work", {"n": 4}, key="high-old", run_at=at(-5), priority=5, now=T0
-    ).id
-    order = [j.id for j in ledger.backend.jobs.claim(["q"], "w", 10, now=T0)]
+def test_higher_priority_first_then_oldest_run_at(api, tasks):
+    low_old = api.enqueue("work", {"n": 1}, key="low-old", run_at=at(-20), now=T0).id
+    high_new = api.enqueue("work", {"n": 2}, key="high-new", run_at=at(-1), priority=5, now=T0).id
+    low_new = api.enqueue("work", {"n": 3}, key="low-new", run_at=at(-10), now=T0).id
+    high_old = api.enqueue("work", {"n": 4}, key="high-old", run_at=at(-5), priority=5, now=T0).id
+    order = [j.id for j in api.backend.jobs.claim(["q"], "w", 10, now=T0)]
     assert order == [high_old, high_new, low_old, low_new]
 
 
-def test_claim_batches_follow_priority(ledger, tasks):
+def test_claim_batches_follow_priority(api, tasks):
     for n in range(9):
-        ledger.enqueue("work", {"n": n}, key=f"k{n}", priority=n % 3, now=T0)
-    batches = [ledger.backend.jobs.claim(["q"], "w", 3, now=T0) for _ in range(3)]
+        api.enqueue("work", {"n": n}, key=f"k{n}", priority=n % 3, now=T0)
+    batches = [api.backend.jobs.claim(["q"], "w", 3, now=T0) for _ in range(3)]
     assert [[j.priority for j in batch] for batch in batches] == [[2, 2, 2], [1, 1, 1], [0, 0, 0]]
 
 
 # -- transactional enqueue -------------------------------------------------------------------------
 
 
-def _app_connection(ledger: Ledger):
-    if ledger.url.dialect == "sqlite":
-        return sqlite3.connect(ledger.url.sqlite_path)
-    conn = psycopg.connect(ledger.url.conninfo)
-    return conn
+def _app_connection(api):
+    """The application's connection, of the kind ``api`` takes: sqlite3 or psycopg for
+    ``Ledger``, a ``psycopg.AsyncConnection`` for ``AsyncLedger``, which refuses a sqlite3
+    connection (tests/test_async_ledger.py)."""
+    if is_async(api) and api.url.dialect == "sqlite":
+        pytest.skip("AsyncLedger does not enqueue in a sqlite3 connection")
+    return app_connection(api)
 
 
-def test_transactional_enqueue_commits_with_the_app(ledger, tasks):
-    conn = _app_connection(ledger)
+def test_transactional_enqueue_commits_with_the_app(api, tasks):
+    conn = _app_connection(api)
     try:
-        job_id, created = ledger.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0)
+        job_id, created = api.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0)
         assert created
-        assert ledger.jobs(JobFilter(key_prefix="tx")) == []  # not visible before commit
+        assert api.jobs(JobFilter(key_prefix="tx")) == []  # not visible before commit
         conn.commit()
-        assert ledger.job(job_id).state is JobState.PENDING
+        assert api.job(job_id).state is JobState.PENDING
     finally:
         conn.close()
 
 
-def test_transactional_enqueue_rolled_back_leaves_no_job(ledger, tasks):
-    conn = _app_connection(ledger)
+def test_transactional_enqueue_rolled_back_leaves_no_job(api, tasks):
+    conn = _app_connection(api)
     try:
-        ledger.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0)
+        api.enqueue("work", {"n": 1}, key="tx", conn=conn, now=T0)
         conn.rollback()
     finally:
         conn.close()
-    assert ledger.jobs() == []
+    assert api.jobs() == []
     # The key is free again.
-    assert ledger.enqueue("work", {"n": 1}, key="tx", now=T0).created
+    assert api.enqueue("work", {"n": 1}, key="tx", now=T0).created
 
 
-def test_transactional_enqueue_conflict_keeps_the_app_transaction(ledger, tasks):
-    enqueue(ledger, 1)
-    conn = _app_connection(ledger)
+def test_transactional_enqueue_conflict_keeps_the_app_transaction(api, tasks):
+    enqueue(api, 1)
+    conn = _app_connection(api)
     try:
-        ledger.enqueue("work", {"n": 5}, key="tx5", conn=conn, now=T0)
+        api.enqueue("work", {"n": 5}, key="tx5", conn=conn, now=T0)
         with pytest.raises(KeyConflict):
-            ledger.enqueue("work", {"n": 2}, key="k1", conn=conn, now=T0)
+            api.enqueue("work", {"n": 2}, key="k1", conn=conn, now=T0)
         conn.commit()
     finally:
         conn.close()
-    assert sorted(j.key for j in ledger.jobs()) == ["k1", "tx5"]
+    assert sorted(j.key for j in api.jobs()) == ["k1", "tx5"]
 
 
-def test_wrong_connection_type_is_refused(ledger, tasks):
+def test_wrong_connection_type_is_refused(api, tasks):
+    if is_async(api) and api.url.dialect == "sqlite":
+        with pytest.raises(ConfigError, match="cannot enqueue in a caller's connection"):
+            api.enqueue("work", {"n": 1}, key="x", conn=object(), now=T0)
+        return
     with pytest.raises(TypeError, match="conn must be"):
-        ledger.enqueue("work", {"n": 1}, key="x", conn=object(), now=T0)
+        api.enqueue("work", {"n": 1}, key="x", conn=object(), now=T0)
+    assert api.jobs() == []
 
 
-def test_concurrent_enqueues_of_one_key_make_one_job(ledger, tasks):
+def test_concurrent_enqueues_of_one_key_make_one_job(api, tasks):
     results = []
     barrier = threading.Barrier(8)
 
     def go() -> None:
         barrier.wait()
-        results.append(ledger.enqueue("work", {"n": 7}, key="race"))
+        results.append(api.enqueue("work", {"n": 7}, key="race"))
 
     threads = [threading.Thread(target=go) for _ in range(8)]
     for t in threads:

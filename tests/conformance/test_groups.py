@@ -33,129 +33,129 @@ def claim(ledger: Ledger, limit: int, now=T0, worker: str = "w1"):
     return ledger.backend.jobs.claim(["q"], worker, limit, now)
 
 
-def test_a_job_carries_its_group_from_enqueue_or_from_the_task_rule(ledger, work):
-    by_rule = put(ledger, "acme", 1)[0]
-    given, _ = ledger.enqueue(work, {"tenant": "acme", "n": 9}, key="x", group="other", now=T0)
-    plain, _ = ledger.enqueue("untyped", {}, key="y", queue="q", now=T0)
-    assert ledger.job(by_rule).group == "acme"
-    assert ledger.job(given).group == "other"
-    assert ledger.job(plain).group is None
-    claimed = {j.id: j.group for j in claim(ledger, 10)}
+def test_a_job_carries_its_group_from_enqueue_or_from_the_task_rule(api, work):
+    by_rule = put(api, "acme", 1)[0]
+    given, _ = api.enqueue(work, {"tenant": "acme", "n": 9}, key="x", group="other", now=T0)
+    plain, _ = api.enqueue("untyped", {}, key="y", queue="q", now=T0)
+    assert api.job(by_rule).group == "acme"
+    assert api.job(given).group == "other"
+    assert api.job(plain).group is None
+    claimed = {j.id: j.group for j in claim(api, 10)}
     assert claimed == {by_rule: "acme", given: "other", plain: None}
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 201, "a\nb", 7])
-def test_a_bad_group_is_refused_and_nothing_is_written(ledger, work, bad):
+def test_a_bad_group_is_refused_and_nothing_is_written(api, work, bad):
     with pytest.raises(PayloadError):
-        ledger.enqueue(work, {"tenant": "t"}, key="k", group=bad, now=T0)
-    assert ledger.jobs() == []
+        api.enqueue(work, {"tenant": "t"}, key="k", group=bad, now=T0)
+    assert api.jobs() == []
 
 
-def test_bad_limits_are_refused(ledger):
+def test_bad_limits_are_refused(api):
     for kwargs in ({"max_leased": 0}, {"rate": -1}, {"rate": 1, "burst": 0.5}, {"burst": 3}):
         with pytest.raises(ConfigError):
-            ledger.set_group_limits("q", **kwargs)
+            api.set_group_limits("q", **kwargs)
 
 
-def test_leased_jobs_per_group_never_exceed_the_limit(ledger, work):
-    ledger.set_group_limits("q", max_leased=2)
-    put(ledger, "hot", 10)
-    put(ledger, "cold", 1)
-    first = claim(ledger, 10)
+def test_leased_jobs_per_group_never_exceed_the_limit(api, work):
+    api.set_group_limits("q", max_leased=2)
+    put(api, "hot", 10)
+    put(api, "cold", 1)
+    first = claim(api, 10)
     assert Counter(j.group for j in first) == {"hot": 2, "cold": 1}
-    assert claim(ledger, 10, worker="w2") == [], "another worker gets no more of a full group"
+    assert claim(api, 10, worker="w2") == [], "another worker gets no more of a full group"
     done = next(j for j in first if j.group == "hot")
-    assert ledger.backend.jobs.complete([lease_of(done)], at(1)) == []
-    again = claim(ledger, 10, at(1))
+    assert api.backend.jobs.complete([lease_of(done)], at(1)) == []
+    again = claim(api, 10, at(1))
     assert [j.group for j in again] == ["hot"], "one slot freed, one job"
 
 
-def test_a_group_rate_is_a_token_bucket_per_group(ledger, work):
-    ledger.set_group_limits("q", rate=2, burst=2)
-    put(ledger, "a", 20)
-    put(ledger, "b", 20)
-    assert Counter(j.group for j in claim(ledger, 20)) == {"a": 2, "b": 2}  # full buckets
-    assert claim(ledger, 20) == []
-    assert Counter(j.group for j in claim(ledger, 20, at(0.5))) == {"a": 1, "b": 1}
-    assert claim(ledger, 20, at(0.9)) == []  # 0.8 of a token each
+def test_a_group_rate_is_a_token_bucket_per_group(api, work):
+    api.set_group_limits("q", rate=2, burst=2)
+    put(api, "a", 20)
+    put(api, "b", 20)
+    assert Counter(j.group for j in claim(api, 20)) == {"a": 2, "b": 2}  # full buckets
+    assert claim(api, 20) == []
+    assert Counter(j.group for j in claim(api, 20, at(0.5))) == {"a": 1, "b": 1}
+    assert claim(api, 20, at(0.9)) == []  # 0.8 of a token each
     # A long idle spell refills to the burst, no further.
-    assert Counter(j.group for j in claim(ledger, 20, at(60))) == {"a": 2, "b": 2}
+    assert Counter(j.group for j in claim(api, 20, at(60))) == {"a": 2, "b": 2}
 
 
-def test_fair_claiming_takes_one_job_per_group_per_round(ledger, work):
-    put(ledger, "flood", 500)
+def test_fair_claiming_takes_one_job_per_group_per_round(api, work):
+    put(api, "flood", 500)
     cold = [f"c{i}" for i in range(10)]
     for tenant in cold:
-        put(ledger, tenant, 10, now=at(1))
-    batch = claim(ledger, 11, at(2))
+        put(api, tenant, 10, now=at(1))
+    batch = claim(api, 11, at(2))
     assert Counter(j.group for j in batch) == dict.fromkeys(["flood", *cold], 1)
     # One job per claim: every group gets its turn before any group gets a second one.
-    turns = [claim(ledger, 1, at(3))[0].group for _ in range(11)]
+    turns = [claim(api, 1, at(3))[0].group for _ in range(11)]
     assert sorted(turns) == sorted(["flood", *cold])
 
 
-def test_a_cold_group_is_served_by_the_next_claim_however_busy_a_hot_group_is(ledger, work):
-    put(ledger, "flood", 300)
+def test_a_cold_group_is_served_by_the_next_claim_however_busy_a_hot_group_is(api, work):
+    put(api, "flood", 300)
     for _ in range(5):
-        assert [j.group for j in claim(ledger, 10, at(1))] == ["flood"] * 10
-    put(ledger, "quiet", 1, now=at(2))
-    assert "quiet" in [j.group for j in claim(ledger, 10, at(2))]
+        assert [j.group for j in claim(api, 10, at(1))] == ["flood"] * 10
+    put(api, "quiet", 1, now=at(2))
+    assert "quiet" in [j.group for j in claim(api, 10, at(2))]
     # Even a claim of one job goes to the group served least recently.
-    assert [j.group for j in claim(ledger, 10, at(2.5))] == ["flood"] * 10
-    put(ledger, "quiet", 1, now=at(3), start=1)
-    assert [j.group for j in claim(ledger, 1, at(3))] == ["quiet"]
+    assert [j.group for j in claim(api, 10, at(2.5))] == ["flood"] * 10
+    put(api, "quiet", 1, now=at(3), start=1)
+    assert [j.group for j in claim(api, 1, at(3))] == ["quiet"]
 
 
-def test_jobs_without_a_group_and_groups_share_a_claim(ledger, work):
+def test_jobs_without_a_group_and_groups_share_a_claim(api, work):
     for n in range(20):
-        ledger.enqueue("plain", {"n": n}, key=f"p{n}", queue="q", now=T0)
-    put(ledger, "g", 20)
-    batch = claim(ledger, 10)
+        api.enqueue("plain", {"n": n}, key=f"p{n}", queue="q", now=T0)
+    put(api, "g", 20)
+    batch = claim(api, 10)
     assert Counter(j.group for j in batch) == {None: 5, "g": 5}
-    singles = [claim(ledger, 1)[0].group for _ in range(4)]
+    singles = [claim(api, 1)[0].group for _ in range(4)]
     assert Counter(singles) == {None: 2, "g": 2}, "one job per claim alternates"
     # A side with nothing due leaves the whole batch to the other.
-    put(ledger, "late", 5, now=T0)
-    ledger.pause_group("q", "g", seconds=60, now=T0)
-    ledger.pause_group("q", "late", seconds=60, now=T0)
-    assert Counter(j.group for j in claim(ledger, 8)) == {None: 8}
+    put(api, "late", 5, now=T0)
+    api.pause_group("q", "g", seconds=60, now=T0)
+    api.pause_group("q", "late", seconds=60, now=T0)
+    assert Counter(j.group for j in claim(api, 8)) == {None: 8}
 
 
-def test_a_group_pause_holds_for_every_worker_until_it_ends(ledger, work):
-    put(ledger, "throttled", 5)
-    put(ledger, "fine", 5)
-    [job] = [j for j in claim(ledger, 2) if j.group == "throttled"]
+def test_a_group_pause_holds_for_every_worker_until_it_ends(api, work):
+    put(api, "throttled", 5)
+    put(api, "fine", 5)
+    [job] = [j for j in claim(api, 2) if j.group == "throttled"]
     # The attempt asked to pause its group (Retry(after=30, scope="group")).
     failure = Failure(lease_of(job), True, at(30), "Retry", "HTTP 429", None, at(30))
-    [result] = ledger.backend.jobs.fail([failure], at(0))
+    [result] = api.backend.jobs.fail([failure], at(0))
     assert result.state is not None
     for worker in ("w1", "w2", "w3"):
-        assert {j.group for j in claim(ledger, 10, at(29), worker)} <= {"fine"}
-    status = {g.name: g for g in ledger.groups("q", at(29))}
+        assert {j.group for j in claim(api, 10, at(29), worker)} <= {"fine"}
+    status = {g.name: g for g in api.groups("q", at(29))}
     assert status["throttled"].paused_until == at(30)
     assert "HTTP 429" in (status["throttled"].paused_reason or "")
     assert status["throttled"].pending == 5 and status["throttled"].leased == 0
-    resumed = claim(ledger, 10, at(30))
+    resumed = claim(api, 10, at(30))
     assert Counter(j.group for j in resumed)["throttled"] == 5
 
 
-def test_a_pause_only_extends_and_an_operator_can_lift_it(ledger, work):
-    put(ledger, "g", 2)
-    assert ledger.pause_group("q", "g", seconds=60, now=T0) == at(60)
-    assert ledger.pause_group("q", "g", seconds=10, now=T0) == at(60)
-    assert claim(ledger, 5, at(30)) == []
-    assert ledger.resume_group("q", "g", now=at(30)) is True
-    assert ledger.resume_group("q", "g", now=at(30)) is False
-    assert len(claim(ledger, 5, at(30))) == 2
+def test_a_pause_only_extends_and_an_operator_can_lift_it(api, work):
+    put(api, "g", 2)
+    assert api.pause_group("q", "g", seconds=60, now=T0) == at(60)
+    assert api.pause_group("q", "g", seconds=10, now=T0) == at(60)
+    assert claim(api, 5, at(30)) == []
+    assert api.resume_group("q", "g", now=at(30)) is True
+    assert api.resume_group("q", "g", now=at(30)) is False
+    assert len(claim(api, 5, at(30))) == 2
 
 
-def test_groups_show_pending_due_leased_and_pause(ledger, work):
-    ledger.set_group_limits("q", max_leased=1, rate=10)
-    put(ledger, "a", 3)
-    put(ledger, "b", 2, now=at(100), delay=50)
-    claim(ledger, 5)
-    ledger.pause_group("q", "z", seconds=5, now=T0)
-    status = {g.name: g for g in ledger.groups("q", T0)}
+def test_groups_show_pending_due_leased_and_pause(api, work):
+    api.set_group_limits("q", max_leased=1, rate=10)
+    put(api, "a", 3)
+    put(api, "b", 2, now=at(100), delay=50)
+    claim(api, 5)
+    api.pause_group("q", "z", seconds=5, now=T0)
+    status = {g.name: g for g in api.groups("q", T0)}
     assert set(status) == {"a", "b", "z"}
     a = status["a"]
     assert (a.pending, a.due, a.leased, a.paused_until) == (2, 2, 1, None)
@@ -163,15 +163,15 @@ def test_groups_show_pending_due_leased_and_pause(ledger, work):
     b = status["b"]
     assert (b.pending, b.due, b.leased) == (2, 0, 0)
     assert status["z"].paused_until == at(5) and status["z"].pending == 0
-    assert ledger.group_limits("q").max_leased == 1
-    ledger.set_group_limits("q")
-    assert ledger.group_limits("q").unlimited
+    assert api.group_limits("q").max_leased == 1
+    api.set_group_limits("q")
+    assert api.group_limits("q").unlimited
 
 
-def test_a_retry_with_group_scope_pauses_the_group_from_a_real_worker(ledger):
+def test_a_retry_with_group_scope_pauses_the_group_from_a_real_worker(api):
     calls: list[str] = []
 
-    @ledger.task(queue="q", group="{tenant}")
+    @api.task(queue="q", group="{tenant}")
     def call(ctx, tenant: str, n: int) -> None:
         calls.append(tenant)
         if tenant == "throttled":
@@ -179,12 +179,12 @@ def test_a_retry_with_group_scope_pauses_the_group_from_a_real_worker(ledger):
 
     for tenant in ("throttled", "fine"):
         for n in range(3):
-            ledger.enqueue(call, {"tenant": tenant, "n": n}, key=f"{tenant}{n}")
-    ledger.set_group_limits("q", max_leased=1)
-    ledger.run_worker(queues=["q"], concurrency=1, burst=True)
+            api.enqueue(call, {"tenant": tenant, "n": n}, key=f"{tenant}{n}")
+    api.set_group_limits("q", max_leased=1)
+    api.run_worker(queues=["q"], concurrency=1, burst=True)
     assert calls.count("throttled") == 1, "the pause stopped the group's other jobs"
     assert calls.count("fine") == 3
-    [paused] = [g for g in ledger.groups("q") if g.name == "throttled"]
+    [paused] = [g for g in api.groups("q") if g.name == "throttled"]
     assert paused.paused_until is not None and paused.pending == 3
 
 
@@ -195,36 +195,36 @@ def test_retry_scope_needs_a_time():
         Retry("x", after=3, scope="tenant")  # type: ignore[arg-type]
 
 
-def test_a_claim_by_key_skips_a_paused_group_and_says_until_when(ledger, work):
-    put(ledger, "g", 2)
-    put(ledger, "free", 1)
-    ledger.pause_group("q", "g", seconds=60, now=T0)
+def test_a_claim_by_key_skips_a_paused_group_and_says_until_when(api, work):
+    put(api, "g", 2)
+    put(api, "free", 1)
+    api.pause_group("q", "g", seconds=60, now=T0)
     wanted = [("q", "g:0"), ("q", "free:0"), ("q", "g:1")]
-    paused, free, other = ledger.backend.jobs.claim_keys(wanted, "consumer", at(1))
+    paused, free, other = api.backend.jobs.claim_keys(wanted, "consumer", at(1))
     assert free.job is not None and free.paused_until is None
     for claim_ in (paused, other):
         assert claim_.job is None and claim_.paused_until == at(60)
         assert claim_.current is not None and claim_.current.state.value == "pending"
-    [later] = ledger.backend.jobs.claim_keys([("q", "g:0")], "consumer", at(60))
+    [later] = api.backend.jobs.claim_keys([("q", "g:0")], "consumer", at(60))
     assert later.job is not None and later.job.group == "g"
 
 
-def test_a_group_rule_that_gives_none_leaves_the_job_without_a_group(ledger):
-    ledger.task(
+def test_a_group_rule_that_gives_none_leaves_the_job_without_a_group(api):
+    api.task(
         lambda ctx, tenant=None: None, name="maybe", queue="q", group=lambda p: p.get("tenant")
     )
-    grouped, _ = ledger.enqueue("maybe", {"tenant": "acme"}, key="a", now=T0)
-    plain, _ = ledger.enqueue("maybe", {}, key="b", now=T0)
-    assert ledger.job(grouped).group == "acme"
-    assert ledger.job(plain).group is None
+    grouped, _ = api.enqueue("maybe", {"tenant": "acme"}, key="a", now=T0)
+    plain, _ = api.enqueue("maybe", {}, key="b", now=T0)
+    assert api.job(grouped).group == "acme"
+    assert api.job(plain).group is None
 
 
-def test_jobs_can_be_listed_by_group(ledger, work):
+def test_jobs_can_be_listed_by_group(api, work):
     from jobledger._records import JobFilter
 
-    acme = put(ledger, "acme", 2)
-    put(ledger, "globex", 1)
-    ledger.enqueue("untyped", {}, key="plain", queue="q", now=T0)
-    assert [j.id for j in ledger.jobs(JobFilter(group="acme"))] == acme
-    assert ledger.jobs(JobFilter(group="nobody")) == []
-    assert len(ledger.jobs(JobFilter(queue="q"))) == 4
+    acme = put(api, "acme", 2)
+    put(api, "globex", 1)
+    api.enqueue("untyped", {}, key="plain", queue="q", now=T0)
+    assert [j.id for j in api.jobs(JobFilter(group="acme"))] == acme
+    assert api.jobs(JobFilter(group="nobody")) == []
+    assert len(api.jobs(JobFilter(queue="q"))) == 4

@@ -17,9 +17,9 @@ def history(ledger, tasks):
     return ledger.backend.history
 
 
-def test_a_job_is_found_by_id_by_key_or_by_key_in_any_queue(ledger, history):
-    job_id = enqueue(ledger, 1)
-    other, _ = ledger.enqueue("elsewhere", {"n": 1}, key="k1", now=T0)
+def test_a_job_is_found_by_id_by_key_or_by_key_in_any_queue(api, history):
+    job_id = enqueue(api, 1)
+    other, _ = api.enqueue("elsewhere", {"n": 1}, key="k1", now=T0)
     assert history.get(job_id).key == "k1"
     assert history.get_by_key("other", "k1").id == other
     assert [j.id for j in history.find_key("k1")] == [job_id, other]
@@ -30,10 +30,10 @@ def test_a_job_is_found_by_id_by_key_or_by_key_in_any_queue(ledger, history):
         history.get_by_key("q", "nothing")
 
 
-def test_filters_narrow_a_selection_and_each_combines_with_the_others(ledger, history):
-    ids = [enqueue(ledger, n, now=at(n)) for n in range(6)]
-    other, _ = ledger.enqueue("elsewhere", {"n": 9}, key="x9", now=at(9))
-    jobs = ledger.backend.jobs
+def test_filters_narrow_a_selection_and_each_combines_with_the_others(api, history):
+    ids = [enqueue(api, n, now=at(n)) for n in range(6)]
+    other, _ = api.enqueue("elsewhere", {"n": 9}, key="x9", now=at(9))
+    jobs = api.backend.jobs
     claimed = jobs.claim(["q"], "w", 2, now=at(10))  # k0, k1
     jobs.fail(
         [Failure(lease_of(claimed[0]), False, None, "Permanent", "HTTP 400: 50%_off")], at(11)
@@ -60,9 +60,9 @@ def test_filters_narrow_a_selection_and_each_combines_with_the_others(ledger, hi
     assert found(queue="q", limit=2) == ids[:2]
 
 
-def test_a_listing_comes_in_the_order_asked_for(ledger, history):
-    ids = [enqueue(ledger, n, now=T0, run_at=at(100 - n)) for n in range(3)]
-    ledger.backend.history.cancel(ids[0], "ops", "not needed", now=at(5))
+def test_a_listing_comes_in_the_order_asked_for(api, history):
+    ids = [enqueue(api, n, now=T0, run_at=at(100 - n)) for n in range(3)]
+    api.backend.history.cancel(ids[0], "ops", "not needed", now=at(5))
     where = JobFilter(queue="q")
     assert [j.id for j in history.find(where, "id")] == ids
     assert [j.id for j in history.find(where, "-id")] == ids[::-1]
@@ -70,9 +70,9 @@ def test_a_listing_comes_in_the_order_asked_for(ledger, history):
     assert [j.id for j in history.find(where, "updated")] == [ids[0], ids[2], ids[1]]
 
 
-def test_attempts_and_events_are_listed_in_the_order_they_happened(ledger, history):
-    job_id = enqueue(ledger, 1)
-    jobs = ledger.backend.jobs
+def test_attempts_and_events_are_listed_in_the_order_they_happened(api, history):
+    job_id = enqueue(api, 1)
+    jobs = api.backend.jobs
     [first] = jobs.claim(["q"], "host-a", 1, now=at(1))
     jobs.fail([Failure(lease_of(first), True, at(2), "Timeout", "slow")], now=at(1))
     [second] = jobs.claim(["q"], "host-b", 1, now=at(3))
@@ -95,13 +95,13 @@ def test_attempts_and_events_are_listed_in_the_order_they_happened(ledger, histo
     assert history.attempts(10**9) == [] and history.events(10**9) == []
 
 
-def test_a_purge_deletes_jobs_whatever_their_state_and_leaves_no_tombstone(ledger, history):
-    ids = [enqueue(ledger, n) for n in range(3)]
-    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
-    ledger.backend.effects.record("q", job.key, "email", lease_of(job), None, now=at(1))
+def test_a_purge_deletes_jobs_whatever_their_state_and_leaves_no_tombstone(api, history):
+    ids = [enqueue(api, n) for n in range(3)]
+    [job] = api.backend.jobs.claim(["q"], "w", 1, now=T0)
+    api.backend.effects.record("q", job.key, "email", lease_of(job), None, now=at(1))
     assert history.purge([ids[0], ids[1], 10**9]) == 2
     assert history.purge([]) == 0
     assert [j.id for j in history.find(JobFilter(queue="q"))] == [ids[2]]
     assert history.tombstones("k0") == [] and history.attempts(ids[0]) == []
-    assert ledger.backend.effects.all("q", "k0") == []
-    assert enqueue(ledger, 0, now=at(2)) != ids[0]  # the key is free at once
+    assert api.backend.effects.all("q", "k0") == []
+    assert enqueue(api, 0, now=at(2)) != ids[0]  # the key is free at once

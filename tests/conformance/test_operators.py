@@ -17,47 +17,47 @@ def make_dead(ledger, n: int, message: str = "HTTP 400: bad request", now=T0) ->
     return job_id
 
 
-def test_redrive_gives_a_fresh_budget_and_keeps_history(ledger, tasks):
-    job_id = make_dead(ledger, 1)
-    result = ledger.redrive(
+def test_redrive_gives_a_fresh_budget_and_keeps_history(api, tasks):
+    job_id = make_dead(api, 1)
+    result = api.redrive(
         ids=[job_id], actor="ana", reason="provider fixed the template", now=at(60)
     )
     assert result.ids == [job_id] and not result.dry_run
-    row = ledger.job(job_id)
+    row = api.job(job_id)
     assert (
         row.state is JobState.PENDING
         and row.run_at == at(60)
         and row.attempts == 1
         and row.budget_left == 3
     )
-    [event] = ledger.backend.history.events(job_id)
+    [event] = api.backend.history.events(job_id)
     assert (event.kind, event.actor, event.note, event.at) == (
         "redrive",
         "ana",
         "provider fixed the template",
         at(60),
     )
-    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=at(60))
-    assert job.attempt == 2 and len(ledger.backend.history.attempts(job_id)) == 2
+    [job] = api.backend.jobs.claim(["q"], "w", 1, now=at(60))
+    assert job.attempt == 2 and len(api.backend.history.attempts(job_id)) == 2
 
 
-def test_redrive_filters_and_dry_run(ledger, tasks):
-    a = make_dead(ledger, 1, "HTTP 400: template missing")
-    b = make_dead(ledger, 2, "HTTP 401: bad credentials")
-    enqueue(ledger, 3)  # pending: never redriven
-    preview = ledger.redrive(
+def test_redrive_filters_and_dry_run(api, tasks):
+    a = make_dead(api, 1, "HTTP 400: template missing")
+    b = make_dead(api, 2, "HTTP 401: bad credentials")
+    enqueue(api, 3)  # pending: never redriven
+    preview = api.redrive(
         where=JobFilter(queue="q", error_contains="template"), actor="ana", reason="r", dry_run=True
     )
     assert preview.ids == [a] and preview.dry_run
-    assert ledger.job(a).state is JobState.DEAD  # dry run moved nothing
-    everything = ledger.redrive(where=JobFilter(queue="q"), actor="ana", reason="r", now=at(5))
+    assert api.job(a).state is JobState.DEAD  # dry run moved nothing
+    everything = api.redrive(where=JobFilter(queue="q"), actor="ana", reason="r", now=at(5))
     assert everything.ids == [a, b]
 
 
-def test_redrive_with_a_rate_reports_progress(ledger, tasks):
-    ids = [make_dead(ledger, n) for n in range(6)]
+def test_redrive_with_a_rate_reports_progress(api, tasks):
+    ids = [make_dead(api, n) for n in range(6)]
     progress = []
-    result = ledger.redrive(
+    result = api.redrive(
         ids=ids,
         actor="ana",
         reason="r",
@@ -68,25 +68,25 @@ def test_redrive_with_a_rate_reports_progress(ledger, tasks):
     assert result.ids == ids and progress[-1] == (6, 6) and len(progress) >= 3
 
 
-def test_redrive_skips_what_is_no_longer_dead(ledger, tasks):
-    job_id = make_dead(ledger, 1)
-    assert ledger.backend.history.redrive([job_id], "ana", "first", now=at(1)) == [job_id]
-    assert ledger.backend.history.redrive([job_id], "bob", "second", now=at(2)) == []
-    assert [e.actor for e in ledger.backend.history.events(job_id)] == ["ana"]
+def test_redrive_skips_what_is_no_longer_dead(api, tasks):
+    job_id = make_dead(api, 1)
+    assert api.backend.history.redrive([job_id], "ana", "first", now=at(1)) == [job_id]
+    assert api.backend.history.redrive([job_id], "bob", "second", now=at(2)) == []
+    assert [e.actor for e in api.backend.history.events(job_id)] == ["ana"]
 
 
-def test_redrive_needs_actor_and_reason(ledger, tasks):
+def test_redrive_needs_actor_and_reason(api, tasks):
     with pytest.raises(ConfigError):
-        ledger.redrive(ids=[1], actor="", reason="x")
+        api.redrive(ids=[1], actor="", reason="x")
 
 
-def test_resolve_dead_to_done_with_a_note(ledger, tasks):
-    job_id = make_dead(ledger, 1)
-    row = ledger.resolve(
+def test_resolve_dead_to_done_with_a_note(api, tasks):
+    job_id = make_dead(api, 1)
+    row = api.resolve(
         job_id, actor="ana", note="checked the provider: message was delivered", now=at(9)
     )
     assert row.state is JobState.DONE and row.finished_at == at(9)
-    [event] = ledger.backend.history.events(job_id)
+    [event] = api.backend.history.events(job_id)
     assert (event.kind, event.note, event.detail) == (
         "resolve",
         "checked the provider: message was delivered",
@@ -94,70 +94,68 @@ def test_resolve_dead_to_done_with_a_note(ledger, tasks):
     )
 
 
-def test_resolve_by_key_to_pending(ledger, tasks):
-    job_id = make_dead(ledger, 1)
-    row = ledger.resolve("k1", actor="ana", note="run it again", state="pending", now=at(9))
+def test_resolve_by_key_to_pending(api, tasks):
+    job_id = make_dead(api, 1)
+    row = api.resolve("k1", actor="ana", note="run it again", state="pending", now=at(9))
     assert row.id == job_id and row.state is JobState.PENDING and row.budget_left == 3
 
 
-def test_resolve_refuses_leased_and_done_jobs(ledger, tasks):
-    job_id = enqueue(ledger, 1)
-    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+def test_resolve_refuses_leased_and_done_jobs(api, tasks):
+    job_id = enqueue(api, 1)
+    [job] = api.backend.jobs.claim(["q"], "w", 1, now=T0)
     with pytest.raises(InvalidTransition, match="leased"):
-        ledger.resolve(job_id, actor="ana", note="n")
-    ledger.backend.jobs.complete([lease_of(job)], now=T0)
+        api.resolve(job_id, actor="ana", note="n")
+    api.backend.jobs.complete([lease_of(job)], now=T0)
     with pytest.raises(InvalidTransition, match="done"):
-        ledger.resolve(job_id, actor="ana", note="n")
+        api.resolve(job_id, actor="ana", note="n")
 
 
-def test_cancel_pending_only(ledger, tasks):
-    job_id = enqueue(ledger, 1)
-    row = ledger.cancel(job_id, actor="ana", reason="customer left", now=at(1))
+def test_cancel_pending_only(api, tasks):
+    job_id = enqueue(api, 1)
+    row = api.cancel(job_id, actor="ana", reason="customer left", now=at(1))
     assert row.state is JobState.CANCELLED
-    assert ledger.backend.jobs.claim(["q"], "w", 1, now=at(2)) == []
+    assert api.backend.jobs.claim(["q"], "w", 1, now=at(2)) == []
     with pytest.raises(InvalidTransition):
-        ledger.cancel(job_id, actor="ana", reason="again")
-    assert [e.kind for e in ledger.backend.history.events(job_id)] == ["cancel"]
+        api.cancel(job_id, actor="ana", reason="again")
+    assert [e.kind for e in api.backend.history.events(job_id)] == ["cancel"]
     # A mistaken cancel can be undone by a redrive.
-    assert ledger.redrive(
+    assert api.redrive(
         ids=[job_id], where=JobFilter(states=(JobState.CANCELLED,)), actor="ana", reason="undo"
     ).ids == [job_id]
 
 
-def test_unknown_job(ledger, tasks):
+def test_unknown_job(api, tasks):
     with pytest.raises(NotFound):
-        ledger.find("no-such-key")
+        api.find("no-such-key")
     with pytest.raises(NotFound):
-        ledger.job(12345)
+        api.job(12345)
 
 
 @pytest.mark.parametrize("job_id", [2**63, 10**20, 0, -1])
-def test_an_id_beyond_the_range_of_ids_names_no_job(ledger, tasks, job_id):
+def test_an_id_beyond_the_range_of_ids_names_no_job(api, tasks, job_id):
     """No job has such an id: every operator call by id says not found (on SQLite such a
     number could not even be sent: OverflowError), and a redrive of it moves nothing."""
-    enqueue(ledger, 1)
+    enqueue(api, 1)
     calls = [
-        lambda: ledger.job(job_id),
-        lambda: ledger.find(str(job_id)) if job_id > 0 else ledger.job(job_id),
-        lambda: ledger.history(job_id),
-        lambda: ledger.cancel(job_id, actor="ana", reason="x"),
-        lambda: ledger.resolve(job_id, actor="ana", note="x"),
+        lambda: api.job(job_id),
+        lambda: api.find(str(job_id)) if job_id > 0 else api.job(job_id),
+        lambda: api.history(job_id),
+        lambda: api.cancel(job_id, actor="ana", reason="x"),
+        lambda: api.resolve(job_id, actor="ana", note="x"),
     ]
     for call in calls:
         with pytest.raises(NotFound, match=f"no job with id {job_id}"):
             call()
-    assert ledger.redrive(ids=[job_id], actor="ana", reason="x").ids == []
+    assert api.redrive(ids=[job_id], actor="ana", reason="x").ids == []
 
 
-def test_history_shows_attempts_events_and_effects(ledger, tasks):
-    job_id = make_dead(ledger, 1)
-    ledger.redrive(ids=[job_id], actor="ana", reason="retry", now=at(1))
-    [job] = ledger.backend.jobs.claim(["q"], "w2", 1, now=at(2))
-    ledger.backend.effects.record(
-        "q", "k1", "email", lease_of(job), {"message_id": "m1"}, now=at(3)
-    )
-    ledger.backend.jobs.complete([lease_of(job)], now=at(4))
-    history = ledger.history(job_id)
+def test_history_shows_attempts_events_and_effects(api, tasks):
+    job_id = make_dead(api, 1)
+    api.redrive(ids=[job_id], actor="ana", reason="retry", now=at(1))
+    [job] = api.backend.jobs.claim(["q"], "w2", 1, now=at(2))
+    api.backend.effects.record("q", "k1", "email", lease_of(job), {"message_id": "m1"}, now=at(3))
+    api.backend.jobs.complete([lease_of(job)], now=at(4))
+    history = api.history(job_id)
     assert history.job.state is JobState.DONE
     assert [(a.attempt, a.worker, a.outcome.value) for a in history.attempts] == [
         (1, "w", "dead"),

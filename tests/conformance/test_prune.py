@@ -31,74 +31,74 @@ def finish(ledger, n: int, *, ok: bool = True, now=T0) -> int:
     return job_id
 
 
-def test_prune_removes_old_finished_jobs_with_their_history(ledger, tasks):
-    old_done = finish(ledger, 1)
-    old_dead = finish(ledger, 2, ok=False)
-    old_cancelled = enqueue(ledger, 3)
-    ledger.cancel(old_cancelled, actor="ana", reason="not needed", now=T0)
-    old_pending = enqueue(ledger, 4)
-    recent_done = finish(ledger, 5, now=at(29 * DAY))
+def test_prune_removes_old_finished_jobs_with_their_history(api, tasks):
+    old_done = finish(api, 1)
+    old_dead = finish(api, 2, ok=False)
+    old_cancelled = enqueue(api, 3)
+    api.cancel(old_cancelled, actor="ana", reason="not needed", now=T0)
+    old_pending = enqueue(api, 4)
+    recent_done = finish(api, 5, now=at(29 * DAY))
 
-    result = ledger.prune(timedelta(days=30), now=at(31 * DAY))
+    result = api.prune(timedelta(days=30), now=at(31 * DAY))
 
     assert (result.jobs, result.by_state) == (2, {"done": 1, "cancelled": 1})
     assert (result.attempts, result.events, result.effects, result.tombstones) == (1, 1, 1, 2)
-    left = {j.id for j in ledger.jobs()}
+    left = {j.id for j in api.jobs()}
     assert left == {old_dead, old_pending, recent_done}
-    assert ledger.backend.history.attempts(old_done) == []
-    assert ledger.backend.history.events(old_cancelled) == []
-    assert ledger.backend.effects.all("q", "k1") == []
-    assert ledger.backend.effects.all("q", "k5") != []
+    assert api.backend.history.attempts(old_done) == []
+    assert api.backend.history.events(old_cancelled) == []
+    assert api.backend.effects.all("q", "k1") == []
+    assert api.backend.effects.all("q", "k5") != []
 
 
-def test_dead_jobs_are_pruned_only_when_asked(ledger, tasks):
-    dead = finish(ledger, 1, ok=False)
-    assert ledger.prune(30 * DAY, now=at(31 * DAY)).jobs == 0
-    assert ledger.job(dead).state is JobState.DEAD
-    result = ledger.prune(30 * DAY, include_dead=True, now=at(31 * DAY))
+def test_dead_jobs_are_pruned_only_when_asked(api, tasks):
+    dead = finish(api, 1, ok=False)
+    assert api.prune(30 * DAY, now=at(31 * DAY)).jobs == 0
+    assert api.job(dead).state is JobState.DEAD
+    result = api.prune(30 * DAY, include_dead=True, now=at(31 * DAY))
     assert result.by_state == {"dead": 1}
     with pytest.raises(NotFound):
-        ledger.job(dead)
+        api.job(dead)
 
 
-def test_prune_by_queue(ledger, tasks):
-    finish(ledger, 1)
-    other = ledger.enqueue("elsewhere", {"n": 9}, key="k9", now=T0).id
-    ledger.cancel(other, actor="ana", reason="r", now=T0)
-    assert ledger.prune(DAY, queue="other", now=at(2 * DAY)).jobs == 1
-    assert [j.key for j in ledger.jobs()] == ["k1"]
+def test_prune_by_queue(api, tasks):
+    finish(api, 1)
+    other = api.enqueue("elsewhere", {"n": 9}, key="k9", now=T0).id
+    api.cancel(other, actor="ana", reason="r", now=T0)
+    assert api.prune(DAY, queue="other", now=at(2 * DAY)).jobs == 1
+    assert [j.key for j in api.jobs()] == ["k1"]
 
 
-def test_dry_run_counts_and_removes_nothing(ledger, tasks):
+def test_dry_run_counts_and_removes_nothing(api, tasks):
     for n in range(3):
-        finish(ledger, n)
-    preview = ledger.prune(DAY, dry_run=True, now=at(2 * DAY))
+        finish(api, n)
+    preview = api.prune(DAY, dry_run=True, now=at(2 * DAY))
     assert (preview.jobs, preview.by_state) == (3, {"done": 3, "cancelled": 0})
-    assert len(ledger.jobs()) == 3
+    assert len(api.jobs()) == 3
 
 
-def test_prune_works_in_batches(ledger, tasks):
+def test_prune_works_in_batches(api, tasks):
     for n in range(5):
-        finish(ledger, n, now=at(n))
+        finish(api, n, now=at(n))
     seen = []
-    result = ledger.prune(DAY, batch=2, now=at(2 * DAY), progress=lambda r: seen.append(r.jobs))
+    result = api.prune(DAY, batch=2, now=at(2 * DAY), progress=lambda r: seen.append(r.jobs))
     assert result.jobs == 5 and seen == [2, 4, 5]
-    assert ledger.jobs() == []
+    assert api.jobs() == []
 
 
-def test_a_pruned_key_keeps_blocking_duplicates(ledger, tasks):
-    job_id = finish(ledger, 1)
-    ledger.prune(DAY, keep_keys=timedelta(days=365), now=at(2 * DAY))
+def test_a_pruned_key_keeps_blocking_duplicates(api, tasks):
+    job_id = finish(api, 1)
+    api.prune(DAY, keep_keys=timedelta(days=365), now=at(2 * DAY))
 
-    again = ledger.enqueue("work", {"n": 1}, key="k1", now=at(3 * DAY))
+    again = api.enqueue("work", {"n": 1}, key="k1", now=at(3 * DAY))
     assert (again.id, again.created) == (job_id, False)
-    [result] = ledger.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}], now=at(3 * DAY))
+    [result] = api.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}], now=at(3 * DAY))
     assert result.pruned and not result.created and result.id == job_id
     with pytest.raises(KeyConflict):
-        ledger.enqueue("work", {"n": 2}, key="k1", now=at(3 * DAY))
+        api.enqueue("work", {"n": 2}, key="k1", now=at(3 * DAY))
     with pytest.raises(KeyConflict):
-        ledger.enqueue("elsewhere", {"n": 1}, key="k1", queue="q", now=at(3 * DAY))
-    report = ledger.enqueue_many(
+        api.enqueue("elsewhere", {"n": 1}, key="k1", queue="q", now=at(3 * DAY))
+    report = api.enqueue_many(
         "work",
         [{"payload": {"n": 2}, "key": "k1"}, {"payload": {"n": 3}, "key": "k3"}],
         on_conflict="report",
@@ -108,52 +108,52 @@ def test_a_pruned_key_keeps_blocking_duplicates(ledger, tasks):
         (False, True, True),
         (True, False, False),
     ]
-    assert [j.key for j in ledger.jobs()] == ["k3"]
+    assert [j.key for j in api.jobs()] == ["k3"]
     with pytest.raises(NotFound, match="pruned"):
-        ledger.find("k1")
+        api.find("k1")
 
 
-def test_the_key_is_free_again_after_the_horizon(ledger, tasks):
-    finish(ledger, 1)  # finished at T0
-    result = ledger.prune(DAY, keep_keys=10 * DAY, now=at(2 * DAY))
+def test_the_key_is_free_again_after_the_horizon(api, tasks):
+    finish(api, 1)  # finished at T0
+    result = api.prune(DAY, keep_keys=10 * DAY, now=at(2 * DAY))
     assert result.tombstones == 1
-    assert not ledger.enqueue("work", {"n": 1}, key="k1", now=at(9 * DAY)).created
+    assert not api.enqueue("work", {"n": 1}, key="k1", now=at(9 * DAY)).created
     # The horizon counts from when the job finished: T0 + 10 days.
-    assert ledger.enqueue("work", {"n": 1}, key="k1", now=at(10 * DAY + 1)).created
+    assert api.enqueue("work", {"n": 1}, key="k1", now=at(10 * DAY + 1)).created
     # A later prune deletes the expired tombstone.
-    assert ledger.prune(DAY, now=at(10 * DAY + 2)).expired_tombstones == 1
-    assert ledger.backend.history.tombstones("k1") == []
+    assert api.prune(DAY, now=at(10 * DAY + 2)).expired_tombstones == 1
+    assert api.backend.history.tombstones("k1") == []
 
 
-def test_without_keep_keys_the_key_is_free_at_once(ledger, tasks):
-    finish(ledger, 1)
-    result = ledger.prune(DAY, keep_keys=None, now=at(2 * DAY))
+def test_without_keep_keys_the_key_is_free_at_once(api, tasks):
+    finish(api, 1)
+    result = api.prune(DAY, keep_keys=None, now=at(2 * DAY))
     assert (result.jobs, result.tombstones) == (1, 0)
-    assert ledger.enqueue("work", {"n": 2}, key="k1", now=at(2 * DAY)).created
+    assert api.enqueue("work", {"n": 2}, key="k1", now=at(2 * DAY)).created
 
 
-def test_a_key_pruned_again_gets_a_fresh_tombstone(ledger, tasks):
-    finish(ledger, 1)
-    ledger.prune(DAY, keep_keys=2.5 * DAY, now=at(2 * DAY))
+def test_a_key_pruned_again_gets_a_fresh_tombstone(api, tasks):
+    finish(api, 1)
+    api.prune(DAY, keep_keys=2.5 * DAY, now=at(2 * DAY))
     # The horizon passed; the tombstone is still in the table until a prune deletes it.
-    second = ledger.enqueue("work", {"n": 1}, key="k1", now=at(3 * DAY)).id
-    assert len(ledger.backend.history.tombstones("k1")) == 1
-    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=at(3 * DAY))
-    ledger.backend.jobs.complete([lease_of(job)], now=at(3 * DAY))
-    ledger.prune(DAY, keep_keys=3 * DAY, now=at(5 * DAY))
-    [tomb] = ledger.backend.history.tombstones("k1")
+    second = api.enqueue("work", {"n": 1}, key="k1", now=at(3 * DAY)).id
+    assert len(api.backend.history.tombstones("k1")) == 1
+    [job] = api.backend.jobs.claim(["q"], "w", 1, now=at(3 * DAY))
+    api.backend.jobs.complete([lease_of(job)], now=at(3 * DAY))
+    api.prune(DAY, keep_keys=3 * DAY, now=at(5 * DAY))
+    [tomb] = api.backend.history.tombstones("k1")
     assert tomb.job_id == second and tomb.expires_at == at(6 * DAY)
 
 
-def test_prune_validates_its_arguments(ledger, tasks):
+def test_prune_validates_its_arguments(api, tasks):
     from jobledger import ConfigError
 
     with pytest.raises(ConfigError):
-        ledger.prune(-1)
+        api.prune(-1)
     with pytest.raises(ConfigError):
-        ledger.prune(DAY, keep_keys=-5)
+        api.prune(DAY, keep_keys=-5)
     with pytest.raises(ConfigError):
-        ledger.prune(DAY, batch=0)
+        api.prune(DAY, batch=0)
 
 
 def _prune_without_commit(ledger, db_url, key: str, now):
@@ -192,22 +192,22 @@ def _prune_without_commit(ledger, db_url, key: str, now):
     return conn
 
 
-def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(ledger, db_url, tasks):
+def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks):
     """The enqueue starts while the prune's transaction holds the key, and goes on when the
     prune commits: it must see the tombstone, not the now free key."""
-    job_id = finish(ledger, 1)
-    prune = _prune_without_commit(ledger, db_url, "k1", at(2 * DAY))
+    job_id = finish(api, 1)
+    prune = _prune_without_commit(api, db_url, "k1", at(2 * DAY))
     results = []
     started = threading.Event()
 
     def go() -> None:
         started.set()
-        results.append(ledger.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}]))
+        results.append(api.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}]))
 
     enqueuer = threading.Thread(target=go)
     enqueuer.start()
     started.wait()
-    if ledger.url.dialect == "postgres":
+    if api.url.dialect == "postgres":
         with psycopg.connect(db_url.split("?")[0], autocommit=True) as watch:
             wait_until(
                 lambda: watch.execute(
@@ -225,31 +225,31 @@ def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(ledger, db_url, ta
     enqueuer.join(10)
     [[result]] = results
     assert (result.id, result.created, result.pruned) == (job_id, False, True)
-    assert ledger.jobs(JobFilter(queue="q")) == []
+    assert api.jobs(JobFilter(queue="q")) == []
 
 
-def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(ledger, tasks):
+def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(api, tasks):
     """No index on the jobs table for prune: it walks ids from the oldest job, one window per
     transaction, and stops at the first window of jobs created after the cut-off."""
     for n in range(4):
-        finish(ledger, n)  # created and finished at T0
+        finish(api, n)  # created and finished at T0
     for n in range(4, 8):
-        enqueue(ledger, n, now=at(10 * DAY))
-    backend = ledger.backend
+        enqueue(api, n, now=at(10 * DAY))
+    backend = api.backend
     windows, after = [], 0
     while after is not None:
         result, after = backend.history.prune(
             at(5 * DAY), [JobState.DONE], None, limit=2, after_id=after, now=at(5 * DAY)
         )
         windows.append((result.jobs, after))
-    kept = ledger.jobs()
+    kept = api.jobs()
     assert [j.key for j in kept] == ["k4", "k5", "k6", "k7"]
     first = kept[0].id  # k0..k3 had the four ids before it
     assert windows == [(2, first - 3), (2, first - 1), (0, None)]
 
 
-def test_the_prune_window_reads_the_primary_key(ledger, tasks):
-    backend = ledger.backend
+def test_the_prune_window_reads_the_primary_key(api, tasks):
+    backend = api.backend
     text = backend.db.sql["job_prune_window"].replace("{limit}", "1000")
     with backend.transaction() as conn:
         if backend.dialect == "sqlite":
@@ -263,51 +263,51 @@ def test_the_prune_window_reads_the_primary_key(ledger, tasks):
             assert "jobledger_jobs_pkey" in plan, plan
 
 
-def test_prune_keeps_jobs_within_their_queues_retention(ledger, tasks):
+def test_prune_keeps_jobs_within_their_queues_retention(api, tasks):
     """A declared queue promises its retention (the Idempotency-Key replay window of the HTTP
     API): prune never takes its jobs earlier, whatever --older-than says."""
     from jobledger._records import QueueSettings
 
-    ledger.backend.api.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
-    kept = finish(ledger, 1)
-    other = finish(ledger, 2, now=T0)
-    result = ledger.prune(timedelta(days=30), now=at(31 * DAY))
-    assert result.jobs == 0 and {kept, other} <= {j.id for j in ledger.jobs()}
-    result = ledger.prune(timedelta(days=30), now=at(61 * DAY))
+    api.backend.api.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
+    kept = finish(api, 1)
+    other = finish(api, 2, now=T0)
+    result = api.prune(timedelta(days=30), now=at(31 * DAY))
+    assert result.jobs == 0 and {kept, other} <= {j.id for j in api.jobs()}
+    result = api.prune(timedelta(days=30), now=at(61 * DAY))
     assert result.jobs == 2
 
 
-def test_prune_deletes_the_publish_record_with_its_job(ledger, tasks):
+def test_prune_deletes_the_publish_record_with_its_job(api, tasks):
     from jobledger._records import NewJob, PublishItem, QueueSettings
 
-    ledger.backend.api.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    api.backend.api.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
     job = NewJob("q", "pub-1", "work", encode_payload({"n": 1}), 0, T0, 3, 30.0)
-    [outcome] = ledger.backend.jobs.publish([PublishItem(job, "fingerprint-1")], now=T0)
-    [claimed] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
-    ledger.backend.jobs.complete([lease_of(claimed)], now=T0)
-    assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
-    with ledger.backend.transaction() as conn:
+    [outcome] = api.backend.jobs.publish([PublishItem(job, "fingerprint-1")], now=T0)
+    [claimed] = api.backend.jobs.claim(["q"], "w", 1, now=T0)
+    api.backend.jobs.complete([lease_of(claimed)], now=T0)
+    assert api.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
+    with api.backend.transaction() as conn:
         table = "jobledger_publish_requests"
-        if ledger.url.dialect == "postgres":
-            table = f"{ledger.url.schema}.{table}"
+        if api.url.dialect == "postgres":
+            table = f"{api.url.schema}.{table}"
         assert conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0
     assert outcome.status == "created"
 
 
-def test_publishing_a_pruned_key_replays_or_conflicts(ledger, tasks):
+def test_publishing_a_pruned_key_replays_or_conflicts(api, tasks):
     """The HTTP publish path honours tombstones like enqueue: no second job for a pruned key."""
     from jobledger._records import NewJob, PublishItem, QueueSettings
 
-    ledger.backend.api.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
-    job_id = finish(ledger, 1)  # key k1, task "work", payload {"n": 1}
-    assert ledger.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
+    api.backend.api.queue_put(QueueSettings(name="q", retention_seconds=DAY), now=T0)
+    job_id = finish(api, 1)  # key k1, task "work", payload {"n": 1}
+    assert api.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
 
     def publish(payload):
         job = NewJob("q", "k1", "work", encode_payload(payload), 0, None, 3, 30.0)
-        [outcome] = ledger.backend.jobs.publish([PublishItem(job, "fp")], now=at(3 * DAY))
+        [outcome] = api.backend.jobs.publish([PublishItem(job, "fp")], now=at(3 * DAY))
         return outcome
 
     again = publish({"n": 1})
     assert (again.status, again.job_id, again.state) == ("replayed", job_id, JobState.DONE)
     assert publish({"n": 2}).status == "conflict"
-    assert ledger.jobs() == []
+    assert api.jobs() == []

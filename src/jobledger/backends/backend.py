@@ -15,7 +15,7 @@ from .database import Database
 from .effects import Effects
 from .groups import Groups
 from .history import History
-from .jobs import Jobs
+from .jobs import AsyncJobs, Jobs
 from .leader import Leader
 from .outbox import Outbox
 from .schedules import Schedules
@@ -56,6 +56,10 @@ class SqlBackend:
 
     def finish_listener(self) -> FinishListener | None:
         """None: without wake-ups, waiters for results poll."""
+        return None
+
+    def async_jobs(self) -> AsyncJobs | None:
+        """None: the driver has no asyncio API (see ``Backend.async_jobs``)."""
         return None
 
     # -- lifecycle -------------------------------------------------------------------------------

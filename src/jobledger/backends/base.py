@@ -33,7 +33,7 @@ from .api import Api
 from .effects import Effects
 from .groups import Groups
 from .history import History
-from .jobs import Jobs
+from .jobs import AsyncJobs, Jobs
 from .leader import Leader
 from .outbox import Outbox
 from .schedules import Schedules
@@ -91,6 +91,12 @@ class Backend(Protocol):
     @property
     def supports_listen(self) -> bool:
         """True when the database can push wake-ups (PostgreSQL LISTEN/NOTIFY)."""
+        ...
+
+    def async_jobs(self) -> AsyncJobs | None:
+        """A new asyncio enqueue over this database (its own connections, opened on first use
+        on the running loop), or None when the driver has no asyncio API: callers then run
+        ``jobs.insert`` on a thread."""
         ...
 
     # -- lifecycle -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .._records import (
     RescueResult,
 )
 
-__all__ = ["Jobs"]
+__all__ = ["AsyncJobs", "Jobs"]
 
 
 class Jobs(Protocol):
@@ -126,4 +126,28 @@ class Jobs(Protocol):
 
     def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
         """Close attempts whose lease expired: pending again with budget left, dead without."""
+        ...
+
+
+class AsyncJobs(Protocol):
+    """The enqueue awaited on the running event loop, on a backend whose driver has an asyncio
+    API (``Backend.async_jobs``). It belongs to the loop it is first used on."""
+
+    async def insert(
+        self,
+        jobs: Sequence[NewJob],
+        now: datetime | None = None,
+        conn: Any = None,
+        on_conflict: OnConflict = "raise",
+    ) -> list[InsertResult]:
+        """As ``Jobs.insert``; ``conn`` is the caller's async connection (its transaction)."""
+        ...
+
+    async def open(self) -> None:
+        """Open its connections now rather than on first use (their first connect loads what
+        the driver loads lazily); wait until one is ready."""
+        ...
+
+    async def close(self) -> None:
+        """Close what it opened (its connections)."""
         ...

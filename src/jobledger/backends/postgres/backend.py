@@ -14,6 +14,7 @@ from psycopg import sql as pgsql
 
 from ..backend import SqlBackend
 from ..history import History
+from ..jobs import AsyncJobs
 from ..sqlfiles import migrations
 from ..url import DatabaseURL
 from .database import PostgresDatabase
@@ -37,7 +38,14 @@ class PostgresBackend(SqlBackend):
         self.supports_listen = url.listen_conninfo is not None
         self.db = PostgresDatabase(url)
         history = History(self.db, PostgresRemoval(self.db))
-        super().__init__(url, self.db, PostgresJobs(self.db, history), history)
+        self._jobs = PostgresJobs(self.db, history)
+        super().__init__(url, self.db, self._jobs, history)
+
+    def async_jobs(self) -> AsyncJobs:
+        """The enqueue on psycopg's async connections (``aio.py``), the same plan as ``jobs``."""
+        from .aio import PostgresAsyncJobs  # psycopg_pool's asyncio side: only for AsyncLedger
+
+        return PostgresAsyncJobs(self.db, self._jobs)
 
     def listener(self, queues: Sequence[str]) -> PgListener | None:
         return PgListener(self.db, set(queues)) if self.supports_listen else None

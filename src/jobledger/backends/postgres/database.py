@@ -238,10 +238,16 @@ class PostgresDatabase:
     def _broken(self, pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]]) -> None:
         """A pooled connection was found broken: fail now if the server is down, else have
         the pool check its other connections."""
+        self.fail_if_down()
+        pool.check()
+
+    def fail_if_down(self) -> None:
+        """A connection was found broken: have the outage's probe ask whether the server is
+        there (it answers within milliseconds when nothing listens), and raise
+        ``BackendUnavailable`` if it is not."""
         self.outage.suspect(now=True)
         self.outage.settle(PROBE_TIMEOUT + 1)
         self.outage.check()
-        pool.check()
 
     def _answers(self) -> None:
         """The outage's probe: a fresh connection and one query (raises when the server does

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -53,6 +53,7 @@ from .database import PostgresDatabase
 from .database import to_time as _utc
 from .grouped import GroupedClaim
 from .newjob import new_job_arrays, new_job_values
+from .plan import Atomic, Plan, Quick, Statement, run, run_steps
 from .prepared import PreparedStatement
 
 __all__ = ["PostgresJobs"]
@@ -70,8 +71,9 @@ class PostgresJobs:
         self._history = history
         self._grouped = GroupedClaim(db)
         self._turns = itertools.count()
+        self._insert_one_text = db.sql["job_insert_one"]
         self._insert_one_statement = PreparedStatement(
-            "jobledger_job_insert_one", db.sql["job_insert_one"], prepare=db.prepares
+            "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
         )
 
     def insert(
@@ -81,106 +83,103 @@ class PostgresJobs:
         conn: Any = None,
         on_conflict: OnConflict = "raise",
     ) -> list[InsertResult]:
-        if not jobs:
-            return []
-        if conn is None and len(jobs) == 1:
-            job_id = self._insert_one(jobs[0], now)
-            if job_id is not None:
-                return [InsertResult(job_id, True)]
-        elif conn is None and _consistent(jobs):
-            created = self._insert_fresh(jobs, now)
-            if created is not None:
-                return resolve_inserts(jobs, created, {}, on_conflict)
-        return self._insert_checked(jobs, now, conn, on_conflict)
+        return run(self._db, self.insert_plan(jobs, now, conn is not None, on_conflict), conn)
 
-    def _insert_one(self, job: NewJob, now: datetime | None) -> int | None:
-        """One new job in one statement: its id, or None when its key is known (then nothing
-        was written, and ``_insert_checked`` does the whole work)."""
-        params = new_job_values(job)
-        params["channel"] = self._db.channel
-        params["now"] = now
-        rows = self._db.quickly(lambda c: self._insert_one_statement.rows(c, params))
-        return int(rows[0][0]) if rows and rows[0][0] is not None else None
-
-    def _insert_fresh(
-        self, jobs: Sequence[NewJob], now: datetime | None
-    ) -> dict[tuple[str, str], int] | None:
-        """The common enqueue in one statement, one round trip: every key new (no job and no
-        live tombstone has it). Returns the ids created, or None when a key is known — then
-        nothing was written, and ``_insert_checked`` does the whole work."""
-        params = new_job_arrays(jobs) | {"channel": self._db.channel, "now": now}
-        try:
-            rows = self._db.quick(self._db.sql["job_insert_fresh"], params)
-        except psycopg.errors.InvalidTextRepresentation as exc:
-            if "jobledger: not all keys were new" in str(exc):
-                return None  # another transaction inserted one of them meanwhile
-            raise
-        created = {(r[2], r[3]): r[1] for r in rows if r[0] == "c"}
-        return None if any(r[0] == "v" and r[1] < 0 for r in rows) else created
-
-    def _insert_checked(
+    def insert_plan(
         self,
         jobs: Sequence[NewJob],
         now: datetime | None,
-        conn: Any,
+        in_caller_transaction: bool,
         on_conflict: OnConflict,
-    ) -> list[InsertResult]:
-        """Any enqueue, in a transaction: insert, then look at tombstones and existing keys."""
-        params = new_job_arrays(jobs) | {"channel": self._db.channel, "now": now}
-        idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
+    ) -> Plan[list[InsertResult]]:
+        """The enqueue, as a plan (see ``plan.py``): driven in a thread by ``insert``, and under
+        asyncio by ``aio.PostgresAsyncJobs``. Without the caller's transaction, one job is one prepared
+        statement, a batch of new keys one statement; a known key (or the caller's
+        transaction) takes the checked path."""
+        if not jobs:
+            return []
+        channel = self._db.channel
+        if not in_caller_transaction and len(jobs) == 1:
+            # One new job in one statement: no row back when its key is known (then nothing
+            # was written, and the checked path does the whole work).
+            one = new_job_values(jobs[0])
+            one["channel"] = channel
+            one["now"] = now
+            rows = yield Quick(self._insert_one_text, one, self._insert_one_statement)
+            if rows and rows[0][0] is not None:
+                return [InsertResult(int(rows[0][0]), True)]
+        elif not in_caller_transaction and _consistent(jobs):
+            # The common enqueue in one statement, one round trip: every key new (no job and no
+            # live tombstone has it); else nothing was written, and the checked path runs.
+            params = new_job_arrays(jobs) | {"channel": channel, "now": now}
+            try:
+                rows = yield Quick(self._db.sql["job_insert_fresh"], params)
+            except psycopg.errors.InvalidTextRepresentation as exc:
+                if "jobledger: not all keys were new" not in str(exc):
+                    raise
+                # another transaction inserted one of them meanwhile
+            else:
+                created = {(r[2], r[3]): r[1] for r in rows if r[0] == "c"}
+                if not any(r[0] == "v" and r[1] < 0 for r in rows):
+                    return resolve_inserts(jobs, created, {}, on_conflict)
         for _ in range(3):
-            with self._db.transaction(conn) as c:
-                rows = c.execute(self._db.sql["job_insert"], params, prepare=False).fetchall()
-                created = {(r[1], r[2]): r[0] for r in rows}
-                pruned = self._tombstoned(c, idents, now)
-                undo = [created.pop(i) for i in list(created) if i in pruned]
-                if undo:
-                    # The insert waited on the key while a prune deleted its job, and went ahead
-                    # when the prune committed; the prune's tombstone, visible now, wins.
-                    c.execute(self._db.sql["job_insert_undo"], {"ids": undo}, prepare=False)
-                missing = [i for i in idents if i not in created and i not in pruned]
-                existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
-                if missing:
-                    found = c.execute(
-                        self._db.sql["job_existing"],
-                        {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
-                        prepare=False,
-                    ).fetchall()
-                    existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
-                if all(m in existing for m in missing):
-                    same = self._same_payload(c, jobs, pruned)
-                    return resolve_inserts(jobs, created, existing, on_conflict, same)
+            results = yield Atomic(self._insert_checked(jobs, now, on_conflict))
+            if results is not None:
+                return results  # type: ignore[no-any-return]
             # A conflicting row vanished between the insert and the read (pruned without a
             # tombstone): try again.
         raise BackendUnavailable(f"enqueue into {self._db.url.redacted} kept racing with pruning")
 
+    def _insert_checked(
+        self, jobs: Sequence[NewJob], now: datetime | None, on_conflict: OnConflict
+    ) -> Generator[Statement, Any, list[InsertResult] | None]:
+        """Any enqueue, in a transaction: insert, then look at tombstones and existing keys.
+        None when a conflicting row vanished meanwhile (the caller tries again)."""
+        sql = self._db.sql
+        params = new_job_arrays(jobs) | {"channel": self._db.channel, "now": now}
+        idents = list(dict.fromkeys((j.queue, j.key) for j in jobs))
+        rows = yield Statement(sql["job_insert"], params)
+        created = {(r[1], r[2]): r[0] for r in rows}
+        pruned = yield from self._tombstoned(idents, now)
+        undo = [created.pop(i) for i in list(created) if i in pruned]
+        if undo:
+            # The insert waited on the key while a prune deleted its job, and went ahead
+            # when the prune committed; the prune's tombstone, visible now, wins.
+            yield Statement(sql["job_insert_undo"], {"ids": undo})
+        missing = [i for i in idents if i not in created and i not in pruned]
+        existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
+        if missing:
+            found = yield Statement(
+                sql["job_existing"],
+                {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
+            )
+            existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
+        if not all(m in existing for m in missing):
+            return None
+        same = yield from self._same_payload(jobs, pruned)
+        return resolve_inserts(jobs, created, existing, on_conflict, same)
+
     def _tombstoned(
-        self, c: psycopg.Connection[Any], idents: list[tuple[str, str]], now: datetime | None
-    ) -> dict[tuple[str, str], tuple[int, str, str]]:
-        rows = c.execute(
+        self, idents: list[tuple[str, str]], now: datetime | None
+    ) -> Generator[Statement, Any, dict[tuple[str, str], tuple[int, str, str]]]:
+        rows = yield Statement(
             self._db.sql["tombstone_live"],
             {"queue": [i[0] for i in idents], "key": [i[1] for i in idents], "now": now},
-            prepare=False,
-        ).fetchall()
+        )
         return {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
 
     def _same_payload(
         self,
-        c: psycopg.Connection[Any],
         jobs: Sequence[NewJob],
         pruned: dict[tuple[str, str], tuple[int, str, str]],
-    ) -> dict[tuple[str, str], tuple[int, str, Any]]:
+    ) -> Generator[Statement, Any, dict[tuple[str, str], tuple[int, str, Any]]]:
         """For keys held by tombstones: (job id, task, a test that a payload is the pruned one).
 
         Payloads are compared by the digest of their ``jsonb`` text, as the prune computed it."""
         if not pruned:
             return {}
         payloads = list({j.payload_json for j in jobs if (j.queue, j.key) in pruned})
-        digests = dict(
-            c.execute(
-                self._db.sql["payload_digest"], {"payloads": payloads}, prepare=False
-            ).fetchall()
-        )
+        digests = dict((yield Statement(self._db.sql["payload_digest"], {"payloads": payloads})))
         return {
             ident: (job_id, task, lambda job, d=digest: digests.get(job.payload_json) == d)
             for ident, (job_id, task, digest) in pruned.items()
@@ -399,11 +398,12 @@ class PostgresJobs:
                 ).fetchall()
                 created = {(r[1], r[2]): r[0] for r in inserted}
             # Keys whose jobs were pruned are held by tombstones, as for any enqueue.
-            pruned = self._tombstoned(c, list(dict.fromkeys((j.queue, j.key) for j in jobs)), now)
+            idents_of_jobs = list(dict.fromkeys((j.queue, j.key) for j in jobs))
+            pruned = run_steps(c, self._tombstoned(idents_of_jobs, now))
             undo = [created.pop(i) for i in list(created) if i in pruned]
             if undo:
                 c.execute(sql["job_insert_undo"].encode(), {"ids": undo})
-            same_pruned = self._same_payload(c, jobs, pruned)
+            same_pruned = run_steps(c, self._same_payload(jobs, pruned))
             missing = [
                 (j.queue, j.key)
                 for j in jobs
