@@ -14,6 +14,7 @@ single enqueue's prepared statement met a session that had it already) — what 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ import httpx
 import psycopg
 import pytest
 
-from jobledger import JobFilter, JobState, Ledger
+from jobledger import AsyncLedger, JobFilter, JobState, Ledger
 from jobledger._records import QueueSettings
 from jobledger.backends.sqlfiles import migrations
 
@@ -181,6 +182,25 @@ def test_wakeups_come_from_a_direct_listen_url_and_without_one_workers_poll(pool
         worker.stop()
         thread.join(30)
         listening.close()
+
+
+def test_asyncledger_enqueues_through_the_pooler(pooled):
+    """The asyncio API's enqueue sends nothing prepared either: 300 enqueues at once through
+    two server sessions, none failing, each job once."""
+    aledger = AsyncLedger(pooled.url, listen_url=pooled.direct)
+
+    async def main() -> list[bool]:
+        await aledger.migrate()
+        made = await asyncio.gather(
+            *(aledger.enqueue("note", {"n": n}, key=f"a{n}", queue="outage") for n in range(300))
+        )
+        await aledger.close()
+        return [m.created for m in made]
+
+    assert asyncio.run(main()) == [True] * 300
+    ledger = Ledger(pooled.url)
+    assert len(ledger.jobs(JobFilter(queue="outage"))) == 300
+    ledger.close()
 
 
 def test_the_http_api_through_the_pooler(pooled):

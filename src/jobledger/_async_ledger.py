@@ -103,9 +103,15 @@ class AsyncLedger:
     """
 
     def __init__(
-        self, url: str | None = None, *, auto_migrate: bool = True, create: bool = True
+        self,
+        url: str | None = None,
+        *,
+        auto_migrate: bool = True,
+        create: bool = True,
+        listen_url: str | None = None,
     ) -> None:
-        self._setup(Ledger(url, auto_migrate=auto_migrate, create=create), owns=True)
+        ledger = Ledger(url, auto_migrate=auto_migrate, create=create, listen_url=listen_url)
+        self._setup(ledger, owns=True)
 
     @classmethod
     def of(cls, ledger: Ledger) -> AsyncLedger:
