@@ -226,6 +226,11 @@ def _drain(system: System, size: dict[str, Any], processes: list[int]) -> dict[s
         found[f"drain_{n}p_unfinished"] = result["unfinished"]
         found[f"drain_{n}p_worker_cpu_us"] = result["worker_cpu_us_per_job"]
         found[f"drain_{n}p_database_cpu_us"] = result["database_cpu_us_per_job"]
+    if system.name.startswith("jobledger"):
+        # The same drain with async handlers (run on each worker's event loop), one process.
+        result = run_drain(system, size["jobs"], 1, async_handlers=True)
+        found["drain_async_1p_per_s"] = result["drain_per_s"]
+        found["drain_async_1p_worker_cpu_us"] = result["worker_cpu_us_per_job"]
     return found
 
 
@@ -435,7 +440,8 @@ def render(report: dict[str, Any]) -> str:
     for key, label in ASYNC_ENQUEUE:
         if any(r.get(key) for r in results.values()):
             row(label, lambda r, key=key: r.get(key))
-    for key in sorted({k for r in results.values() for k in r if k.endswith("p_per_s")}):
+    processes_keys = {k for r in results.values() for k in r if not k.startswith("drain_async")}
+    for key in sorted(k for k in processes_keys if k.endswith("p_per_s")):
         n = key.split("_")[1]
         rows.append(
             (
@@ -450,11 +456,18 @@ def render(report: dict[str, Any]) -> str:
     for key in sorted({k for r in results.values() for k in r if k.endswith("peak_rss_mb")}):
         n = key.split("_")[1]
         row(f"worker peak RSS, drain {n[:-1]} proc., MB", lambda r, key=key: r.get(key))
-    for key in sorted({k for r in results.values() for k in r if k.endswith("p_worker_cpu_us")}):
+    for key in sorted(k for k in processes_keys if k.endswith("p_worker_cpu_us")):
         n = key.split("_")[1]
         row(f"drain {n[:-1]} proc.: worker CPU µs/job", lambda r, key=key: r.get(key), 1)
         db_key = key.replace("worker", "database")
         row(f"drain {n[:-1]} proc.: database CPU µs/job", lambda r, key=db_key: r.get(key), 1)
+    if any(r.get("drain_async_1p_per_s") for r in results.values()):
+        row("drain, async handlers, 1 process, jobs/s", lambda r: r.get("drain_async_1p_per_s"))
+        row(
+            "drain, async handlers: worker CPU µs/job",
+            lambda r: r.get("drain_async_1p_worker_cpu_us"),
+            1,
+        )
     row("steady state: completed jobs/s", lambda r: (r.get("steady") or {}).get("completed_per_s"))
     for q in ("p50", "p95", "p99"):
         row(

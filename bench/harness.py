@@ -315,10 +315,15 @@ def run_enqueue(system: System, single: int, bulk: int, batch: int) -> dict[str,
     return found
 
 
-def run_drain(system: System, jobs: int, processes: int) -> dict[str, float | None]:
+def run_drain(
+    system: System, jobs: int, processes: int, async_handlers: bool = False
+) -> dict[str, float | None]:
+    """Fill, then drain with ``processes`` worker processes; ``async_handlers``: the jobs are
+    the app's async task's (jobledger's adapter only)."""
     with fresh_database(system.dialect) as dsn:
         setup(system, dsn)
-        adapter(system, "fill", dsn, "--n", str(jobs), "--batch", "1000")
+        fill = ["--n", str(jobs), "--batch", "1000"] + (["--async-handlers"] * async_handlers)
+        adapter(system, "fill", dsn, *fill)
         poller = Poller(dsn, system.info["remaining_sql"])
         workers = Workers(system, dsn, processes)
         try:

@@ -34,6 +34,7 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
             "enqueue_async_concurrent_per_s",
             "enqueue_async_bulk_per_s",
             "drain_1p_per_s",
+            "drain_async_1p_per_s",
         ):
             assert r[key] > 0, (dialect, key, r)
         assert r["drain_2p_per_s"] > 0 and r["drain_1p_peak_rss_mb"] > 0
@@ -46,6 +47,7 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
     assert largest["generic_plan_uses_index"] is True
     assert "drain, 2 process(es), jobs/s" in proc.stdout
     assert "async enqueue in batches of 1,000, jobs/s" in proc.stdout
+    assert "drain, async handlers, 1 process, jobs/s" in proc.stdout
 
 
 def test_the_groups_bench_runs_every_case_on_both_backends(pg):

@@ -25,6 +25,11 @@ def parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--single", type=int, default=0, help="enqueue: jobs enqueued one by one")
     p.add_argument("--bulk", type=int, default=0, help="enqueue: jobs enqueued in batches")
     p.add_argument("--n", type=int, default=0, help="fill: jobs to enqueue")
+    p.add_argument(
+        "--async-handlers",
+        action="store_true",
+        help="fill: jobs of the app's async task (where the queue has one): an async drain",
+    )
     p.add_argument("--batch", type=int, default=1000, help="batch size of bulk enqueues")
     p.add_argument("--processes", type=int, default=1, help="work: worker processes")
     p.add_argument("--rundir", default="", help="work: where ready/latency files go")

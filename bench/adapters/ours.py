@@ -68,7 +68,8 @@ def main() -> None:
         )
     elif args.command == "fill":
         ledger = _ledger(args.dsn)
-        seconds = timed(lambda: _fill(ledger, args.n, args.batch, prefix="f"))
+        task = "anoop" if args.async_handlers else "noop"
+        seconds = timed(lambda: _fill(ledger, args.n, args.batch, prefix="f", task=task))
         emit({"seconds": seconds})
     elif args.command == "produce":
         ledger = _ledger(args.dsn)
@@ -137,10 +138,10 @@ def _enqueue_async(ledger: Ledger, single: int, bulk: int, batch: int) -> dict[s
     return asyncio.run(main())
 
 
-def _fill(ledger: Ledger, n: int, batch: int, prefix: str) -> None:
+def _fill(ledger: Ledger, n: int, batch: int, prefix: str, task: str = "noop") -> None:
     for start in range(0, n, batch):
         ledger.enqueue_many(
-            "noop",
+            task,
             [
                 {"payload": {"n": i}, "key": f"{prefix}{i}"}
                 for i in range(start, min(n, start + batch))

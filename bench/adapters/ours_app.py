@@ -28,6 +28,12 @@ def noop(ctx, n: int = 0, t: float | None = None) -> None:
     run.started(t)
 
 
+@ledger.task(queue="bench", lease_seconds=60, max_attempts=3)
+async def anoop(ctx, n: int = 0, t: float | None = None) -> None:
+    """``noop`` as a coroutine: the drain of async handlers (run on the worker's event loop)."""
+    run.started(t)
+
+
 class _Barrier:
     def __init__(self, worker: object):
         pass
