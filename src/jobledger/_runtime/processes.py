@@ -20,7 +20,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 
 __all__ = ["ChildExit", "Supervisor", "WorkerProcesses", "worker_arguments"]
 
@@ -321,10 +320,5 @@ class WorkerProcesses:
     def __enter__(self) -> WorkerProcesses:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from datetime import datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
@@ -289,23 +288,13 @@ class Worker(Runtime):
     def __enter__(self) -> Worker:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     async def __aenter__(self) -> Worker:
         return await self.start_async()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop_async()
 
     def stop_when(self, event: threading.Event) -> None:

@@ -21,7 +21,7 @@ from ..._records import InsertResult, NewJob, OnConflict
 from ...errors import BackendUnavailable
 from .database import CONNECT_TIMEOUT, PostgresDatabase
 from .jobs import PostgresJobs
-from .plan import Plan, Quick, Steps
+from .plan import Done, Plan, Quick, Steps, next_step
 
 __all__ = ["PostgresAsyncJobs"]
 
@@ -103,12 +103,8 @@ class PostgresAsyncJobs:
         """Drive ``plan`` on the event loop (as ``plan.run`` does in a thread)."""
         answer: Any = None
         error: Exception | None = None
-        while True:
-            try:
-                step = plan.send(answer) if error is None else plan.throw(error)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            error = None
+        while not isinstance(step := next_step(plan, answer, error), Done):
+            answer, error = None, None
             try:
                 with self._db.translate():
                     if isinstance(step, Quick):
@@ -120,6 +116,7 @@ class PostgresAsyncJobs:
                             answer = await _run_steps(c, step.steps)
             except Exception as exc:  # noqa: BLE001 - given to the plan, which re-raises or handles
                 error = exc
+        return step.value  # type: ignore[no-any-return]
 
     async def _quick(self, text: str, params: dict[str, Any], prepare: bool) -> list[Any]:
         """As ``PostgresDatabase.quickly``: sent again on another connection if the server

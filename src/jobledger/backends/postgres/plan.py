@@ -22,7 +22,18 @@ import psycopg
 from .database import PostgresDatabase
 from .prepared import PreparedStatement
 
-__all__ = ["Atomic", "Plan", "Quick", "Statement", "Step", "Steps", "run", "run_steps"]
+__all__ = [
+    "Atomic",
+    "Done",
+    "Plan",
+    "Quick",
+    "Statement",
+    "Step",
+    "Steps",
+    "next_step",
+    "run",
+    "run_steps",
+]
 
 _T = TypeVar("_T")
 
@@ -63,20 +74,32 @@ Step = Quick | Atomic
 Plan = Generator[Step, Any, _T]
 
 
+class Done(NamedTuple):
+    """What a plan returned: it needs nothing more."""
+
+    value: Any
+
+
+def next_step(plan: Plan[_T], answer: Any, error: Exception | None) -> Step | Done:
+    """The plan's next step, given the rows of the last one (or the error it raised, thrown
+    into the plan); ``Done`` with what the plan returned when it needs nothing more."""
+    try:
+        return plan.send(answer) if error is None else plan.throw(error)
+    except StopIteration as done:
+        return Done(done.value)
+
+
 def run(db: PostgresDatabase, plan: Plan[_T], conn: Any = None) -> _T:
     """Drive ``plan`` in this thread; ``conn`` is the caller's psycopg connection, if any."""
     answer: Any = None
     error: Exception | None = None
-    while True:
-        try:
-            step = plan.send(answer) if error is None else plan.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        error = None
+    while not isinstance(step := next_step(plan, answer, error), Done):
+        answer, error = None, None
         try:
             answer = _step(db, step, conn)
         except Exception as exc:  # noqa: BLE001 - given to the plan, which re-raises or handles
             error = exc
+    return step.value  # type: ignore[no-any-return]
 
 
 def _step(db: PostgresDatabase, step: Step, conn: Any) -> Any:

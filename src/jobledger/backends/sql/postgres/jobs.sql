@@ -53,6 +53,16 @@ SET state = 'leased',
     leased_by = %(worker)s,
     updated_at = {now}
 
+-- name: lease_opened
+-- The rows a claim's "claimed" CTE returns, and the attempt it opens for each ("opened"):
+-- included by every claim (lease_picked, job_claim_keys).
+RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
+          j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
+          j.group_name, j.trace_context
+), opened AS (
+    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
+    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
+
 -- name: lease_picked
 -- The end of a claim (job_claim, group_claim) after its "picked" CTE has locked the jobs to
 -- take: lease them, open their attempts, return them.
@@ -64,12 +74,7 @@ claimed AS (
     UPDATE {jobs} AS j
     {@lease_set}
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
-              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
-              j.group_name, j.trace_context
-), opened AS (
-    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
-    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
+    {@lease_opened}
 )
 -- Payload and token as text: the worker parses the JSON itself, and a token stays a string.
 SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
@@ -293,12 +298,7 @@ WITH picked AS (
     {@lease_set}
     FROM (SELECT DISTINCT id FROM picked) AS p
     WHERE j.id = p.id AND j.state = 'pending'
-    RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
-              j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
-              j.group_name, j.trace_context
-), opened AS (
-    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
-    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
+    {@lease_opened}
 )
 SELECT * FROM claimed
 
