@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jobledger import Ledger
-from jobledger._records import QueueSettings
+from jobledger._records import AttemptOutcome, QueueSettings
 from jobledger._services.keys import create_api_key
 from jobledger.http.api import _PathApp
 from jobledger.http.routes import DEFAULT_GROUPS
@@ -94,6 +94,14 @@ def test_every_operation_documents_its_errors_as_problems(api):
     assert publish["responses"]["429"]["headers"]["Retry-After"]["required"] is True
     assert "Idempotent-Replayed" in publish["responses"]["200"]["headers"]
     assert [p["name"] for p in publish["parameters"]] == ["Idempotency-Key"]
+
+
+def test_the_attempt_outcomes_it_names_are_the_ledgers(api):
+    """Every outcome of an attempt the server can answer is in the document's enum (an attempt
+    that timed out answered an outcome the document lacked)."""
+    schemas = api.client(None).get("/openapi.json").json()["components"]["schemas"]
+    [named, null] = schemas["Attempt"]["properties"]["outcome"]["anyOf"]
+    assert set(named["enum"]) == {o.value for o in AttemptOutcome} and null == {"type": "null"}
 
 
 @pytest.mark.slow

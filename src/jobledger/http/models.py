@@ -9,6 +9,7 @@ from .._records import (
     MAX_GROUP_LENGTH,
     MAX_JOB_ID,
     Attempt,
+    AttemptOutcome,
     ClaimedJob,
     Event,
     GroupStatus,
@@ -169,9 +170,7 @@ ATTEMPT = Object(
         "worker": String(description="Who held the lease: a worker name, or http:<consumer>."),
         "started_at": TIME,
         "finished_at": OPTIONAL_TIME,
-        "outcome": String(
-            enum=("done", "retry", "dead", "lease_expired", "released"), nullable=True
-        ),
+        "outcome": String(enum=tuple(o.value for o in AttemptOutcome), nullable=True),
         "error_class": String(nullable=True),
         "error": String(nullable=True),
     },
