@@ -31,6 +31,8 @@ from jobledger import (
 from .support.waiting import LoadMeter, slowdown
 
 #: The longest the loop may be held at a time, in milliseconds of an idle machine (issue 17).
+#: A Linux scheduler's time slice on a busy core (CFS's default latency target is 6 ms).
+TIME_SLICE_MS = 6.0
 MAX_LAG_MS = 20.0
 
 
@@ -98,7 +100,9 @@ def test_a_thousand_concurrent_enqueues_never_block_the_loop(aledger):
     assert len(created) == 2000 and all(created)
     assert len(lags) > 10, "the probe hardly ran"
     worst = max(lags, key=lambda lag: lag[0] / max(lag[1], meter.factor()))
-    bound = MAX_LAG_MS * max(worst[1], meter.factor())
+    # Plus one scheduler time slice: on a shared machine another process may hold the core
+    # the loop's thread waits for, which is not the loop being blocked by our code.
+    bound = MAX_LAG_MS * max(worst[1], meter.factor()) + TIME_SLICE_MS
     assert worst[0] < bound, f"the loop was blocked {worst[0]:.1f} ms (bound {bound:.1f} ms)"
     assert len(aledger.sync.jobs()) == 2000
 
