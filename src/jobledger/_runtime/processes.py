@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["ChildExit", "Supervisor", "WorkerProcesses", "worker_arguments"]
+__all__ = ["ChildExit", "Supervisor", "WorkerProcesses"]
 
 log = logging.getLogger("jobledger.worker")
 
@@ -130,35 +130,6 @@ class Supervisor:
             return bool(running)
 
 
-def worker_arguments(
-    app: str,
-    *,
-    queues: Sequence[str] = (),
-    concurrency: int = 4,
-    batch_size: int = 10,
-    prefetch: int = 0,
-    grace_seconds: float = 30.0,
-    burst: bool = False,
-    poll_interval: float | None = None,
-    rescue_interval: float | None = None,
-    scheduler: bool = True,
-    history: str | None = None,
-    log_level: str = "info",
-    log_format: str = "console",
-) -> list[str]:
-    """The command line (after ``jobledger``) of one worker process of ``app``."""
-    args = ["worker", app, "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
-    args += ["--prefetch", str(prefetch), "--grace", str(grace_seconds), "--log-level", log_level]
-    args += ["--log-format", log_format]
-    args += [f"--queues={q}" for q in queues]
-    args += ["--burst"] if burst else []
-    args += ["--poll-interval", str(poll_interval)] if poll_interval is not None else []
-    args += ["--rescue-interval", str(rescue_interval)] if rescue_interval else []
-    args += ["--no-scheduler"] if not scheduler else []
-    args += ["--history", history] if history else []
-    return args
-
-
 class WorkerProcesses:
     """Several worker processes of one app, started and stopped from code: what
     ``jobledger worker APP --processes N`` runs.
@@ -201,21 +172,16 @@ class WorkerProcesses:
             raise ValueError(f"expected MODULE:LEDGER (e.g. myapp.jobs:ledger), got {app!r}")
         self.app = app
         self.grace_seconds = grace_seconds
-        args = worker_arguments(
-            app,
-            queues=list(queues or ()),
-            concurrency=concurrency,
-            batch_size=batch_size,
-            prefetch=prefetch,
-            grace_seconds=grace_seconds,
-            burst=burst,
-            poll_interval=poll_interval,
-            rescue_interval=rescue_interval,
-            scheduler=scheduler,
-            history=history,
-            log_level=log_level,
-            log_format=log_format,
-        )
+        # The command line (after ``jobledger``) of each child.
+        args = ["worker", app, "--concurrency", str(concurrency), "--batch-size", str(batch_size)]
+        args += ["--prefetch", str(prefetch), "--grace", str(grace_seconds)]
+        args += ["--log-level", log_level, "--log-format", log_format]
+        args += [f"--queues={q}" for q in queues or ()]
+        args += ["--burst"] if burst else []
+        args += ["--poll-interval", str(poll_interval)] if poll_interval is not None else []
+        args += ["--rescue-interval", str(rescue_interval)] if rescue_interval else []
+        args += ["--no-scheduler"] if not scheduler else []
+        args += ["--history", history] if history else []
         child_env = dict(env or {})
         if url:
             # The URL goes to the children in their environment, not on their command line.

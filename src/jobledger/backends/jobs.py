@@ -4,9 +4,10 @@ transaction, batched where a batch makes sense."""
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from .._records import (
     ClaimedJob,
@@ -22,11 +23,20 @@ from .._records import (
     RescueResult,
 )
 
-__all__ = ["AsyncJobs", "Jobs"]
+__all__ = ["AsyncJobs", "Jobs", "LeaseSeconds", "Now"]
+
+#: The time a call acts at: None for the database's own clock.
+Now = datetime | None
+#: A lease's length: None for the queue's own.
+LeaseSeconds = float | None
 
 
-class Jobs(Protocol):
-    """Inserting, claiming and finishing jobs (``backend.jobs``)."""
+class Jobs(abc.ABC):
+    """Inserting, claiming and finishing jobs (``backend.jobs``).
+
+    The public methods are written here once: their signatures, what an empty batch answers,
+    the order of a claim and which leases were stale. Each dialect writes the statements, in the
+    underscored methods it must provide."""
 
     def insert(
         self,
@@ -41,14 +51,14 @@ class Jobs(Protocol):
         another task or payload raises ``KeyConflict`` and inserts nothing (``"raise"``), or is
         reported with ``conflict=True`` while the others are inserted (``"report"``).
         """
-        ...
+        return self._insert(jobs, now, conn, on_conflict) if jobs else []
 
     def publish(
         self, items: Sequence[PublishItem], now: datetime | None = None
     ) -> list[PublishOutcome]:
         """Insert published jobs whose keys are new, in one transaction; tell replays, conflicts
         and keys whose publish is in flight in another transaction (PostgreSQL) apart."""
-        ...
+        return self._publish(items, now) if items else []
 
     def claim(
         self,
@@ -66,7 +76,9 @@ class Jobs(Protocol):
         spent under the group's lock) and never while it is paused. A claim over queues that
         have both takes about half its batch from jobs without a group, half from groups,
         alternating which half goes first (docs/groups.md)."""
-        ...
+        claimed = self._claim(queues, worker, max(1, int(limit)), now, lease_seconds)
+        claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return claimed
 
     def claim_keys(
         self,
@@ -80,7 +92,7 @@ class Jobs(Protocol):
         transaction is claiming right now is skipped, not waited for. Returns one ``KeyClaim``
         per item, in order: the claimed job, or the job as it is (or None when there is none).
         A pair named twice is claimed once."""
-        ...
+        return self._claim_keys(wanted, worker, now, lease_seconds) if wanted else []
 
     def heartbeat(
         self,
@@ -90,7 +102,7 @@ class Jobs(Protocol):
     ) -> dict[int, datetime]:
         """Extend the leases still held; return their new expiry by job id. A stale lease is
         absent from the result and nothing about its job changes."""
-        ...
+        return self._heartbeat(leases, now, lease_seconds) if leases else {}
 
     def complete(
         self,
@@ -106,30 +118,81 @@ class Jobs(Protocol):
         returned (``encode_result``); it is stored with the job. Jobs without one keep a NULL
         result. On PostgreSQL the batch tells waiters for results (one NOTIFY, unless ``conn``:
         then ``store_result`` tells, once the handler has returned)."""
-        ...
+        if not leases:
+            return []
+        return _stale(leases, self._complete(leases, now, conn, results or None))
 
+    @abc.abstractmethod
     def store_result(self, lease: Lease, result: str | None) -> bool:
         """Store the result of a job that ``lease`` completed in the handler's own transaction
         (``ctx.transaction()``), once the handler returned (None: it returned nothing, or what
         it returned could not be stored), and tell waiters. Fenced by the lease: False, and
         nothing written, when the job is not done under this lease."""
-        ...
 
     def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
         """Record failed attempts: pending again (retry, budget left) or dead."""
-        ...
+        return self._fail(failures, now) if failures else []
 
     def release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
         """Give back claimed jobs that never started, without charging the attempt. Returns the
         ids whose lease was stale."""
-        ...
+        return _stale(leases, self._release(leases, now)) if leases else []
 
     def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
         """Close attempts whose lease expired: pending again with budget left, dead without."""
-        ...
+        return self._rescue(now, max(1, int(limit)))
+
+    # -- what each dialect writes (never called with an empty batch) -----------------------------
+
+    @abc.abstractmethod
+    def _insert(
+        self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
+    ) -> list[InsertResult]: ...
+
+    @abc.abstractmethod
+    def _publish(
+        self, items: Sequence[PublishItem], now: datetime | None
+    ) -> list[PublishOutcome]: ...
+
+    @abc.abstractmethod
+    def _claim(
+        self, queues: Sequence[str], worker: str, limit: int, now: Now, lease_seconds: LeaseSeconds
+    ) -> list[ClaimedJob]:
+        """The claimed jobs in any order (``claim`` sorts them); ``limit`` is at least 1."""
+
+    @abc.abstractmethod
+    def _claim_keys(
+        self, wanted: Sequence[tuple[str, str]], worker: str, now: Now, lease_seconds: LeaseSeconds
+    ) -> list[KeyClaim]: ...
+
+    @abc.abstractmethod
+    def _heartbeat(
+        self, leases: Sequence[Lease], now: Now, lease_seconds: LeaseSeconds
+    ) -> dict[int, datetime]: ...
+
+    @abc.abstractmethod
+    def _complete(
+        self, leases: Sequence[Lease], now: Now, conn: Any, results: Mapping[int, str] | None
+    ) -> set[int]:
+        """The ids of the jobs it completed (the others' leases were stale)."""
+
+    @abc.abstractmethod
+    def _fail(self, failures: Sequence[Failure], now: Now) -> list[FailResult]: ...
+
+    @abc.abstractmethod
+    def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
+        """The ids of the jobs it released."""
+
+    @abc.abstractmethod
+    def _rescue(self, now: Now, limit: int) -> list[RescueResult]: ...
 
 
-class AsyncJobs(Protocol):
+def _stale(leases: Sequence[Lease], done: set[int]) -> list[int]:
+    """The ids of ``leases`` whose job is not in ``done``."""
+    return [lease.job_id for lease in leases if lease.job_id not in done]
+
+
+class AsyncJobs(abc.ABC):
     """The enqueue awaited on the running event loop, on a backend whose driver has an asyncio
     API (``Backend.async_jobs``). It belongs to the loop it is first used on."""
 
@@ -141,13 +204,18 @@ class AsyncJobs(Protocol):
         on_conflict: OnConflict = "raise",
     ) -> list[InsertResult]:
         """As ``Jobs.insert``; ``conn`` is the caller's async connection (its transaction)."""
-        ...
+        return await self._insert(jobs, now, conn, on_conflict) if jobs else []
 
+    @abc.abstractmethod
     async def open(self) -> None:
         """Open its connections now rather than on first use (their first connect loads what
         the driver loads lazily); wait until one is ready."""
-        ...
 
+    @abc.abstractmethod
     async def close(self) -> None:
         """Close what it opened (its connections)."""
-        ...
+
+    @abc.abstractmethod
+    async def _insert(
+        self, jobs: Sequence[NewJob], now: Now, conn: Any, on_conflict: OnConflict
+    ) -> list[InsertResult]: ...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from .base import load_app
@@ -142,6 +144,16 @@ def worker(
     from .logs import announce, setup_logging
 
     setup_logging(log_level, log_format)
+    # How each worker runs, in this process or in each of --processes children.
+    running: dict[str, Any] = {
+        "concurrency": concurrency,
+        "batch_size": batch_size,
+        "prefetch": prefetch,
+        "burst": burst,
+        "grace_seconds": grace,
+        "poll_interval": poll_interval,
+        "rescue_interval": rescue_interval,
+    }
     if processes > 1:
         if metrics_port is not None:
             raise click.UsageError(
@@ -158,13 +170,7 @@ def worker(
             processes,
             url=url,
             queues=queues,
-            concurrency=concurrency,
-            batch_size=batch_size,
-            prefetch=prefetch,
-            burst=burst,
-            grace_seconds=grace,
-            poll_interval=poll_interval,
-            rescue_interval=rescue_interval,
+            **running,
             scheduler=not no_scheduler,
             history=history_path,
             log_level=log_level,
@@ -185,17 +191,7 @@ def worker(
         recorder = install_history(ledger, history_path)
     if no_scheduler:
         ledger.schedules.run_in_workers = False
-    stats = ledger.run_worker(
-        split_csv(queues) or None,
-        concurrency=concurrency,
-        batch_size=batch_size,
-        prefetch=prefetch,
-        burst=burst,
-        grace_seconds=grace,
-        poll_interval=poll_interval,
-        rescue_interval=rescue_interval,
-        name=name,
-    )
+    stats = ledger.run_worker(split_csv(queues) or None, **running, name=name)
     if recorder is not None:
         recorder.close()
     counts = {

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
@@ -19,6 +18,7 @@ import psycopg_pool
 
 from ..._records import InsertResult, NewJob, OnConflict
 from ...errors import BackendUnavailable
+from ..jobs import AsyncJobs, Now
 from .database import CONNECT_TIMEOUT, PostgresDatabase
 from .jobs import PostgresJobs
 from .plan import Done, Plan, Quick, Steps, next_step
@@ -76,7 +76,7 @@ class _Connections:
         await self.check()
 
 
-class PostgresAsyncJobs:
+class PostgresAsyncJobs(AsyncJobs):
     """``insert`` of the jobs role, awaited. Belongs to one event loop (its pool's)."""
 
     def __init__(self, db: PostgresDatabase, jobs: PostgresJobs):
@@ -84,12 +84,8 @@ class PostgresAsyncJobs:
         self._jobs = jobs
         self._pool: _Connections | None = None
 
-    async def insert(
-        self,
-        jobs: Sequence[NewJob],
-        now: datetime | None = None,
-        conn: Any = None,
-        on_conflict: OnConflict = "raise",
+    async def _insert(
+        self, jobs: Sequence[NewJob], now: Now, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
         if conn is not None and not isinstance(conn, psycopg.AsyncConnection):
             raise TypeError(

@@ -48,6 +48,7 @@ from ..common import (
     resolve_inserts,
 )
 from ..history import History
+from ..jobs import Jobs, LeaseSeconds, Now
 from ..rows import JOB_COLUMNS, claimed_job, job_row
 from .database import PostgresDatabase
 from .database import to_time as _utc
@@ -63,7 +64,7 @@ _UUID = re.compile(
 )
 
 
-class PostgresJobs:
+class PostgresJobs(Jobs):
     """``Jobs`` for PostgreSQL."""
 
     def __init__(self, db: PostgresDatabase, history: History):
@@ -76,12 +77,8 @@ class PostgresJobs:
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
         )
 
-    def insert(
-        self,
-        jobs: Sequence[NewJob],
-        now: datetime | None = None,
-        conn: Any = None,
-        on_conflict: OnConflict = "raise",
+    def _insert(
+        self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
         return run(self._db, self.insert_plan(jobs, now, conn is not None, on_conflict), conn)
 
@@ -185,15 +182,9 @@ class PostgresJobs:
             for ident, (job_id, task, digest) in pruned.items()
         }
 
-    def claim(
-        self,
-        queues: Sequence[str],
-        worker: str,
-        limit: int,
-        now: datetime | None = None,
-        lease_seconds: float | None = None,
+    def _claim(
+        self, queues: Sequence[str], worker: str, limit: int, now: Now, lease_seconds: LeaseSeconds
     ) -> list[ClaimedJob]:
-        limit = max(1, int(limit))
         params = {
             "queues": list(queues),
             "worker": worker,
@@ -211,9 +202,7 @@ class PostgresJobs:
             rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
         else:
             rows = plain(limit)
-        claimed = [claimed_job(r, _utc) for r in rows]
-        claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-        return claimed
+        return [claimed_job(r, _utc) for r in rows]
 
     @staticmethod
     def _lease_params(leases: Sequence[Lease]) -> dict[str, Any]:
@@ -226,26 +215,15 @@ class PostgresJobs:
             "tokens": "{" + ",".join([lease.token for lease in held]) + "}",
         }
 
-    def heartbeat(
-        self,
-        leases: Sequence[Lease],
-        now: datetime | None = None,
-        lease_seconds: float | None = None,
+    def _heartbeat(
+        self, leases: Sequence[Lease], now: Now, lease_seconds: LeaseSeconds
     ) -> dict[int, datetime]:
-        if not leases:
-            return {}
         params = self._lease_params(leases) | {"now": now, "lease_seconds": lease_seconds}
         return {r[0]: _utc(r[1]) for r in self._db.quick(self._db.sql["job_heartbeat"], params)}  # type: ignore[misc]
 
-    def complete(
-        self,
-        leases: Sequence[Lease],
-        now: datetime | None = None,
-        conn: Any = None,
-        results: Mapping[int, str] | None = None,
-    ) -> list[int]:
-        if not leases:
-            return []
+    def _complete(
+        self, leases: Sequence[Lease], now: Now, conn: Any, results: Mapping[int, str] | None
+    ) -> set[int]:
         params = self._lease_params(leases) | {"now": now, "tell": conn is None}
         name = "job_complete"
         if results:
@@ -257,8 +235,7 @@ class PostgresJobs:
             rows = self._db.hot(self._db.sql[name], params)
         else:
             rows = self._db.run(name, params, conn=conn)
-        done = {r[0] for r in rows}
-        return [lease.job_id for lease in leases if lease.job_id not in done]
+        return {r[0] for r in rows}
 
     def store_result(self, lease: Lease, result: str | None) -> bool:
         if not _UUID.fullmatch(lease.token):
@@ -266,9 +243,7 @@ class PostgresJobs:
         params = {"id": lease.job_id, "token": lease.token, "result": result}
         return bool(self._db.run("job_result_store", params))
 
-    def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
-        if not failures:
-            return []
+    def _fail(self, failures: Sequence[Failure], now: Now) -> list[FailResult]:
         sent = [f for f in failures if _UUID.fullmatch(f.lease.token)]
         params = {
             "ids": [f.lease.job_id for f in sent],
@@ -304,26 +279,17 @@ class PostgresJobs:
         moved = {r[0]: JobState(r[1]) for r in rows}
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
-    def release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
-        if not leases:
-            return []
+    def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
         rows = self._db.run("job_release", self._lease_params(leases) | {"now": now})
-        released = {r[0] for r in rows}
-        return [lease.job_id for lease in leases if lease.job_id not in released]
+        return {r[0] for r in rows}
 
-    def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
+    def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         rows = self._db.run("job_rescue", {"now": now}, limit=limit)
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
 
-    def claim_keys(
-        self,
-        wanted: Sequence[tuple[str, str]],
-        worker: str,
-        now: datetime | None = None,
-        lease_seconds: float | None = None,
+    def _claim_keys(
+        self, wanted: Sequence[tuple[str, str]], worker: str, now: Now, lease_seconds: LeaseSeconds
     ) -> list[KeyClaim]:
-        if not wanted:
-            return []
         pairs = {"queues": [q for q, _ in wanted], "keys": [k for _, k in wanted]}
         params = pairs | {"worker": worker, "now": now, "lease_seconds": lease_seconds}
         with self._db.transaction() as c:
@@ -364,11 +330,7 @@ class PostgresJobs:
             results.append(KeyClaim(None, row, until))
         return results
 
-    def publish(
-        self, items: Sequence[PublishItem], now: datetime | None = None
-    ) -> list[PublishOutcome]:
-        if not items:
-            return []
+    def _publish(self, items: Sequence[PublishItem], now: Now) -> list[PublishOutcome]:
         for _ in range(3):
             try:
                 return self._publish_once(items, now)

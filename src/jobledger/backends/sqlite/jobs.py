@@ -40,6 +40,7 @@ from ..common import (
     resolve_inserts,
 )
 from ..history import History
+from ..jobs import Jobs, LeaseSeconds, Now
 from ..rows import JOB_COLUMNS, claimed_job, job_row
 from .database import SqliteDatabase, epoch, to_db, to_time
 from .grouped import GroupedClaim
@@ -47,7 +48,7 @@ from .grouped import GroupedClaim
 __all__ = ["SqliteJobs"]
 
 
-class SqliteJobs:
+class SqliteJobs(Jobs):
     """``Jobs`` for SQLite."""
 
     def __init__(self, db: SqliteDatabase, history: History):
@@ -59,15 +60,9 @@ class SqliteJobs:
 
     # -- inserting -------------------------------------------------------------------------------
 
-    def insert(
-        self,
-        jobs: Sequence[NewJob],
-        now: datetime | None = None,
-        conn: Any = None,
-        on_conflict: OnConflict = "raise",
+    def _insert(
+        self, jobs: Sequence[NewJob], now: Now, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
-        if not jobs:
-            return []
         clock = epoch(now)
         created: dict[tuple[str, str], int] = {}
         existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
@@ -102,11 +97,7 @@ class SqliteJobs:
                 pruned[ident] = (tomb[0], tomb[1], _same_digest(tomb[2]))
             return resolve_inserts(jobs, created, existing, on_conflict, pruned)
 
-    def publish(
-        self, items: Sequence[PublishItem], now: datetime | None = None
-    ) -> list[PublishOutcome]:
-        if not items:
-            return []
+    def _publish(self, items: Sequence[PublishItem], now: Now) -> list[PublishOutcome]:
         clock = epoch(now)
         outcomes: list[PublishOutcome] = []
         with self._db.transaction() as c:
@@ -166,15 +157,9 @@ class SqliteJobs:
 
     # -- claiming --------------------------------------------------------------------------------
 
-    def claim(
-        self,
-        queues: Sequence[str],
-        worker: str,
-        limit: int,
-        now: datetime | None = None,
-        lease_seconds: float | None = None,
+    def _claim(
+        self, queues: Sequence[str], worker: str, limit: int, now: Now, lease_seconds: LeaseSeconds
     ) -> list[ClaimedJob]:
-        limit = max(1, int(limit))
         params: dict[str, Any] = {"worker": worker, "lease_seconds": lease_seconds}
         names = []
         for i, queue in enumerate(queues):
@@ -206,19 +191,11 @@ class SqliteJobs:
         def at(value: float) -> datetime | None:
             return times[value] if value in times else times.setdefault(value, to_time(value))
 
-        claimed = [claimed_job(r, at) for r in rows]
-        claimed.sort(key=lambda j: (-j.priority, j.run_at, j.id))
-        return claimed
+        return [claimed_job(r, at) for r in rows]
 
-    def claim_keys(
-        self,
-        wanted: Sequence[tuple[str, str]],
-        worker: str,
-        now: datetime | None = None,
-        lease_seconds: float | None = None,
+    def _claim_keys(
+        self, wanted: Sequence[tuple[str, str]], worker: str, now: Now, lease_seconds: LeaseSeconds
     ) -> list[KeyClaim]:
-        if not wanted:
-            return []
         clock = epoch(now)
         results = []
         with self._db.transaction() as c:
@@ -252,14 +229,9 @@ class SqliteJobs:
 
     # -- leases and outcomes ---------------------------------------------------------------------
 
-    def heartbeat(
-        self,
-        leases: Sequence[Lease],
-        now: datetime | None = None,
-        lease_seconds: float | None = None,
+    def _heartbeat(
+        self, leases: Sequence[Lease], now: Now, lease_seconds: LeaseSeconds
     ) -> dict[int, datetime]:
-        if not leases:
-            return {}
         clock = epoch(now)
         held: dict[int, datetime] = {}
         with self._db.transaction() as c:
@@ -300,15 +272,9 @@ class SqliteJobs:
             },
         )
 
-    def complete(
-        self,
-        leases: Sequence[Lease],
-        now: datetime | None = None,
-        conn: Any = None,
-        results: Mapping[int, str] | None = None,
-    ) -> list[int]:
-        if not leases:
-            return []
+    def _complete(
+        self, leases: Sequence[Lease], now: Now, conn: Any, results: Mapping[int, str] | None
+    ) -> set[int]:
         clock = epoch(now)
         with self._db.transaction(conn) as c:
             # The tokens are checked here, under the write lock: nothing can change them before
@@ -325,8 +291,7 @@ class SqliteJobs:
             c.executemany(
                 self._sql["attempt_done"], [(clock, lease.job_id, lease.attempt) for lease in held]
             )
-        done = {lease.job_id for lease in held}
-        return [lease.job_id for lease in leases if lease.job_id not in done]
+        return {lease.job_id for lease in held}
 
     def store_result(self, lease: Lease, result: str | None) -> bool:
         params = {"id": lease.job_id, "token": lease.token, "result": result}
@@ -349,9 +314,7 @@ class SqliteJobs:
                 del tokens[lease.job_id]
         return held
 
-    def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
-        if not failures:
-            return []
+    def _fail(self, failures: Sequence[Failure], now: Now) -> list[FailResult]:
         clock = epoch(now)
         results = []
         with self._db.transaction() as c:
@@ -392,11 +355,9 @@ class SqliteJobs:
                 results.append(FailResult(f.lease.job_id, state))
         return results
 
-    def release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
-        if not leases:
-            return []
+    def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
         clock = epoch(now)
-        stale = []
+        released = set()
         with self._db.transaction() as c:
             for lease in leases:
                 cur = c.execute(
@@ -405,13 +366,12 @@ class SqliteJobs:
                 )
                 if cur.rowcount == 1:
                     self._close_attempt(c, lease, clock, "released")
-                else:
-                    stale.append(lease.job_id)
-        return stale
+                    released.add(lease.job_id)
+        return released
 
-    def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
+    def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         clock = epoch(now)
-        text = self._sql["job_rescue"].replace("{limit}", str(max(1, int(limit))))
+        text = self._sql["job_rescue"].replace("{limit}", str(limit))
         with self._db.transaction() as c:
             rows = c.execute(text, {"now": clock}).fetchall()
             for r in rows:
