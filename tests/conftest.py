@@ -95,12 +95,22 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     if (
         report.skipped
         and os.environ.get("JOBLEDGER_REQUIRE_POSTGRES") == "1"
-        and "postgres" in item.nodeid
+        and _backend_of(item.nodeid) == "postgres"
     ):
         report.outcome = "failed"
         report.longrepr = (
             f"PostgreSQL case skipped but JOBLEDGER_REQUIRE_POSTGRES=1: {report.longrepr}"
         )
+
+
+def _backend_of(nodeid: str) -> str:
+    """The backend a case runs on, by its id: its parameter (``[sqlite]``, ``[postgres-…]``)
+    first, else its file's or its own name; "neutral" when none says."""
+    if "[sqlite" in nodeid:
+        return "sqlite"
+    if "[postgres" in nodeid or "postgres" in nodeid:
+        return "postgres"
+    return "sqlite" if "sqlite" in nodeid else "neutral"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # type: ignore[no-untyped-def]
@@ -112,16 +122,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 outcome == "passed" and report.when != "call"
             ):
                 continue
-            nodeid = report.nodeid
-            backend = (
-                "postgres"
-                if "[postgres" in nodeid or "postgres" in nodeid.split("::")[-1]
-                else (
-                    "sqlite"
-                    if "[sqlite" in nodeid or "sqlite" in nodeid.split("::")[-1]
-                    else "neutral"
-                )
-            )
+            backend = _backend_of(report.nodeid)
             counts.setdefault(backend, {}).setdefault(outcome, 0)
             counts[backend][outcome] += 1
     source = _server.source if _server is not None else "none"
