@@ -103,6 +103,35 @@ def test_a_listen_url_is_a_direct_postgresql_url(monkeypatch, tmp_path):
     assert Ledger("postgresql://pooler/app?pooler=transaction").url.listen_url
 
 
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql:///app?host=/run/postgresql", {"dbname": "app", "host": "/run/postgresql"}),
+        (
+            "postgres://u@/app?host=%2Frun%2Fpostgresql&pool_size=3&schema=s",
+            {"dbname": "app", "host": "/run/postgresql", "user": "u"},
+        ),
+        (
+            "postgresql://u:pw@db:6432/app?sslmode=require&pooler=transaction",
+            {
+                "dbname": "app",
+                "host": "db",
+                "port": "6432",
+                "user": "u",
+                "password": "pw",
+                "sslmode": "require",
+            },
+        ),
+    ],
+)
+def test_libpq_reads_the_url_it_is_given(url, expected):
+    """jobledger's own options are removed and the rest reaches libpq as written: a Unix socket
+    (no host in the URL, ``?host=/path``) included."""
+    import psycopg.conninfo
+
+    assert psycopg.conninfo.conninfo_to_dict(DatabaseURL.parse(url).conninfo) == expected
+
+
 def test_redact():
     assert redact("postgresql://u:p@h:5432/d?x=1") == "postgresql://u:***@h:5432/d?x=1"
     assert redact("postgresql://u@h/d") == "postgresql://u@h/d"

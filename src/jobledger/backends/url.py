@@ -223,8 +223,10 @@ class DatabaseURL:
     def conninfo(self) -> str:
         """The URL to hand to libpq: jobledger's own options removed."""
         parts = urlsplit(self.raw)
-        scheme = "postgresql"
-        return urlunsplit(parts._replace(scheme=scheme, query=urlencode(self.driver_query)))
+        query = urlencode(self.driver_query)
+        # Written out rather than by urlunsplit, which drops an empty host ("postgresql:///db",
+        # a Unix socket given as ?host=/path) and leaves a URL libpq does not read.
+        return f"postgresql://{parts.netloc}{parts.path}" + (f"?{query}" if query else "")
 
     def __str__(self) -> str:
         return self.redacted
