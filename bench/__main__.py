@@ -174,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         if "floor" in workloads:
             with fresh_database(dialect) as dsn:
                 fn = floor.floor_sqlite if dialect == "sqlite" else floor.floor_postgres
-                extra.setdefault("floor", {})[dialect] = fn(dsn, size["floor_jobs"], 500)
+                extra.setdefault("floor", {})[dialect] = fn(
+                    dsn, size["floor_jobs"], 500, size["single"]
+                )
             _progress(f"floor/{dialect}", extra["floor"][dialect])
         if "scale" in workloads:
             rows = {}
@@ -312,6 +314,10 @@ def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
         floor_result = extra.get("floor", {}).get(dialect)
         if ours and floor_result and _best_drain(ours):
             ratios[f"{dialect}_drain_vs_floor"] = _best_drain(ours) / floor_result["drain_per_s"]
+        if ours and floor_result and ours.get("enqueue_single_per_s"):
+            ratios[f"{dialect}_single_enqueue_vs_bare_insert"] = (
+                ours["enqueue_single_per_s"] / floor_result["enqueue_single_per_s"]
+            )
         if ours and floor_result and ours.get("enqueue_bulk_per_s"):
             ratios[f"{dialect}_bulk_enqueue_vs_floor"] = (
                 ours["enqueue_bulk_per_s"] / floor_result["enqueue_bulk_per_s"]
@@ -488,7 +494,8 @@ def render(report: dict[str, Any]) -> str:
         lines.append("floor (jobledger's SQL from one connection, batches of 500):")
         for dialect, f in report["floor"].items():
             lines.append(
-                f"  {dialect}: enqueue {_fmt(f['enqueue_bulk_per_s'])} jobs/s, "
+                f"  {dialect}: a bare INSERT per call {_fmt(f['enqueue_single_per_s'])} jobs/s, "
+                f"enqueue {_fmt(f['enqueue_bulk_per_s'])} jobs/s, "
                 f"drain {_fmt(f['drain_per_s'])} jobs/s"
             )
     if "scale" in report:

@@ -4,6 +4,11 @@ from one connection in batches (no queue library, no worker, no threads).
 Enqueue as ``enqueue_many`` does (PostgreSQL: one statement per batch with the columns as array
 literals; SQLite: the insert statement per row in one transaction), then drain: claim a batch
 (attempt rows opened), complete it (fenced by token, attempt rows closed), until nothing is left.
+
+Before that, the floor of the single enqueue: a bare ``INSERT`` of one job row per call in
+autocommit, into the same table (its indexes and its outbox trigger), with none of the key's
+checks, sent the fastest way the driver has (PostgreSQL: a prepared statement through libpq's
+``PQexecPrepared``, as ``ledger.enqueue`` sends its own).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from jobledger import Ledger
 from jobledger._records import NewJob
 from jobledger.backends.common import insert_values
 from jobledger.backends.postgres.newjob import NEW_JOB_SQL, new_job_arrays
+from jobledger.backends.postgres.prepared import PreparedStatement
 from jobledger.backends.sqlfiles import queries
 
 
@@ -38,8 +44,27 @@ def _pg_sql(schema_tables: dict[str, str]) -> dict[str, str]:
     return named
 
 
-def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
+#: One job row, nothing checked: the single enqueue's floor.
+_BARE_INSERT = """
+INSERT INTO {jobs} (queue, key, task, payload, state, priority, run_at, attempts, max_attempts,
+    attempt_limit, lease_seconds, created_at, updated_at)
+VALUES (%(queue)s, %(key)s, 'noop', %(payload)s{json}, 'pending', 0, {now}, 0, 3, 3, 60, {now},
+    {now})
+RETURNING id
+"""
+
+
+def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[str, float]:
     Ledger(dsn).migrate()
+    bare = PreparedStatement(
+        "bench_bare_insert",
+        _BARE_INSERT.format(jobs="public.jobledger_jobs", json="::jsonb", now="now()"),
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        started = time.perf_counter()
+        for i in range(single):
+            bare.rows(conn, {"queue": "bare", "key": f"s{i}", "payload": '{"n": 0}'})
+        single_per_s = single / (time.perf_counter() - started)
     sql = _pg_sql(
         {
             "jobs": "public.jobledger_jobs",
@@ -87,16 +112,28 @@ def floor_postgres(dsn: str, jobs: int, batch: int) -> dict[str, float]:
             )
             done += len(rows)
         drained = time.perf_counter() - started
-    return {"enqueue_bulk_per_s": jobs / inserted, "drain_per_s": done / drained}
+    return {
+        "enqueue_single_per_s": single_per_s,
+        "enqueue_bulk_per_s": jobs / inserted,
+        "drain_per_s": done / drained,
+    }
 
 
-def floor_sqlite(dsn: str, jobs: int, batch: int) -> dict[str, float]:
+def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[str, float]:
     Ledger(dsn).migrate()
     sql = queries("sqlite")
     conn = sqlite3.connect(dsn[len("sqlite:///") :], isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
     payload = json.dumps({"n": 0})
+    bare = _BARE_INSERT.format(jobs="jobledger_jobs", json="", now="%(now)s")
+    bare = bare.replace("%(", ":").replace(")s", "")
+    started = time.perf_counter()
+    for i in range(single):
+        conn.execute(
+            bare, {"queue": "bare", "key": f"s{i}", "payload": payload, "now": time.time()}
+        )
+    single_per_s = single / (time.perf_counter() - started)
     started = time.perf_counter()
     for start in range(0, jobs, 1000):
         now = time.time()
@@ -136,4 +173,8 @@ def floor_sqlite(dsn: str, jobs: int, batch: int) -> dict[str, float]:
         done += len(rows)
     drained = time.perf_counter() - started
     conn.close()
-    return {"enqueue_bulk_per_s": jobs / inserted, "drain_per_s": done / drained}
+    return {
+        "enqueue_single_per_s": single_per_s,
+        "enqueue_bulk_per_s": jobs / inserted,
+        "drain_per_s": done / drained,
+    }

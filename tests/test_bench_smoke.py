@@ -40,7 +40,9 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
         assert r["drain_2p_per_s"] > 0 and r["drain_1p_peak_rss_mb"] > 0
         assert r["steady"]["samples"] > 0 and r["steady"]["p50_ms"] > 0
         assert r["idle"]["samples"] == 5 and r["idle"]["p50_ms"] > 0
-        assert report["floor"][dialect]["drain_per_s"] > 0
+        floor = report["floor"][dialect]
+        assert floor["drain_per_s"] > 0 and floor["enqueue_single_per_s"] > 0
+        assert report["ratios"][f"{dialect}_single_enqueue_vs_bare_insert"] > 0
         assert all(c["claim_p50_ms"] > 0 for c in report["scale"][dialect].values())
     # A generic plan may scan a table of a thousand rows; with ten thousand it uses the index.
     largest = report["scale"]["postgres"]["10,000 pending + 2,000 done"]
