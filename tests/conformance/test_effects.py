@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from uuid import uuid4
 
 import pytest
@@ -115,6 +117,77 @@ def test_once_skips_an_effect_already_recorded(ledger):
     run_burst(ledger)  # attempt 2: effect already recorded → not sent again
     assert calls == ["4187:2026-W33:email"]
     assert ledger.job(job_id).state is JobState.DONE and ledger.job(job_id).attempts == 2
+
+
+def _due_now(ledger, job_id: int) -> None:
+    with ledger.backend.transaction() as conn:
+        conn.execute(
+            _sql(ledger, "UPDATE jobledger_jobs SET run_at = created_at WHERE id = ?"), (job_id,)
+        )
+
+
+def test_aonce_awaits_the_effect_once_and_waits_off_the_loop(ledger):
+    """An async handler's ``await ctx.aonce(...)``: the coroutine runs once, is recorded, and
+    is not repeated by the retry; the lookups and records run on a thread, not on the loop."""
+    sent: list[str] = []
+    loop_threads: set[int] = set()
+    lookup_threads: set[int] = set()
+    effects = ledger.backend.effects
+    get = effects.get
+
+    def spying_get(*args, **kwargs):
+        lookup_threads.add(threading.get_ident())
+        return get(*args, **kwargs)
+
+    effects.get = spying_get
+
+    async def send(key: str) -> str:
+        await asyncio.sleep(0)
+        sent.append(key)
+        return "queued"
+
+    @ledger.task(queue="holds", max_attempts=3)
+    async def notify(ctx, n: int) -> None:
+        loop_threads.add(threading.get_ident())
+        assert await ctx.aonce("email", send, ctx.idempotency_key("email")) in ("queued", None)
+        assert await ctx.aeffect_recorded("email")
+        await ctx.aheartbeat()
+        if ctx.attempt == 1:
+            raise TimeoutError("provider answered too late")
+
+    job_id, _ = ledger.enqueue(notify, {"n": 1}, key="4187:2026-W33")
+    run_burst(ledger)  # attempt 1: sends, records, then fails
+    _due_now(ledger, job_id)
+    run_burst(ledger)  # attempt 2: already recorded → not sent again
+    assert sent == ["4187:2026-W33:email"]
+    job = ledger.job(job_id)
+    assert job.state is JobState.DONE and job.attempts == 2
+    assert lookup_threads and not lookup_threads & loop_threads
+
+
+def test_once_refuses_a_coroutine_it_would_not_await(ledger):
+    """``ctx.once`` with a coroutine function would record an effect that never ran: it raises
+    instead, and nothing is recorded (the attempt fails and is retried as usual)."""
+    sent: list[str] = []
+
+    async def send(key: str) -> None:
+        sent.append(key)
+
+    @ledger.task(queue="holds", max_attempts=1)
+    async def notify(ctx, n: int) -> None:
+        if n == 1:
+            ctx.once("email", send, ctx.key)
+        else:
+            ctx.once("email", lambda: send(ctx.key))
+
+    first, _ = ledger.enqueue(notify, {"n": 1}, key="a")
+    second, _ = ledger.enqueue(notify, {"n": 2}, key="b")
+    run_burst(ledger)
+    for job_id in (first, second):
+        job = ledger.job(job_id)
+        assert job.state is JobState.DEAD and "await ctx.aonce" in (job.last_error or "")
+        assert ledger.backend.effects.get("holds", job.key, "email") is None
+    assert sent == []
 
 
 # -- the effects role on its own ------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, TypeVar
@@ -27,6 +29,11 @@ class JobContext:
     ``key``, ``job_id``, ``attempt`` (1 on the first run), ``queue``, ``task``, ``group`` and
     ``correlation_id`` identify the job. Pass ``key`` (or ``idempotency_key(...)``) to any
     provider that accepts an idempotency key: a retry after a crash then carries the same key.
+
+    An async handler awaits the ``a``-prefixed twins (``await ctx.aonce(...)``,
+    ``aheartbeat``, ``arecord_effect``, ``aeffect_recorded``): they do the same database work
+    on a thread, so the event loop the handler runs on (the application's, for an embedded
+    worker) is not blocked while they wait.
     """
 
     def __init__(
@@ -130,14 +137,50 @@ class JobContext:
         ``ctx.idempotency_key(effect)`` to the provider so that it drops the repeat. The
         record makes the effect safe against a redrive long after the provider forgot the key.
         """
-        if self.effect_recorded(effect):
-            self.log.info(
-                "effect %r already recorded for key %r; not repeating it", effect, self.key
-            )
+        if inspect.iscoroutinefunction(fn):
+            raise _not_awaited(effect)
+        if self._already(effect):
             return None
         result = fn(*args, **kwargs)
+        if inspect.iscoroutine(result):
+            result.close()  # never started: nothing happened, and nothing is recorded
+            raise _not_awaited(effect)
         fault_point("effect.after_call")
         self.record_effect(effect)
+        return result
+
+    def _already(self, effect: str) -> bool:
+        if not self.effect_recorded(effect):
+            return False
+        self.log.info("effect %r already recorded for key %r; not repeating it", effect, self.key)
+        return True
+
+    # -- the same, awaited (async handlers) ------------------------------------------------------
+
+    async def aheartbeat(self) -> None:
+        """``heartbeat()`` without blocking the event loop."""
+        await asyncio.to_thread(self.heartbeat)
+
+    async def aeffect_recorded(self, effect: str) -> bool:
+        """``effect_recorded()`` without blocking the event loop."""
+        return await asyncio.to_thread(self.effect_recorded, effect)
+
+    async def arecord_effect(self, effect: str, detail: dict[str, Any] | None = None) -> bool:
+        """``record_effect()`` without blocking the event loop."""
+        return await asyncio.to_thread(self.record_effect, effect, detail)
+
+    async def aonce(
+        self, effect: str, fn: Callable[..., Awaitable[T] | T], *args: Any, **kwargs: Any
+    ) -> T | None:
+        """``once()`` for async handlers: ``fn`` may be a coroutine function (awaited) or a
+        plain one; the effect's lookup and record run on a thread."""
+        if await asyncio.to_thread(self._already, effect):
+            return None
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        fault_point("effect.after_call")
+        await self.arecord_effect(effect)
         return result
 
     # -- the ledger's transaction -------------------------------------------------------------------
@@ -159,3 +202,10 @@ class JobContext:
             if stale:
                 raise LeaseLost(self.job_id, self.lease_token, "complete in transaction")
         self.completed = True
+
+
+def _not_awaited(effect: str) -> TypeError:
+    return TypeError(
+        f"ctx.once({effect!r}, …) was given a coroutine function: its effect would be recorded "
+        "without running it; await ctx.aonce(...) in an async handler"
+    )
