@@ -83,3 +83,11 @@ def test_copy_through_the_server_stores_awkward_text_exactly(url):
         for spec, result in zip(batch, results, strict=True):
             job = ledger.job(result.id)
             assert (job.payload, job.correlation_id) == (spec["payload"], spec["correlation_id"])
+
+
+def test_a_copied_batch_wakes_listeners_once_it_commits(url):
+    with Ledger(url) as ledger, psycopg.connect(url.split("?")[0], autocommit=True) as listen:
+        listen.execute(f'LISTEN "{ledger.backend.db.channel}"')
+        ledger.enqueue_many("t", _batch(COPY_FROM), queue="copied")
+        told = [n.payload for n in listen.notifies(timeout=10, stop_after=1)]
+        assert told == ["copied"]

@@ -350,7 +350,10 @@ def _large(first: int = 0, n: int = LARGE, **payload) -> list[dict]:
 
 
 def test_a_large_batch_of_new_keys_creates_each_in_order(api, tasks):
-    results = api.enqueue_many("work", _large(), now=T0)
+    batch = _large()
+    batch[3] |= {"delay": 30, "priority": 7, "group": "tenant-1"}
+    batch[4] |= {"run_at": at(90), "correlation_id": "corr-4"}
+    results = api.enqueue_many("work", batch, now=T0)
     assert all(r.created and not r.conflict for r in results)
     ids = [r.id for r in results]
     assert ids == sorted(ids) and len(set(ids)) == LARGE
