@@ -1,8 +1,9 @@
 """The floor: what the database itself does with jobledger's own SQL, sent as bare statements
 from one connection in batches (no queue library, no worker, no threads).
 
-Enqueue as ``enqueue_many`` does (PostgreSQL: one statement per batch with the columns as array
-literals; SQLite: the insert statement per row in one transaction), then drain: claim a batch
+Enqueue as ``enqueue_many`` does with batches of 1,000 new keys (PostgreSQL: a ``COPY`` into the
+jobs table in a transaction, after its ids, then the tombstone check; SQLite: one
+``executemany`` in one transaction), then drain: claim a batch
 (attempt rows opened), complete it (fenced by token, attempt rows closed), until nothing is left.
 
 Before that, the floor of the single enqueue: a bare ``INSERT`` of one job row per call in
@@ -22,8 +23,7 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger._records import NewJob
-from jobledger.backends.common import insert_values
-from jobledger.backends.postgres.newjob import NEW_JOB_SQL, new_job_arrays
+from jobledger.backends.postgres.newjob import NEW_JOB_SQL, new_job_copy, text_array
 from jobledger.backends.postgres.prepared import PreparedStatement
 from jobledger.backends.sqlfiles import queries
 
@@ -86,8 +86,18 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
                 NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
                 for i in range(start, min(jobs, start + 1000))
             ]
-            params = new_job_arrays(batch) | {"channel": "bench", "now": None}
-            conn.execute(sql["job_insert_fresh"], params).fetchall()
+            with conn.transaction():
+                ((clock, ids),) = conn.execute(
+                    sql["job_copy_start"], {"now": None, "n": len(batch)}
+                ).fetchall()
+                with conn.cursor().copy(sql["job_copy"]) as copy:
+                    copy.write(new_job_copy(batch, ids[1:-1].split(","), clock))
+                keys = {"queue": text_array(["bench"] * len(batch))}
+                keys["key"] = text_array([j.key for j in batch])
+                conn.execute(
+                    sql["job_copy_end"],
+                    keys | {"queues": ["bench"], "channel": "bench", "now": None},
+                ).fetchall()
         inserted = time.perf_counter() - started
         params: dict[str, Any] = {
             "queues": ["bench"],
@@ -138,9 +148,11 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
     for start in range(0, jobs, 1000):
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
-        for i in range(start, min(jobs, start + 1000)):
-            job = NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
-            conn.execute(sql["job_insert"], insert_values(job, now, now)).fetchone()
+        rows = [
+            ("bench", f"k{i}", "noop", payload, 0, now, 3, 60.0, now, None, None, None)
+            for i in range(start, min(jobs, start + 1000))
+        ]
+        conn.executemany(sql["job_insert_many"], rows)
         conn.execute("COMMIT")
     inserted = time.perf_counter() - started
     claim = sql["job_claim"].replace("{queues}", ":q0").replace("{limit}", str(batch))

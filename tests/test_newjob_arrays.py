@@ -1,12 +1,22 @@
-"""A batch's columns as array literals: the fast paths (one shared value, a text column
-escaped in one pass) build exactly what escaping element by element builds."""
+"""A batch's columns as array literals and as the rows of a COPY: the fast paths (one shared
+value, a text column escaped in one pass) build exactly what escaping element by element builds,
+and a COPY field reads back as the value it was made of."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobledger.backends.postgres.newjob import NEW_JOB_COLUMNS, _array
+from jobledger._records import NewJob
+from jobledger.backends.postgres.newjob import (
+    NEW_JOB_COLUMNS,
+    _array,
+    _copy_column,
+    _copy_field,
+    new_job_copy,
+)
 
 _LITERALS = {c.type: c.literal for c in NEW_JOB_COLUMNS}
 
@@ -15,14 +25,16 @@ def _one_by_one(values, literal):  # type: ignore[no-untyped-def]
     return "{" + ",".join([literal(v) for v in values]) + "}"
 
 
-_texts = st.lists(
-    st.one_of(st.none(), st.text(alphabet=st.sampled_from('ab"\\,{} \x00é'), max_size=6)),
-    min_size=1,
-    max_size=8,
-)
+def _texts(alphabet: str) -> st.SearchStrategy[list[str | None]]:
+    """Columns of a few values, None among them, made of ``alphabet``."""
+    return st.lists(
+        st.one_of(st.none(), st.text(alphabet=st.sampled_from(alphabet), max_size=6)),
+        min_size=1,
+        max_size=8,
+    )
 
 
-@given(_texts)
+@given(_texts('ab"\\,{} \x00é'))
 def test_text_columns_match_element_by_element_escaping(values):
     assert _array(values, _LITERALS["text"]) == _one_by_one(values, _LITERALS["text"])
 
@@ -52,3 +64,53 @@ def test_a_column_null_for_the_whole_batch_is_sent_empty():
     arrays = new_job_arrays(jobs)
     assert arrays["trace_context"] == '{NULL,"{\\"traceparent\\":\\"x\\"}",NULL}'
     assert arrays["run_at"].startswith("{NULL,NULL,")
+
+
+def _unescape(field: str) -> str | None:
+    """A field of COPY's text format read back as PostgreSQL reads it."""
+    if field == "\\N":
+        return None
+    out, i = [], 0
+    while i < len(field):
+        ch = field[i]
+        if ch == "\\":
+            nxt = field[i + 1]
+            out.append({"t": "\t", "n": "\n", "r": "\r", "\\": "\\"}[nxt])
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+@given(_texts('ab"\\\t\n\r,{} é\u2028N.'))
+def test_text_fields_read_back_as_given_and_match_field_by_field(values):
+    fields = _copy_column(values, None, None)
+    assert fields == [_copy_field(v, None, None) for v in values]
+    for value, field in zip(values, fields, strict=True):
+        assert "\t" not in field and "\n" not in field and "\r" not in field
+        assert _unescape(field) == value
+
+
+def test_copy_rows_name_every_column_and_fill_what_the_insert_derives():
+    clock = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
+    later = datetime(2026, 8, 11, tzinfo=UTC)
+    jobs = [
+        NewJob("q", "a", "t", '{"s":"x\\ty"}', 0, None, 5, 60.0, "c1"),
+        NewJob("q", "b", "t", "{}", 3, later, 5, 1.5, None, "g", '{"traceparent":"x"}'),
+    ]
+    rows = new_job_copy(jobs, ["7", "8"], clock).splitlines()
+    when = clock.isoformat()
+    assert rows[0].split("\t") == [
+        "7", "q", "a", "t", '{"s":"x\\\\ty"}', "0", when, "5", "60.0", "c1", "\\N", "\\N",
+        "5", when, when,
+    ]  # fmt: skip
+    assert rows[1].split("\t")[5:12] == [
+        "3",
+        later.isoformat(),
+        "5",
+        "1.5",
+        "\\N",
+        "g",
+        '{"traceparent":"x"}',
+    ]

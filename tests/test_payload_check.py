@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobledger import PayloadError
 from jobledger._task import Task
@@ -37,3 +39,40 @@ def test_fast_path_agrees_with_bind(fn, payload):
     else:
         with pytest.raises(PayloadError, match="does not fit task 't'"):
             task.check_payload(payload)
+
+
+# -- the payload's JSON: the encoder made once writes what json.JSONEncoder writes -------------
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(st.text(max_size=5), _json, max_size=5))
+def test_payload_json_is_what_the_json_module_writes(payload):
+    from jobledger._records.checks import _ENCODER, encode_payload
+
+    assert encode_payload(payload) == _ENCODER.encode(payload)
+
+
+def test_a_payload_that_contains_itself_is_refused():
+    from jobledger._records.checks import encode_payload
+
+    loop: dict = {"a": 1}
+    loop["self"] = loop
+    with pytest.raises(PayloadError, match="contains itself"):
+        encode_payload(loop)
+    deep: dict = {}
+    for _ in range(10_000):
+        deep = {"d": deep}
+    with pytest.raises(PayloadError, match="nests too deeply"):
+        encode_payload(deep)
+    assert encode_payload({"n": 1}) == '{"n":1}'  # and the encoder still works

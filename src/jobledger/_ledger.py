@@ -584,6 +584,13 @@ class Ledger:
         )
         max_attempts = task.max_attempts if isinstance(task, Task) else DEFAULT_MAX_ATTEMPTS
         lease_seconds = task.lease_seconds if isinstance(task, Task) else DEFAULT_LEASE_SECONDS
+        # What the task adds to each job, looked up once for the batch (None: nothing).
+        check = task.check_payload if isinstance(task, Task) else None
+        key_rule = task.derive_key if isinstance(task, Task) and task.key is not None else None
+        group_rule = (
+            task.derive_group if isinstance(task, Task) and task.group is not None else None
+        )
+        task_priority = task.priority if isinstance(task, Task) and not priority_given else None
         clock = now or datetime.now(UTC)
         new_jobs = []
         # One call to the random source for the whole batch: a correlation id per job.
@@ -592,36 +599,42 @@ class Ledger:
         # common case, without OpenTelemetry or outside a span).
         trace_context = current_trace_context()
         for n, spec in enumerate(specs):
-            payload_json = encode_payload(spec.payload)
+            payload = spec.payload
+            payload_json = encode_payload(payload)
+            if check is not None:
+                check(payload)
             key = spec.key
-            if isinstance(task, Task):
-                task.check_payload(spec.payload)
-                if key is None:
-                    key = task.derive_key(spec.payload)
+            if key is None and key_rule is not None:
+                key = key_rule(payload)
             if key is None:
                 raise PayloadError(
                     f"a key is required: pass key=... (the business identity of this job, e.g. "
                     f"'4187:2026-W33') or give task {name!r} a key rule"
                 )
-            priority = spec.priority
-            if not priority_given and isinstance(task, Task):
-                priority = task.priority
+            priority = spec.priority if task_priority is None else task_priority
+            if type(priority) is not int or not -_INT32 <= priority <= _INT32:
+                priority = _priority(priority)  # the common case above; this one says why not
             group = spec.group
-            if group is None and isinstance(task, Task):
-                group = task.derive_group(spec.payload)
+            if group is None and group_rule is not None:
+                group = group_rule(payload)
+            run_at = (
+                now
+                if spec.delay is None and spec.run_at is None
+                else _run_at(spec.delay, spec.run_at, clock, now)
+            )
             new_jobs.append(
                 NewJob(
-                    queue=target_queue,
-                    key=validate_key(key),
-                    task=name,
-                    payload_json=payload_json,
-                    priority=_priority(priority),
-                    run_at=_run_at(spec.delay, spec.run_at, clock, now),
-                    max_attempts=max_attempts,
-                    lease_seconds=lease_seconds,
-                    correlation_id=spec.correlation_id or random_ids[32 * n : 32 * n + 32],
-                    group=None if group is None else validate_group(group),
-                    trace_context=trace_context,
+                    target_queue,
+                    validate_key(key),
+                    name,
+                    payload_json,
+                    priority,
+                    run_at,
+                    max_attempts,
+                    lease_seconds,
+                    spec.correlation_id or random_ids[32 * n : 32 * n + 32],
+                    None if group is None else validate_group(group),
+                    trace_context,
                 )
             )
         return new_jobs

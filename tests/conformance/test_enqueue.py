@@ -324,3 +324,97 @@ def test_transactional_enqueue_on_a_database_without_the_schema(db_url):
     finally:
         conn.close()
         ledger.close()
+
+
+# -- large batches: on PostgreSQL a batch of COPY_FROM jobs or more goes in by COPY -------------
+
+LARGE = 150  # at least COPY_FROM (backends/postgres/jobs.py): the COPY path on PostgreSQL
+
+#: Payload values that COPY's text format and JSON each read specially.
+AWKWARD = [
+    'say "hi"',
+    "back\\slash",
+    "\\N",
+    "\\.",
+    "tab\there",
+    "line\nbreak",
+    "carriage\rreturn",
+    "\\u0000 as text",
+    "é ü ß 日本 🚀 \u2028",
+    "",
+]
+
+
+def _large(first: int = 0, n: int = LARGE, **payload) -> list[dict]:
+    return [{"payload": {"n": i, **payload}, "key": f"big{i}"} for i in range(first, first + n)]
+
+
+def test_a_large_batch_of_new_keys_creates_each_in_order(api, tasks):
+    batch = _large()
+    batch[3] |= {"delay": 30, "priority": 7, "group": "tenant-1"}
+    batch[4] |= {"run_at": at(90), "correlation_id": "corr-4"}
+    results = api.enqueue_many("work", batch, now=T0)
+    assert all(r.created and not r.conflict for r in results)
+    ids = [r.id for r in results]
+    assert ids == sorted(ids) and len(set(ids)) == LARGE
+    job = api.job(ids[7])
+    assert (job.key, job.payload, job.run_at, job.created_at) == ("big7", {"n": 7}, T0, T0)
+    assert len(api.jobs(JobFilter(queue="q", limit=1000))) == LARGE
+
+
+def test_a_large_batch_keeps_every_awkward_payload_and_key(api):
+    # Keys hold no control characters (validate_key); quotes, backslashes and "\\N" they may.
+    printable = [t.replace("\t", " ").replace("\n", " ").replace("\r", " ") for t in AWKWARD]
+    batch = [
+        {"payload": {"text": text, "n": i, text: i}, "key": f'k"\\{i} {printable[i % 10]}'}
+        for i, text in enumerate(AWKWARD * (LARGE // len(AWKWARD)))
+    ]
+    results = api.enqueue_many("free", batch, queue="q", now=T0)
+    assert all(r.created for r in results)
+    for spec, result in zip(batch, results, strict=True):
+        job = api.job(result.id)
+        assert (job.key, job.payload) == (spec["key"], spec["payload"])
+
+
+@pytest.mark.parametrize("n", [1, LARGE])
+def test_a_nul_in_a_payload_is_refused_by_postgresql_in_a_batch_of_any_size(api, n):
+    """PostgreSQL's jsonb cannot hold U+0000: a batch with one is refused whole, by COPY as by
+    the array statement (the same error). SQLite stores it."""
+    batch = _large(n=n)
+    batch[-1]["payload"] = {"n": "nul\x00here"}
+    if api.url.dialect == "postgres":
+        with pytest.raises(psycopg.errors.UntranslatableCharacter):
+            api.enqueue_many("free", batch, queue="q", now=T0)
+        assert api.jobs() == []
+    else:
+        results = api.enqueue_many("free", batch, queue="q", now=T0)
+        assert api.job(results[-1].id).payload == {"n": "nul\x00here"}
+
+
+def test_a_large_batch_with_a_key_present(api, tasks):
+    present = api.enqueue("work", {"n": 5}, key="big5", now=T0).id
+    results = api.enqueue_many("work", _large(), now=at(1))
+    assert [r.created for r in results] == [i != 5 for i in range(LARGE)]
+    assert results[5].id == present and not results[5].conflict
+    with pytest.raises(KeyConflict) as err:
+        api.enqueue_many("work", _large(LARGE - 1, 10) + [{"payload": {"n": 9}, "key": "big5"}])
+    assert err.value.existing_ids == [present]
+    assert len(api.jobs(JobFilter(queue="q", limit=1000))) == LARGE
+    report = api.enqueue_many(
+        "work", [{"payload": {"n": 9}, "key": "big5"}] + _large(LARGE, LARGE), on_conflict="report"
+    )
+    assert (report[0].id, report[0].created, report[0].conflict) == (present, False, True)
+    assert all(r.created for r in report[1:])
+
+
+def test_a_large_batch_naming_a_key_twice(api, tasks):
+    batch = _large()
+    batch.append({"payload": {"n": 3}, "key": "big3"})
+    results = api.enqueue_many("work", batch, now=T0)
+    assert results[3].created and not results[-1].created and results[-1].id == results[3].id
+    assert len(api.jobs(JobFilter(queue="q", limit=1000))) == LARGE
+    other = _large(LARGE, LARGE)
+    other.append({"payload": {"n": -1}, "key": f"big{LARGE}"})
+    with pytest.raises(KeyConflict):
+        api.enqueue_many("work", other, now=T0)
+    assert len(api.jobs(JobFilter(queue="q", limit=1000))) == LARGE

@@ -52,6 +52,17 @@ def test_routing_a_queue_backfills_its_pending_jobs_once_and_only_it(ledger, out
     assert outbox.records(queue="polled") == []
 
 
+def test_a_large_batch_into_a_routed_queue_gets_one_record_per_job(ledger, outbox):
+    """150 jobs: PostgreSQL's COPY path, whose insert fires the same statement trigger."""
+    outbox.route_add("digests", "ops", now=T0)
+    results = ledger.enqueue_many(
+        "t_digests", [{"payload": {"n": n}, "key": f"b{n}"} for n in range(150)], now=at(1)
+    )
+    recs = outbox.records(queue="digests", limit=1000)
+    assert sorted(r.job_id for r in recs) == [r.id for r in results]
+    assert {(r.reason, r.available_at) for r in recs} == {(OutboxReason.ENQUEUE, at(1))}
+
+
 def test_due_records_come_in_time_order_of_the_queues_asked_for(ledger, outbox):
     outbox.route_add("digests", "ops", now=T0)
     outbox.route_add("invoices", "ops", now=T0)

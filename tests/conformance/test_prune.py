@@ -113,6 +113,20 @@ def test_a_pruned_key_keeps_blocking_duplicates(api, tasks):
         api.find("k1")
 
 
+def test_a_pruned_key_blocks_it_in_a_large_batch(api, tasks):
+    """A batch large enough for PostgreSQL's COPY path (150) with a tombstoned key in it."""
+    job_id = finish(api, 1)
+    api.prune(DAY, keep_keys=timedelta(days=365), now=at(2 * DAY))
+    batch = [{"payload": {"n": i}, "key": f"k{i}"} for i in range(150)]
+    results = api.enqueue_many("work", batch, now=at(3 * DAY))
+    assert (results[1].id, results[1].created, results[1].pruned) == (job_id, False, True)
+    assert all(r.created for i, r in enumerate(results) if i != 1)
+    batch[1]["payload"] = {"n": -1}
+    with pytest.raises(KeyConflict):
+        api.enqueue_many("work", batch, now=at(3 * DAY))
+    assert len(api.jobs(JobFilter(queue="q", limit=1000))) == 149
+
+
 def test_the_key_is_free_again_after_the_horizon(api, tasks):
     finish(api, 1)  # finished at T0
     result = api.prune(DAY, keep_keys=10 * DAY, now=at(2 * DAY))
@@ -192,17 +206,20 @@ def _prune_without_commit(ledger, db_url, key: str, now):
     return conn
 
 
-def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks):
+@pytest.mark.parametrize("others", [0, 150])
+def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks, others):
     """The enqueue starts while the prune's transaction holds the key, and goes on when the
-    prune commits: it must see the tombstone, not the now free key."""
+    prune commits: it must see the tombstone, not the now free key. With 150 other new keys
+    in the batch, PostgreSQL's COPY path: it rolls back and the checked path answers."""
     job_id = finish(api, 1)
+    extra = [{"payload": {"n": i}, "key": f"other{i}"} for i in range(others)]
     prune = _prune_without_commit(api, db_url, "k1", at(2 * DAY))
     results = []
     started = threading.Event()
 
     def go() -> None:
         started.set()
-        results.append(api.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}]))
+        results.append(api.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}, *extra]))
 
     enqueuer = threading.Thread(target=go)
     enqueuer.start()
@@ -212,7 +229,8 @@ def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks
             wait_until(
                 lambda: watch.execute(
                     "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%INSERT INTO%%'"
+                    " WHERE wait_event_type = 'Lock'"
+                    " AND (query LIKE '%%INSERT INTO%%' OR query LIKE 'COPY %%')"
                 ).fetchone()[0],
                 what="the enqueue to wait on the key's lock",
             )
@@ -223,9 +241,10 @@ def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks
     prune.commit()
     prune.close()
     enqueuer.join(10)
-    [[result]] = results
+    [[result, *rest]] = results
     assert (result.id, result.created, result.pruned) == (job_id, False, True)
-    assert api.jobs(JobFilter(queue="q")) == []
+    assert [r.created for r in rest] == [True] * others
+    assert [j.key for j in api.jobs(JobFilter(queue="q", limit=1000))] == [e["key"] for e in extra]
 
 
 def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(api, tasks):

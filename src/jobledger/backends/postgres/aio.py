@@ -21,7 +21,7 @@ from ...errors import BackendUnavailable
 from ..jobs import AsyncJobs, Now
 from .database import CONNECT_TIMEOUT, PostgresDatabase
 from .jobs import PostgresJobs
-from .plan import Done, Plan, Quick, Steps, next_step
+from .plan import Copy, Done, Plan, Quick, Steps, next_step
 
 __all__ = ["PostgresAsyncJobs"]
 
@@ -188,5 +188,10 @@ async def _run_steps(c: psycopg.AsyncConnection[Any], steps: Steps) -> Any:
             statement = steps.send(rows)
         except StopIteration as done:
             return done.value
+        if isinstance(statement, Copy):
+            async with c.cursor() as cur, cur.copy(statement.text) as copy:
+                await copy.write(statement.data)
+            rows = []
+            continue
         cur = await c.execute(statement.text, statement.params, prepare=False)
         rows = await cur.fetchall() if cur.description else []

@@ -1,9 +1,10 @@
 """The columns of a new job on PostgreSQL, listed once for every statement that inserts jobs.
 
-The single enqueue binds them as scalars (``{new_values}``), the batch enqueue, the checked
-path and publishing as one array literal per column (``{new_arrays}``); ``{new_columns}`` and
-``{new_select}`` name them in the insert. Adding a column to what an enqueue writes is one line
-in ``NEW_JOB_COLUMNS`` (and the field on ``NewJob``).
+The single enqueue binds them as scalars (``{new_values}``), a small batch, the checked path
+and publishing as one array literal per column (``{new_arrays}``), a large batch as the rows of
+a ``COPY`` in text format (``new_job_copy``); ``{new_columns}`` and ``{new_select}`` name them in
+the insert. Adding a column to what an enqueue writes is one line in ``NEW_JOB_COLUMNS`` (and the
+field on ``NewJob``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ from typing import Any, NamedTuple
 
 from ..._records import NewJob
 
-__all__ = ["NEW_JOB_COLUMNS", "NEW_JOB_SQL", "new_job_arrays", "new_job_values"]
+__all__ = [
+    "NEW_JOB_COLUMNS",
+    "NEW_JOB_SQL",
+    "new_job_arrays",
+    "new_job_copy",
+    "new_job_values",
+    "text_array",
+]
 
 
 def _text(value: str | None) -> str:
@@ -28,6 +36,20 @@ def _time(value: datetime | None) -> str:
     return "NULL" if value is None else '"' + value.isoformat() + '"'
 
 
+def _number(value: Any) -> str:
+    return str(int(value))
+
+
+def _float(value: Any) -> str:
+    return repr(float(value))
+
+
+#: What ``COPY … FROM STDIN`` in text format reads specially in a value: the escape character,
+#: the column delimiter and the two line ends. Nothing else needs escaping.
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+_COPY_SPECIAL = ("\\", "\t", "\n", "\r")
+
+
 class _Column(NamedTuple):
     """A column that an enqueue writes as the new job gives it."""
 
@@ -38,8 +60,12 @@ class _Column(NamedTuple):
     """The ``NewJob`` field that holds the value."""
     literal: Callable[[Any], str]
     """The value as an element of an array literal."""
+    copy: Callable[[Any], str] | None = None
+    """The value (not None) as a field of a ``COPY`` row, before escaping; None: a text
+    column, written as it is and escaped."""
     select: str = ""
-    """What the insert writes, when not the value as given."""
+    """What the insert writes, when not the value as given (``COALESCE(run_at, {now})``: the
+    ``COPY`` writes the batch's clock for a None)."""
 
 
 #: The columns of a new job, one line each. Every insert of jobs (the single and the batch
@@ -50,10 +76,12 @@ NEW_JOB_COLUMNS = (
     _Column("key", "text", "key", _text),
     _Column("task", "text", "task", _text),
     _Column("payload", "jsonb", "payload_json", _text),
-    _Column("priority", "int", "priority", lambda v: str(int(v))),
-    _Column("run_at", "timestamptz", "run_at", _time, select="COALESCE(run_at, {now})"),
-    _Column("max_attempts", "int", "max_attempts", lambda v: str(int(v))),
-    _Column("lease_seconds", "float8", "lease_seconds", lambda v: repr(float(v))),
+    _Column("priority", "int", "priority", _number, _number),
+    _Column(
+        "run_at", "timestamptz", "run_at", _time, datetime.isoformat, "COALESCE(run_at, {now})"
+    ),
+    _Column("max_attempts", "int", "max_attempts", _number, _number),
+    _Column("lease_seconds", "float8", "lease_seconds", _float, _float),
     _Column("correlation_id", "text", "correlation_id", _text),
     _Column("group_name", "text", "group", _text),
     _Column("trace_context", "text", "trace_context", _text),
@@ -61,6 +89,9 @@ NEW_JOB_COLUMNS = (
 
 NEW_JOB_SQL = {
     "new_columns": ", ".join(c.name for c in NEW_JOB_COLUMNS),
+    "copy_columns": "id, "
+    + ", ".join(c.name for c in NEW_JOB_COLUMNS)
+    + ", attempt_limit, created_at, updated_at",
     "new_arrays": ", ".join(f"%({c.name})s::{c.type}[]" for c in NEW_JOB_COLUMNS),
     "new_values": ", ".join(f"%({c.name})s::{c.type} AS {c.name}" for c in NEW_JOB_COLUMNS),
     "new_select": ", ".join(c.select or c.name for c in NEW_JOB_COLUMNS),
@@ -98,6 +129,57 @@ def _array(values: list[Any], literal: Callable[[Any], str]) -> str:
     return "{" + ",".join([literal(v) for v in values]) + "}"
 
 
+def text_array(values: Sequence[str | None]) -> str:
+    """Strings as one array literal (as a text column of ``new_job_arrays``)."""
+    return _array(list(values), _text)
+
+
 def new_job_values(job: NewJob) -> dict[str, Any]:
     """The columns of one job as scalar parameters (``{new_values}``)."""
     return {c.name: getattr(job, c.attr) for c in NEW_JOB_COLUMNS}
+
+
+def new_job_copy(jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime) -> str:
+    """The rows of a ``COPY`` of ``jobs`` (its columns are ``{copy_columns}``: the id, taken
+    from the jobs' sequence beforehand, the new job's columns, then what the insert statements
+    derive in SQL — the attempt limit, the created and updated times) in text format: tab-separated
+    fields, ``\\N`` for NULL, a backslash, tab, newline or carriage return in a value escaped.
+    ``ids`` are the jobs' ids (as text), ``clock`` the insert's time: the due time of a job
+    without one and every job's created and updated time, as the insert statements write them.
+
+    Each column is rendered as one list (a value the batch shares once), then the rows are
+    joined: a few Python steps per job rather than one per field."""
+    n = len(jobs)
+    when = clock.isoformat()
+    fields = {
+        c.name: _copy_column([getattr(j, c.attr) for j in jobs], c.copy, when if c.select else None)
+        for c in NEW_JOB_COLUMNS
+    }
+    times = [when] * n
+    columns = [list(ids), *fields.values(), fields["max_attempts"], times, times]
+    return "".join(["\t".join(row) + "\n" for row in zip(*columns, strict=True)])
+
+
+def _copy_column(
+    values: list[Any], render: Callable[[Any], str] | None, default: str | None
+) -> list[str]:
+    """One column's fields: None as ``default`` (a column the insert would fill) or NULL."""
+    n = len(values)
+    first = values[0]
+    if values.count(first) == n:
+        return [_copy_field(first, render, default)] * n
+    if render is None and None not in values:
+        # One pass over the joined column (NUL cannot be in a PostgreSQL text, so it separates
+        # the values; checked, as in ``_array``).
+        joined = "\x00".join(values)
+        if joined.count("\x00") == n - 1:
+            if any(ch in joined for ch in _COPY_SPECIAL):
+                joined = joined.translate(_COPY_ESCAPES)
+            return joined.split("\x00")
+    return [_copy_field(v, render, default) for v in values]
+
+
+def _copy_field(value: Any, render: Callable[[Any], str] | None, default: str | None) -> str:
+    if value is None:
+        return "\\N" if default is None else default
+    return value.translate(_COPY_ESCAPES) if render is None else render(value)

@@ -2,7 +2,8 @@
 
 A *plan* is a generator that yields what it needs the database to do and receives the rows: a
 ``Quick`` statement (safe to send twice, on an autocommit connection) or an ``Atomic`` block (a
-generator of ``Statement`` run in one transaction — ours, or a savepoint in the caller's). An
+generator of ``Statement`` and ``Copy`` steps run in one transaction — ours, or a savepoint in
+the caller's). An
 error of a step is thrown into the plan at the ``yield``, so it catches what it expects
 (``except psycopg.errors.…``) as a plain call would. What the plan returns is the result.
 
@@ -24,6 +25,7 @@ from .prepared import PreparedStatement
 
 __all__ = [
     "Atomic",
+    "Copy",
     "Done",
     "Plan",
     "Quick",
@@ -46,8 +48,16 @@ class Statement(NamedTuple):
     params: dict[str, Any]
 
 
+class Copy(NamedTuple):
+    """A ``COPY … FROM STDIN`` of an ``Atomic`` block, fed ``data`` (rows in its text format);
+    the driver sends back ``[]``."""
+
+    text: str
+    data: str
+
+
 #: The statements of one transaction, and what they come to.
-Steps = Generator[Statement, Any, Any]
+Steps = Generator[Statement | Copy, Any, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +123,7 @@ def _step(db: PostgresDatabase, step: Step, conn: Any) -> Any:
         return run_steps(c, step.steps)
 
 
-def run_steps(c: psycopg.Connection[Any], steps: Generator[Statement, Any, _T]) -> _T:
+def run_steps(c: psycopg.Connection[Any], steps: Generator[Statement | Copy, Any, _T]) -> _T:
     """Run the statements of ``steps`` on ``c`` (in the transaction the caller holds)."""
     rows: list[Any] | None = None
     while True:
@@ -121,5 +131,10 @@ def run_steps(c: psycopg.Connection[Any], steps: Generator[Statement, Any, _T]) 
             statement = steps.send(rows)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
+        if isinstance(statement, Copy):
+            with c.cursor() as cur, cur.copy(statement.text) as copy:
+                copy.write(statement.data)
+            rows = []
+            continue
         cur = c.execute(statement.text, statement.params, prepare=False)
         rows = cur.fetchall() if cur.description else []

@@ -68,6 +68,10 @@ class SqliteJobs(Jobs):
         existing: dict[tuple[str, str], tuple[int, str, Any]] = {}
         pruned: dict[tuple[str, str], tuple[int, str, Any]] = {}
         with self._db.transaction(conn) as c:
+            if len(jobs) > 1:
+                ids = self._insert_new(c, jobs, clock)
+                if ids is not None:
+                    return [InsertResult(job_id, True) for job_id in ids]
             insert, lookup = self._sql["job_insert"], self._sql["job_existing"]
             traced = self._sql["job_insert_traced"]
             for job in jobs:
@@ -96,6 +100,39 @@ class SqliteJobs(Jobs):
                     )
                 pruned[ident] = (tomb[0], tomb[1], _same_digest(tomb[2]))
             return resolve_inserts(jobs, created, existing, on_conflict, pruned)
+
+    def _insert_new(
+        self, c: sqlite3.Connection, jobs: Sequence[NewJob], clock: float
+    ) -> range | None:
+        """A batch whose keys are all new, in one ``executemany``; the jobs' ids. None, and
+        nothing written, when a job was not inserted (its key is known or held, or named twice
+        in the batch): the caller then goes job by job."""
+        rows = [
+            (
+                j.queue,
+                j.key,
+                j.task,
+                j.payload_json,
+                j.priority,
+                clock if j.run_at is None else epoch(j.run_at),
+                j.max_attempts,
+                float(j.lease_seconds),
+                clock,
+                j.correlation_id,
+                j.group,
+                j.trace_context,
+            )
+            for j in jobs
+        ]
+        c.execute("SAVEPOINT jobledger_batch")
+        inserted = c.executemany(self._sql["job_insert_many"], rows).rowcount
+        if inserted == len(jobs):
+            c.execute("RELEASE jobledger_batch")
+            (last,) = c.execute("SELECT last_insert_rowid()").fetchone()
+            return range(last - len(jobs) + 1, last + 1)
+        c.execute("ROLLBACK TO jobledger_batch")
+        c.execute("RELEASE jobledger_batch")
+        return None
 
     def _publish(self, items: Sequence[PublishItem], now: Now) -> list[PublishOutcome]:
         clock = epoch(now)

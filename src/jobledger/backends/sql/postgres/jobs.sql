@@ -372,3 +372,27 @@ WITH known AS (
     RETURNING id
 )
 SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
+
+-- name: job_copy_start
+-- A large batch of new keys goes in by COPY (job_copy), which returns nothing: its ids are
+-- taken from the jobs' sequence first, in one statement with the insert's time. In a
+-- transaction, so {now} is the time of every statement after it too.
+SELECT {now}, ARRAY(SELECT nextval(s.seq) FROM generate_series(1, %(n)s::int))::text
+FROM (SELECT pg_get_serial_sequence('{jobs}', 'id')::regclass AS seq) AS s
+
+-- name: job_copy
+-- The rows as newjob.new_job_copy writes them. A key that a job has (committed, or committed
+-- while the COPY waited on it), or that the batch names twice, fails the unique constraint:
+-- the transaction rolls back and the checked path runs.
+COPY {jobs} ({copy_columns}) FROM STDIN
+
+-- name: job_copy_end
+-- After the COPY, in a statement of its own (a new snapshot under READ COMMITTED): does a live
+-- tombstone hold one of the keys? One committed before the COPY, or by a prune that the COPY
+-- waited for (it deleted the job that had the key), is seen here: then the transaction rolls
+-- back and the checked path runs. Else the queues are told (delivered on commit).
+SELECT EXISTS (
+    SELECT 1 FROM unnest(%(queue)s::text[], %(key)s::text[]) AS k(queue, key)
+    JOIN {tombstones} AS t ON t.queue = k.queue AND t.key = k.key
+    WHERE t.expires_at > {now}
+), (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, q) FROM unnest(%(queues)s::text[]) AS q) AS n)

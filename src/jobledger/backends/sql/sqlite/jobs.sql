@@ -28,6 +28,22 @@ WHERE NOT EXISTS (
 ON CONFLICT (queue, key) DO NOTHING
 RETURNING id
 
+-- name: job_insert_many
+-- A batch in one executemany, each job's values by position: job_insert_traced for each (its
+-- parameters ?1 queue, ?2 key, ?3 task, ?4 payload, ?5 priority, ?6 run_at, ?7 max_attempts,
+-- ?8 lease_seconds, ?9 now, ?10 correlation_id, ?11 group, ?12 trace_context), without a
+-- RETURNING: under the write lock the jobs of one transaction get consecutive ids, so when
+-- every job was inserted the last id says them all; when one was not (a known key, a live
+-- tombstone, a key twice in the batch) the caller rolls the batch back and goes job by job.
+INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
+                            attempt_limit, lease_seconds, created_at, updated_at, correlation_id,
+                            group_name, trace_context)
+SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?9, ?10, ?11, ?12
+WHERE NOT EXISTS (
+    SELECT 1 FROM jobledger_tombstones WHERE queue = ?1 AND key = ?2 AND expires_at > ?9
+)
+ON CONFLICT (queue, key) DO NOTHING
+
 -- name: job_existing
 SELECT id, task, payload FROM jobledger_jobs WHERE queue = :queue AND key = :key
 

@@ -1,0 +1,93 @@
+"""A large batch goes in by COPY, a small one by the array statement (PostgreSQL), through the
+sync and the async API, and the values come back as they were given, whatever they hold (the
+COPY's rows themselves: tests/test_newjob_arrays.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from jobledger import AsyncLedger, Ledger
+from jobledger.backends.postgres.jobs import COPY_FROM
+
+
+def _batch(n: int, prefix: str = "k") -> list[dict[str, Any]]:
+    return [{"payload": {"n": i}, "key": f"{prefix}{i}"} for i in range(n)]
+
+
+@pytest.fixture
+def url(pg: Any) -> Iterator[str]:
+    """A migrated schema of its own on the test server."""
+    schema, url = pg.new_schema_url()
+    try:
+        Ledger(url).migrate()
+        yield url
+    finally:
+        pg.drop_schema(schema)
+
+
+@pytest.fixture
+def copies(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The COPY statements sent, by the sync and the async cursor."""
+    sent: list[str] = []
+    for cursor in (psycopg.Cursor, psycopg.AsyncCursor):
+        original = cursor.copy
+
+        def spy(self: Any, statement: Any, *args: Any, _original: Any = original, **kw: Any) -> Any:
+            sent.append(str(statement))
+            return _original(self, statement, *args, **kw)
+
+        monkeypatch.setattr(cursor, "copy", spy)
+    return sent
+
+
+def test_copy_from_the_threshold_and_arrays_below(url, copies):
+    with Ledger(url) as ledger:
+        small = ledger.enqueue_many("t", _batch(COPY_FROM - 1, "s"))
+        assert copies == [] and all(r.created for r in small)
+        large = ledger.enqueue_many("t", _batch(COPY_FROM, "l"))
+        assert len(copies) == 1 and copies[0].startswith("COPY ")
+        assert all(r.created for r in large)
+        # A known key: the COPY rolls back, the checked path answers (no second COPY).
+        again = ledger.enqueue_many("t", _batch(COPY_FROM + 1, "l"))
+        assert [r.created for r in again] == [False] * COPY_FROM + [True]
+        assert [r.id for r in again[:COPY_FROM]] == [r.id for r in large]
+        assert len(copies) == 2
+        assert len(ledger.jobs()) == 2 * COPY_FROM
+
+
+def test_async_enqueue_many_copies_too(url, copies):
+    async def main() -> list[bool]:
+        async with AsyncLedger(url) as aledger:
+            made = await aledger.enqueue_many("t", _batch(COPY_FROM + 50))
+            again = await aledger.enqueue_many("t", _batch(COPY_FROM + 60))
+        return [r.created for r in made] + [r.created for r in again]
+
+    created = asyncio.run(main())
+    assert created == [True] * (COPY_FROM + 50) + [False] * (COPY_FROM + 50) + [True] * 10
+    assert len(copies) == 2
+
+
+def test_copy_through_the_server_stores_awkward_text_exactly(url):
+    with Ledger(url) as ledger:
+        odd = ['a"b', "c\\d", "\\N", "\\.", "t\tab", "n\nl", "c\rr", "é🚀\u2028", "", "{x}"]
+        batch = [
+            {"payload": {"s": s, s: i}, "key": f"odd{i}", "correlation_id": f"c\t{s}"}
+            for i, s in enumerate(odd * 15)
+        ]
+        results = ledger.enqueue_many("t", batch)
+        for spec, result in zip(batch, results, strict=True):
+            job = ledger.job(result.id)
+            assert (job.payload, job.correlation_id) == (spec["payload"], spec["correlation_id"])
+
+
+def test_a_copied_batch_wakes_listeners_once_it_commits(url):
+    with Ledger(url) as ledger, psycopg.connect(url.split("?")[0], autocommit=True) as listen:
+        listen.execute(f'LISTEN "{ledger.backend.db.channel}"')
+        ledger.enqueue_many("t", _batch(COPY_FROM), queue="copied")
+        told = [n.payload for n in listen.notifies(timeout=10, stop_after=1)]
+        assert told == ["copied"]
