@@ -67,7 +67,7 @@ def encode_payload(payload: Any) -> str:
     """The canonical JSON text of a payload (sorted keys, no spaces), or ``PayloadError``.
 
     A payload must be a JSON object (a ``dict`` with string keys) of at most 256 KiB once encoded,
-    without NaN or infinity. Payloads carry ids, not snapshots: look the data up when the job runs.
+    without NaN or infinity, and no string in it may hold U+0000. Payloads carry ids, not snapshots: look the data up when the job runs.
     """
     if not isinstance(payload, dict):
         raise PayloadError(f"payload must be a JSON object (a dict), got {type(payload).__name__}")
@@ -88,6 +88,9 @@ def encode_payload(payload: Any) -> str:
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB). "
             "Store large data elsewhere and pass its id."
         )
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        # Refused on both backends alike: PostgreSQL's jsonb cannot hold it.
+        raise PayloadError("payload holds a string with U+0000, which the ledger cannot store")
     return text
 
 
