@@ -1,14 +1,15 @@
-"""The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of four statements:
+"""The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of two statements,
+both prepared (unless through a pooler in transaction mode) with the batch size written in:
 
 1. ``group_candidates`` finds the groups with due jobs (a skip scan of the grouped index),
    least recently served first, and takes a transaction-scoped advisory lock on each of the
    first ``limit`` that no other claim holds (``pg_try_advisory_xact_lock``: skipped, never
    waited for);
-2. ``group_state`` reads those groups again in a new snapshot, taken after the locks, so every
+2. ``group_claim`` reads those groups again in a new snapshot, taken after the locks, so every
    claim that held one of them before has committed: the count of leased jobs and the bucket
-   are exact, and no two claims spend the same group's slots or tokens;
-3. ``group_claim`` leases up to each group's allowance, one job per group per round;
-4. ``group_served`` writes each served group's bucket and its turn.
+   are exact, and no two claims spend the same group's slots or tokens. In the same statement
+   it leases up to each group's allowance, one job per group per round, and writes each
+   served group's bucket and its turn.
 """
 
 from __future__ import annotations
@@ -16,14 +17,11 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..._records import GroupLimits, GroupState, allowance, tokens_now
 from .database import PostgresDatabase
-from .database import to_time as _utc
 
 __all__ = ["GROUPS_RECHECK_SECONDS", "GroupedClaim"]
 
@@ -67,61 +65,25 @@ class GroupedClaim:
         lease_seconds: float | None,
     ) -> list[Any]:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
+        prepare = self._db.prepares
         with self._db.transaction() as c:
             found = c.execute(
                 self._db.statement("group_candidates", limit),
                 {"queues": list(queues), "now": now, "lock_space": self._lock_space},
+                prepare=prepare,
             ).fetchall()
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
-            rows = c.execute(
-                self._db.sql["group_state"],
-                {"queues": [r[0] for r in found], "names": [r[1] for r in found], "now": now},
-            ).fetchall()
-            current = {(r[0], r[1]): r for r in rows}
-            clock = _utc(rows[0][9])
-            assert clock is not None
-            plans: list[tuple[GroupState, int]] = []
-            for queue, name, _ in found:
-                r = current[(queue, name)]
-                if r[5] is not None and r[5] > clock:
-                    continue  # paused since the first statement's snapshot
-                limits = GroupLimits(r[6], r[7], r[8])
-                state = GroupState(queue, name, r[2], r[3], _utc(r[4]), limits)
-                take = allowance(state, clock, limit)
-                if take > 0:
-                    plans.append((state, take))
-            if not plans:
-                return []
-            claimed = c.execute(
+            return c.execute(
                 self._db.statement("group_claim", limit),
                 {
-                    "queues": [s.queue for s, _ in plans],
-                    "names": [s.name for s, _ in plans],
-                    "take": [take for _, take in plans],
-                    "ord": list(range(len(plans))),
+                    "queues": [r[0] for r in found],
+                    "names": [r[1] for r in found],
+                    "ord": list(range(len(found))),
                     "worker": worker,
                     "now": now,
                     "lease_seconds": lease_seconds,
                 },
+                prepare=prepare,
             ).fetchall()
-            taken = Counter((r[1], r[13]) for r in claimed)
-            served = [s for s, _ in plans if taken[(s.queue, s.name)]]
-            if served:
-                c.execute(
-                    self._db.sql["group_served"],
-                    {
-                        "queues": [s.queue for s in served],
-                        "names": [s.name for s in served],
-                        "tokens": [
-                            None
-                            if s.limits.rate is None
-                            else tokens_now(s.limits, s.tokens, s.refilled_at, clock)
-                            - taken[(s.queue, s.name)]
-                            for s in served
-                        ],
-                        "at": clock,
-                    },
-                )
-            return claimed

@@ -53,27 +53,38 @@ WITH RECURSIVE walk AS (
 SELECT queue, name, served_at FROM viable
 WHERE pg_try_advisory_xact_lock(%(lock_space)s, hashtext(queue || '/' || name))
 
--- name: group_state
--- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
--- after the locks: every claim that held one of them before has committed), with the clock.
-SELECT a.queue, a.name,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM {jobs} AS j
-            WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = a.queue
-              AND j.group_name = a.name
-            LIMIT COALESCE(l.max_leased, 0)) AS x),
-       g.tokens, g.refilled_at, g.paused_until, l.max_leased, l.rate, l.burst, {now}
-FROM unnest(%(queues)s::text[], %(names)s::text[]) AS a(queue, name)
-LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
-LEFT JOIN {group_limits} AS l ON l.queue = a.queue
-
 -- name: group_claim
--- A grouped claim, third statement: up to "take" due jobs of each locked group, one per group
--- per round in the groups' order, {limit} in all; leased as job_claim leases.
-WITH picked AS (
-    SELECT c.id
-    FROM unnest(%(queues)s::text[], %(names)s::text[], %(take)s::int[], %(ord)s::int[])
-        AS a(queue, name, take, ord)
+-- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
+-- after the locks: every claim that held one of them before has committed), each group's
+-- allowance (free lease slots and whole tokens, as _records.allowance counts them), up to that
+-- many due jobs of each group, one per group per round in the groups' order, {limit} in all;
+-- leased as job_claim leases; and each served group's bucket as left and its turn.
+WITH current AS (
+    SELECT a.queue, a.name, a.ord, l.max_leased,
+           -- The bucket now (_records.tokens_now): NULL without a rate.
+           CASE WHEN l.rate IS NULL THEN NULL
+                WHEN g.tokens IS NULL OR g.refilled_at IS NULL
+                     THEN COALESCE(l.burst, GREATEST(1, l.rate))
+                ELSE LEAST(COALESCE(l.burst, GREATEST(1, l.rate)),
+                           g.tokens + l.rate * GREATEST(0, extract(epoch FROM {now} - g.refilled_at)))
+           END AS tokens
+    FROM unnest(%(queues)s::text[], %(names)s::text[], %(ord)s::int[]) AS a(queue, name, ord)
+    LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
+    LEFT JOIN {group_limits} AS l ON l.queue = a.queue
+    WHERE g.paused_until IS NULL OR g.paused_until <= {now}
+), allowed AS (
+    SELECT c.queue, c.name, c.ord, c.tokens,
+           LEAST({limit}, COALESCE(floor(c.tokens)::int, {limit}),
+                 COALESCE(c.max_leased - (
+                     SELECT count(*) FROM (
+                         SELECT 1 FROM {jobs} AS j
+                         WHERE j.state = 'leased' AND j.group_name IS NOT NULL
+                           AND j.queue = c.queue AND j.group_name = c.name
+                         LIMIT COALESCE(c.max_leased, 0)) AS x), {limit})) AS take
+    FROM current AS c
+), picked AS (
+    SELECT p.id
+    FROM allowed AS a
     CROSS JOIN LATERAL (
         SELECT s.id, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
         FROM (
@@ -81,18 +92,21 @@ WITH picked AS (
             WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
               AND group_name = a.name AND run_at <= {now}
             ORDER BY priority DESC, run_at, id
-            LIMIT a.take
+            LIMIT GREATEST(a.take, 0)
             FOR UPDATE SKIP LOCKED
         ) AS s
-    ) AS c
-    ORDER BY c.rn, a.ord
+    ) AS p
+    WHERE a.take > 0
+    ORDER BY p.rn, a.ord
     LIMIT {limit}
-), {@lease_picked}
-
--- name: group_served
--- A claim took some of these groups' jobs: each bucket as left, and each group's turn.
-INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
-SELECT queue, name, tokens, %(at)s, %(at)s
-FROM unnest(%(queues)s::text[], %(names)s::text[], %(tokens)s::float8[]) AS a(queue, name, tokens)
-ON CONFLICT (queue, name) DO UPDATE
-SET tokens = excluded.tokens, refilled_at = excluded.refilled_at, served_at = excluded.served_at
+), {@lease_claimed}, served AS (
+    INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
+    SELECT a.queue, a.name, a.tokens - t.taken, {now}, {now}
+    FROM allowed AS a
+    JOIN (SELECT queue, group_name, count(*) AS taken FROM claimed GROUP BY queue, group_name)
+        AS t ON t.queue = a.queue AND t.group_name = a.name
+    ON CONFLICT (queue, name) DO UPDATE
+    SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+        served_at = excluded.served_at
+)
+{@lease_returned}
