@@ -89,14 +89,20 @@ class GroupedClaim:
             {"now": clock, "lease_seconds": lease_seconds, "worker": worker},
         ).fetchall()
         taken = Counter((r[1], r[13]) for r in rows)
-        for _, state, _ in plans:
-            n = taken[(state.queue, state.name)]
-            if n:
-                left = None
-                if state.limits.rate is not None:
-                    left = tokens_now(state.limits, state.tokens, state.refilled_at, now) - n
-                c.execute(
-                    self.sql["group_served"],
-                    {"queue": state.queue, "name": state.name, "tokens": left, "now": clock},
-                )
+        c.executemany(
+            self.sql["group_served"],
+            [
+                {
+                    "queue": state.queue,
+                    "name": state.name,
+                    "tokens": None
+                    if state.limits.rate is None
+                    else tokens_now(state.limits, state.tokens, state.refilled_at, now)
+                    - taken[(state.queue, state.name)],
+                    "now": clock,
+                }
+                for _, state, _ in plans
+                if taken[(state.queue, state.name)]
+            ],
+        )
         return rows
