@@ -139,7 +139,14 @@ def compare(args: argparse.Namespace) -> int:
     except BenchError as exc:
         print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
         return 2
-    sides = (("new", None), (f"old ({old.label})", str(old.path)))
+    sides: tuple[tuple[str, str | None], ...] = (
+        ("new", None),
+        (f"old ({old.label})", str(old.path)),
+    )
+    if args.new:
+        # The new side pinned to a revision too: the working tree may change during the run.
+        new = baseline.prepare(args.new)
+        sides = ((f"new ({new.label})", str(new.path)), sides[1])
     dialects = [b for b in args.backends.split(",") if b]
     figures: dict[tuple[int, str, str, str], dict[str, float]] = {}
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -197,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         help="drains per case (best counts); with --baseline: rounds",
     )
     p.add_argument("--baseline", metavar="REV", help="measure REV beside the working tree")
+    p.add_argument(
+        "--new", metavar="REV", help="with --baseline: measure REV instead of the working tree"
+    )
     p.add_argument("--case", nargs=2, metavar=("BACKEND", "GROUPS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.case:
