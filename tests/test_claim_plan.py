@@ -58,6 +58,7 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
         claim = ledger.backend.db.statement("group_claim", 10)
         candidates = ledger.backend.db.statement("group_candidates", 10)
+        turns = ledger.backend.db.statement("group_candidates_turns", 10)
         params = {
             "queues": ["q"],
             "names": ["g"],
@@ -87,6 +88,18 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
                     )
                     assert "jobledger_jobs_group_next" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan
+                    # The usual first statement walks the groups' rows in turn order and
+                    # probes each group's next due job by its index.
+                    plan = "\n".join(
+                        r[0]
+                        for r in conn.execute(
+                            "EXPLAIN " + turns,
+                            {"queues": ["q"], "now": None, "lock_space": 1},
+                        )
+                    )
+                    assert "jobledger_groups_turn" in plan, plan
+                    assert "jobledger_jobs_group_next" in plan, plan
+                    assert "Seq Scan on jobledger_jobs" not in plan, plan
         ledger.close()
     finally:
         pg.drop_schema(schema)
@@ -109,6 +122,14 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
     steps = [row[3] for row in plan]
     assert not any(s.startswith("SCAN jobledger_jobs") for s in steps), steps
     assert any("group_next (queue=? AND group_name=?)" in s for s in steps), steps
+    plan = backend.db.connection().execute(
+        "EXPLAIN QUERY PLAN " + backend.db.sql["group_candidates_turns"],
+        {"queue": "q", "now": 1e10, "scan": 104},
+    )
+    steps = [row[3] for row in plan]
+    assert not any(s.startswith("SCAN jobledger_jobs") for s in steps), steps
+    assert any("jobledger_groups_turn (queue=?)" in s for s in steps), steps
+    assert not any("TEMP B-TREE" in s for s in steps), steps
     lite.close()
 
 
@@ -130,7 +151,7 @@ def test_the_claims_are_prepared_statements(pg):
         with db.transaction() as c:
             grouped = [r[0] for r in c.execute(query).fetchall()]
         assert any("group_name IS NULL AND queue = q.name" in s for s in plain), plain
-        assert any("WITH RECURSIVE walk" in s for s in grouped), grouped
+        assert any("WITH viable AS MATERIALIZED" in s for s in grouped), grouped
         assert any("WITH current AS" in s for s in grouped), grouped
         ledger.close()
     finally:

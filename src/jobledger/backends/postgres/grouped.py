@@ -1,10 +1,12 @@
 """The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of two statements,
 both prepared (unless through a pooler in transaction mode) with the batch size written in:
 
-1. ``group_candidates`` finds the groups with due jobs (a skip scan of the grouped index),
-   least recently served first, and takes a transaction-scoped advisory lock on each of the
-   first ``limit`` that no other claim holds (``pg_try_advisory_xact_lock``: skipped, never
-   waited for);
+1. ``group_candidates_turns`` walks the groups' rows in the order of their turns, least
+   recently served first (every group with pending jobs has a row: migration 012), keeps the
+   first ``limit`` with a due job, and takes a transaction-scoped advisory lock on each that no
+   other claim holds (``pg_try_advisory_xact_lock``: skipped, never waited for). When the walk
+   stops short (many rows of groups without jobs ahead), ``group_candidates`` does the same from
+   a skip scan of the grouped index, which finds every group with due jobs;
 2. ``group_claim`` reads those groups again in a new snapshot, taken after the locks, so every
    claim that held one of them before has committed: the count of leased jobs and the bucket
    are exact, and no two claims spend the same group's slots or tokens. In the same statement
@@ -66,12 +68,18 @@ class GroupedClaim:
     ) -> list[Any]:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
         prepare = self._db.prepares
+        params = {"queues": list(queues), "now": now, "lock_space": self._lock_space}
         with self._db.transaction() as c:
-            found = c.execute(
-                self._db.statement("group_candidates", limit),
-                {"queues": list(queues), "now": now, "lock_space": self._lock_space},
-                prepare=prepare,
+            rows = c.execute(
+                self._db.statement("group_candidates_turns", limit), params, prepare=prepare
             ).fetchall()
+            found = [r[:3] for r in rows if r[3]]
+            if rows[0][4] and sum(1 for r in rows if r[1] is not None) < limit:
+                # The walk of the groups' rows stopped short (many rows of groups without
+                # jobs come first): find every group with due jobs, as the index has them.
+                found = c.execute(
+                    self._db.statement("group_candidates", limit), params, prepare=prepare
+                ).fetchall()
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))

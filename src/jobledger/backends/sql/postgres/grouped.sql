@@ -8,8 +8,62 @@ SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
 WHERE EXISTS (SELECT 1 FROM {jobs} AS j
               WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name)
 
+-- name: group_candidates_turns
+-- A grouped claim, first statement (the usual way): the groups' rows in the order of their
+-- turns (every group with pending jobs has one: migration 012), each kept if it has a due job,
+-- is not paused, is under its leased limit and has a token (as of this statement's snapshot),
+-- until {limit} are kept; those that no other claim holds are locked for this transaction
+-- ("locked"). Each queue's walk stops after 4 * {limit} + 64 rows (rows of groups without jobs, kept for
+-- a day, come first in the order): "more" says some queue has more rows than that, and then
+-- a claim that kept fewer than {limit} asks group_candidates, which finds every group. The
+-- one row with a NULL name stands for "none kept".
+WITH viable AS MATERIALIZED (
+    SELECT v.queue, v.name, v.served_at
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT t.queue, t.name, t.served_at
+        FROM (
+            SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
+            FROM {groups} AS g WHERE g.queue = q.name
+            ORDER BY g.served_at NULLS FIRST, g.name
+            LIMIT 4 * {limit} + 64
+        ) AS t
+        LEFT JOIN {group_limits} AS l ON l.queue = t.queue
+        WHERE (t.paused_until IS NULL OR t.paused_until <= {now})
+          -- The group's next run time, one probe of its index (as in group_candidates'
+          -- walk); never a join, as which the planner may read every due job of the queue.
+          AND (SELECT j.run_at <= {now} FROM {jobs} AS j
+               WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = t.queue
+                 AND j.group_name = t.name
+               ORDER BY j.run_at LIMIT 1)
+          AND (l.max_leased IS NULL OR l.max_leased > (
+               SELECT count(*) FROM (
+                   SELECT 1 FROM {jobs} AS j
+                   WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = t.queue
+                     AND j.group_name = t.name
+                   LIMIT l.max_leased) AS x))
+          AND (l.rate IS NULL OR t.tokens IS NULL
+               OR t.tokens + l.rate * extract(epoch FROM {now} - t.refilled_at) >= 1)
+        ORDER BY t.served_at NULLS FIRST, t.name
+        LIMIT {limit}
+    ) AS v
+    ORDER BY v.served_at NULLS FIRST, v.queue, v.name
+    LIMIT {limit}
+), more AS (
+    SELECT count(*) > 4 * {limit} + 64 AS more FROM (
+        SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+        CROSS JOIN LATERAL (SELECT 1 FROM {groups} AS g WHERE g.queue = q.name
+                            LIMIT (4 * {limit} + 65)) AS r
+    ) AS x
+)
+SELECT v.queue, v.name, v.served_at,
+       v.name IS NOT NULL AND pg_try_advisory_xact_lock(%(lock_space)s,
+                                                        hashtext(v.queue || '/' || v.name)),
+       m.more
+FROM more AS m LEFT JOIN viable AS v ON true
+
 -- name: group_candidates
--- A grouped claim, first statement: the groups with due jobs, not paused, under their leased
+-- A grouped claim, first statement (when group_candidates_turns stopped short): the groups with due jobs, not paused, under their leased
 -- limit and with a token (as of this statement's snapshot), least recently served first; the
 -- first {limit} of them that no other claim holds are locked for this transaction. The groups
 -- are found by a skip scan of the grouped index (one probe per group, however many jobs each
