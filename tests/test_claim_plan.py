@@ -7,6 +7,10 @@ import psycopg
 from jobledger import Ledger
 
 
+def explain(conn: psycopg.Connection, text: str, params: dict) -> str:
+    return "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
+
+
 def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
     schema, url = pg.new_schema_url()
     try:
@@ -74,29 +78,18 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
                     conn.execute(f"ANALYZE {schema}.jobledger_jobs")
                 for mode in ("force_custom_plan", "force_generic_plan"):
                     conn.execute(f"SET plan_cache_mode = {mode}")
-                    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + claim, params))
+                    first = {"queues": ["q"], "now": None, "lock_space": 1}
+                    plan = explain(conn, claim, params)
                     assert "jobledger_jobs_group_due" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan
                     # Both statements of the claim are prepared: the groups are found by
                     # the skip scan of their index in the generic plan too.
-                    plan = "\n".join(
-                        r[0]
-                        for r in conn.execute(
-                            "EXPLAIN " + candidates,
-                            {"queues": ["q"], "now": None, "lock_space": 1},
-                        )
-                    )
+                    plan = explain(conn, candidates, first)
                     assert "jobledger_jobs_group_next" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan
                     # The usual first statement walks the groups' rows in turn order and
                     # probes each group's next due job by its index.
-                    plan = "\n".join(
-                        r[0]
-                        for r in conn.execute(
-                            "EXPLAIN " + turns,
-                            {"queues": ["q"], "now": None, "lock_space": 1},
-                        )
-                    )
+                    plan = explain(conn, turns, first)
                     assert "jobledger_groups_turn" in plan, plan
                     assert "jobledger_jobs_group_next" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan

@@ -13,38 +13,30 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- turns (every group with pending jobs has one: migration 012), each kept if it has a due job,
 -- is not paused, is under its leased limit and has a token (as of this statement's snapshot),
 -- until {limit} are kept; those that no other claim holds are locked for this transaction
--- ("locked"). Each queue's walk stops after 4 * {limit} + 64 rows (rows of groups without jobs, kept for
--- a day, come first in the order): "more" says some queue has more rows than that, and then
--- a claim that kept fewer than {limit} asks group_candidates, which finds every group. The
--- one row with a NULL name stands for "none kept".
+-- ("locked"). Each queue's walk stops after 4 * {limit} + 64 rows (rows of groups without
+-- jobs, kept for a day, come first in the order): "more" says some queue has more rows than
+-- that, and then a claim that kept fewer than {limit} asks group_candidates, which finds
+-- every group. The one row with a NULL name stands for "none kept".
 WITH viable AS MATERIALIZED (
     SELECT v.queue, v.name, v.served_at
     FROM unnest(%(queues)s::text[]) AS q(name)
     CROSS JOIN LATERAL (
-        SELECT t.queue, t.name, t.served_at
+        SELECT w.queue, w.name, w.served_at
         FROM (
             SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
             FROM {groups} AS g WHERE g.queue = q.name
             ORDER BY g.served_at NULLS FIRST, g.name
             LIMIT 4 * {limit} + 64
-        ) AS t
-        LEFT JOIN {group_limits} AS l ON l.queue = t.queue
-        WHERE (t.paused_until IS NULL OR t.paused_until <= {now})
-          -- The group's next run time, one probe of its index (as in group_candidates'
-          -- walk); never a join, as which the planner may read every due job of the queue.
-          AND (SELECT j.run_at <= {now} FROM {jobs} AS j
-               WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = t.queue
-                 AND j.group_name = t.name
+        ) AS w
+        LEFT JOIN {group_limits} AS l ON l.queue = w.queue
+        -- The group's next run time, one probe of its index (as in group_candidates' walk);
+        -- never a join, as which the planner may read every due job of the queue.
+        WHERE (SELECT j.run_at <= {now} FROM {jobs} AS j
+               WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
+                 AND j.group_name = w.name
                ORDER BY j.run_at LIMIT 1)
-          AND (l.max_leased IS NULL OR l.max_leased > (
-               SELECT count(*) FROM (
-                   SELECT 1 FROM {jobs} AS j
-                   WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = t.queue
-                     AND j.group_name = t.name
-                   LIMIT l.max_leased) AS x))
-          AND (l.rate IS NULL OR t.tokens IS NULL
-               OR t.tokens + l.rate * extract(epoch FROM {now} - t.refilled_at) >= 1)
-        ORDER BY t.served_at NULLS FIRST, t.name
+          AND {@group_has_room}
+        ORDER BY w.served_at NULLS FIRST, w.name
         LIMIT {limit}
     ) AS v
     ORDER BY v.served_at NULLS FIRST, v.queue, v.name
@@ -63,9 +55,10 @@ SELECT v.queue, v.name, v.served_at,
 FROM more AS m LEFT JOIN viable AS v ON true
 
 -- name: group_candidates
--- A grouped claim, first statement (when group_candidates_turns stopped short): the groups with due jobs, not paused, under their leased
--- limit and with a token (as of this statement's snapshot), least recently served first; the
--- first {limit} of them that no other claim holds are locked for this transaction. The groups
+-- A grouped claim, first statement when group_candidates_turns stopped short: the groups
+-- with due jobs, not paused, under their leased limit and with a token (as of this
+-- statement's snapshot), least recently served first; the first {limit} of them that no
+-- other claim holds are locked for this transaction. The groups
 -- are found by a skip scan of the grouped index (one probe per group, however many jobs each
 -- has), never by reading the jobs.
 WITH RECURSIVE walk AS (
@@ -87,25 +80,32 @@ WITH RECURSIVE walk AS (
         ORDER BY j.group_name, j.run_at LIMIT 1
     ) AS f
 ), viable AS MATERIALIZED (
-    SELECT w.queue, w.name, g.served_at
-    FROM walk AS w
-    LEFT JOIN {groups} AS g ON g.queue = w.queue AND g.name = w.name
+    SELECT w.queue, w.name, w.served_at
+    FROM (
+        SELECT k.queue, k.name, k.run_at, g.served_at, g.paused_until, g.tokens, g.refilled_at
+        FROM walk AS k
+        LEFT JOIN {groups} AS g ON g.queue = k.queue AND g.name = k.name
+    ) AS w
     LEFT JOIN {group_limits} AS l ON l.queue = w.queue
-    WHERE w.run_at <= {now}
-      AND (g.paused_until IS NULL OR g.paused_until <= {now})
-      AND (l.max_leased IS NULL OR l.max_leased > (
-           SELECT count(*) FROM (
-               SELECT 1 FROM {jobs} AS j
-               WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = w.queue
-                 AND j.group_name = w.name
-               LIMIT l.max_leased) AS x))
-      AND (l.rate IS NULL OR g.tokens IS NULL
-           OR g.tokens + l.rate * extract(epoch FROM {now} - g.refilled_at) >= 1)
-    ORDER BY g.served_at NULLS FIRST, w.queue, w.name
+    WHERE w.run_at <= {now} AND {@group_has_room}
+    ORDER BY w.served_at NULLS FIRST, w.queue, w.name
     LIMIT {limit}
 )
 SELECT queue, name, served_at FROM viable
 WHERE pg_try_advisory_xact_lock(%(lock_space)s, hashtext(queue || '/' || name))
+
+-- name: group_has_room
+-- Whether the group "w" (its row's columns, NULL without one) under the limits "l" of its
+-- queue may be served: not paused, under its leased limit, with a token.
+(w.paused_until IS NULL OR w.paused_until <= {now})
+AND (l.max_leased IS NULL OR l.max_leased > (
+     SELECT count(*) FROM (
+         SELECT 1 FROM {jobs} AS j
+         WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = w.queue
+           AND j.group_name = w.name
+         LIMIT l.max_leased) AS x))
+AND (l.rate IS NULL OR w.tokens IS NULL
+     OR w.tokens + l.rate * extract(epoch FROM {now} - w.refilled_at) >= 1)
 
 -- name: group_claim
 -- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
@@ -120,7 +120,8 @@ WITH current AS (
                 WHEN g.tokens IS NULL OR g.refilled_at IS NULL
                      THEN COALESCE(l.burst, GREATEST(1, l.rate))
                 ELSE LEAST(COALESCE(l.burst, GREATEST(1, l.rate)),
-                           g.tokens + l.rate * GREATEST(0, extract(epoch FROM {now} - g.refilled_at)))
+                           g.tokens + l.rate
+                                      * GREATEST(0, extract(epoch FROM {now} - g.refilled_at)))
            END AS tokens
     FROM unnest(%(queues)s::text[], %(names)s::text[], %(ord)s::int[]) AS a(queue, name, ord)
     LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
