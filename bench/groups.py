@@ -2,6 +2,7 @@
 
     python -m bench.groups                      # 20,000 jobs per case, SQLite and PostgreSQL
     python -m bench.groups --jobs 2000 --backends sqlite
+    python -m bench.groups --baseline main --rounds 3   # old against new, alternately
 
 Each case fills a fresh database with the jobs (enqueue_many, batches of 1,000), then one worker
 process (``Ledger.run_worker``, burst mode, the drain benchmark's settings: 32 threads, claims of
@@ -9,12 +10,21 @@ up to 500) drains them; the figure is jobs per second from the worker's start to
 second figure is the latency of one claim of 10 jobs with 100,000 jobs pending across the
 groups (p50 and p95 of 200 claims, each lease released again), which is where the grouped
 claim pays for its round: a skip scan of the grouped index, one probe per group.
+
+``--baseline REV`` measures jobledger at a git revision beside the working tree, in one run
+(``bench/baseline.py``): every case runs in a process of its own, first on the working tree
+and then on REV, case after case and round after round, so both sides see the same machine
+within seconds of each other. It prints every round's figures, the ratios new/old, and each
+side's grouped figures as a fraction of its own ungrouped ones (in the same round).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
@@ -22,7 +32,8 @@ from typing import Any
 from jobledger import Ledger
 from jobledger._records import Lease
 
-from .harness import fresh_database, percentile
+from . import baseline
+from .harness import ROOT, BenchError, fresh_database, percentile
 
 CASES = (("no group", None), ("1 group", 1), ("1,000 groups", 1000))
 
@@ -92,19 +103,123 @@ def claim_latency(
     return statistics.median(times), p95 if p95 is not None else float("nan")
 
 
+def measure(dialect: str, groups: int | None, args: argparse.Namespace) -> dict[str, float]:
+    """One case: the best of ``args.rounds`` drains, and the claim latency."""
+    rate = max(drain(dialect, args.jobs, groups) for _ in range(args.rounds))
+    p50, p95 = claim_latency(dialect, args.pending, groups, args.claims)
+    return {"rate": rate, "p50": p50, "p95": p95}
+
+
+def _in_process(
+    dialect: str, groups: int | None, args: argparse.Namespace, pythonpath: str | None
+) -> dict[str, float]:
+    """``measure`` in a process of its own, with ``pythonpath`` first on its path (a baseline
+    revision's ``src``, or None: the working tree)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [pythonpath, str(ROOT), os.environ.get("PYTHONPATH")])
+    )
+    command = [sys.executable, "-m", "bench.groups", "--case", dialect, str(groups or 0)]
+    command += ["--jobs", str(args.jobs), "--pending", str(args.pending)]
+    command += ["--claims", str(args.claims), "--rounds", "1"]
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(command)} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _load() -> str:
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def compare(args: argparse.Namespace) -> int:
+    """New against ``args.baseline``, alternately, ``args.rounds`` rounds (one drain each)."""
+    try:
+        old = baseline.prepare(args.baseline)
+    except BenchError as exc:
+        print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
+        return 2
+    sides: tuple[tuple[str, str | None], ...] = (
+        ("new", None),
+        (f"old ({old.label})", str(old.path)),
+    )
+    if args.new:
+        # The new side pinned to a revision too: the working tree may change during the run.
+        new = baseline.prepare(args.new)
+        sides = ((f"new ({new.label})", str(new.path)), sides[1])
+    dialects = [b for b in args.backends.split(",") if b]
+    figures: dict[tuple[int, str, str, str], dict[str, float]] = {}
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    print(f"# started {started}, load average {_load()}", flush=True)
+    for r in range(args.rounds):
+        for dialect in dialects:
+            for label, groups in CASES:
+                for side, path in sides:
+                    got = _in_process(dialect, groups, args, path)
+                    figures[(r, dialect, label, side)] = got
+                    print(
+                        f"round {r + 1} {dialect:9} {label:13} {side:18} "
+                        f"drain {got['rate']:9,.0f} jobs/s   claim p50 {got['p50']:.2f} ms, "
+                        f"p95 {got['p95']:.2f} ms   load {_load()}",
+                        flush=True,
+                    )
+    ended = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    print(f"# ended {ended}, load average {_load()}\n")
+    names = [side for side, _ in sides]
+    print(
+        "| backend | case | round | "
+        + " | ".join(f"{n} drain jobs/s (× own ungrouped) | {n} claim p50 / p95 ms" for n in names)
+        + " | drain new/old | claim p50 new/old |"
+    )
+    print("|---|---|---|" + "---|---|" * len(names) + "---|---|")
+    for dialect in dialects:
+        for label, _ in CASES:
+            for r in range(args.rounds):
+                cells = []
+                for n in names:
+                    f = figures[(r, dialect, label, n)]
+                    own = figures[(r, dialect, CASES[0][0], n)]["rate"]
+                    cells.append(f"{f['rate']:,.0f} ({f['rate'] / own:.2f}×)")
+                    cells.append(f"{f['p50']:.2f} / {f['p95']:.2f}")
+                new, older = (
+                    figures[(r, dialect, label, names[0])],
+                    figures[(r, dialect, label, names[1])],
+                )
+                cells.append(f"{new['rate'] / older['rate']:.2f}")
+                cells.append(f"{new['p50'] / older['p50']:.2f}")
+                print(f"| {dialect} | {label} | {r + 1} | " + " | ".join(cells) + " |")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.groups", description=__doc__.split("\n")[0])
     p.add_argument("--jobs", type=int, default=20_000, help="jobs drained per case")
     p.add_argument("--pending", type=int, default=100_000, help="jobs pending for claim latency")
     p.add_argument("--claims", type=int, default=200, help="claims timed per case")
     p.add_argument("--backends", default="sqlite,postgres")
-    p.add_argument("--rounds", type=int, default=2, help="drains per case (best counts)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="drains per case (best counts); with --baseline: rounds",
+    )
+    p.add_argument("--baseline", metavar="REV", help="measure REV beside the working tree")
+    p.add_argument(
+        "--new", metavar="REV", help="with --baseline: measure REV instead of the working tree"
+    )
+    p.add_argument("--case", nargs=2, metavar=("BACKEND", "GROUPS"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.case:
+        groups = int(args.case[1]) or None
+        print(json.dumps(measure(args.case[0], groups, args)))
+        return 0
+    if args.baseline:
+        return compare(args)
     rows = []
     for dialect in [b for b in args.backends.split(",") if b]:
         for label, groups in CASES:
-            rate = max(drain(dialect, args.jobs, groups) for _ in range(args.rounds))
-            p50, p95 = claim_latency(dialect, args.pending, groups, args.claims)
+            got = measure(dialect, groups, args)
+            rate, p50, p95 = got["rate"], got["p50"], got["p95"]
             rows.append((dialect, label, rate, p50, p95))
             print(
                 f"{dialect:9} {label:13} drain {rate:9,.0f} jobs/s   "

@@ -7,6 +7,10 @@ import psycopg
 from jobledger import Ledger
 
 
+def explain(conn: psycopg.Connection, text: str, params: dict) -> str:
+    return "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
+
+
 def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
     schema, url = pg.new_schema_url()
     try:
@@ -57,10 +61,11 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
         ledger.task(lambda ctx, n: None, name="t", queue="q", group="g")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
         claim = ledger.backend.db.statement("group_claim", 10)
+        candidates = ledger.backend.db.statement("group_candidates", 10)
+        turns = ledger.backend.db.statement("group_candidates_turns", 10)
         params = {
             "queues": ["q"],
             "names": ["g"],
-            "take": [10],
             "ord": [0],
             "worker": "w",
             "now": None,
@@ -73,8 +78,20 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
                     conn.execute(f"ANALYZE {schema}.jobledger_jobs")
                 for mode in ("force_custom_plan", "force_generic_plan"):
                     conn.execute(f"SET plan_cache_mode = {mode}")
-                    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + claim, params))
+                    first = {"queues": ["q"], "now": None, "lock_space": 1}
+                    plan = explain(conn, claim, params)
                     assert "jobledger_jobs_group_due" in plan, plan
+                    assert "Seq Scan on jobledger_jobs" not in plan, plan
+                    # Both statements of the claim are prepared: the groups are found by
+                    # the skip scan of their index in the generic plan too.
+                    plan = explain(conn, candidates, first)
+                    assert "jobledger_jobs_group_next" in plan, plan
+                    assert "Seq Scan on jobledger_jobs" not in plan, plan
+                    # The usual first statement walks the groups' rows in turn order and
+                    # probes each group's next due job by its index.
+                    plan = explain(conn, turns, first)
+                    assert "jobledger_groups_turn" in plan, plan
+                    assert "jobledger_jobs_group_next" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan
         ledger.close()
     finally:
@@ -98,4 +115,37 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
     steps = [row[3] for row in plan]
     assert not any(s.startswith("SCAN jobledger_jobs") for s in steps), steps
     assert any("group_next (queue=? AND group_name=?)" in s for s in steps), steps
+    plan = backend.db.connection().execute(
+        "EXPLAIN QUERY PLAN " + backend.db.sql["group_candidates_turns"],
+        {"queue": "q", "now": 1e10, "scan": 104},
+    )
+    steps = [row[3] for row in plan]
+    assert not any(s.startswith("SCAN jobledger_jobs") for s in steps), steps
+    assert any("jobledger_groups_turn (queue=?)" in s for s in steps), steps
+    assert not any("TEMP B-TREE" in s for s in steps), steps
     lite.close()
+
+
+def test_the_claims_are_prepared_statements(pg):
+    """The claim without groups and both statements of the grouped claim are prepared once per
+    connection (not planned again on every run), as their plan tests above assume."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.task(lambda ctx, n: None, name="g", queue="q", group="g")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"t{n}"} for n in range(20)])
+        ledger.enqueue_many("g", [{"payload": {"n": n}, "key": f"g{n}"} for n in range(20)])
+        db = ledger.backend.db
+        for _ in range(3):
+            assert ledger.backend.jobs.claim(["q"], "w", 2)
+        query = "SELECT statement FROM pg_prepared_statements"
+        plain = [r[0] for r in db.quickly(lambda c: c.execute(query).fetchall())]
+        with db.transaction() as c:
+            grouped = [r[0] for r in c.execute(query).fetchall()]
+        assert any("group_name IS NULL AND queue = q.name" in s for s in plain), plain
+        assert any("WITH viable AS MATERIALIZED" in s for s in grouped), grouped
+        assert any("WITH current AS" in s for s in grouped), grouped
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)

@@ -228,3 +228,27 @@ def test_jobs_can_be_listed_by_group(api, work):
     assert [j.id for j in api.jobs(JobFilter(group="acme"))] == acme
     assert api.jobs(JobFilter(group="nobody")) == []
     assert len(api.jobs(JobFilter(queue="q"))) == 4
+
+
+def test_a_due_group_behind_many_idle_groups_rows_is_still_found(api, work):
+    """A claim walks the groups' rows in the order of their turns and stops after a few times
+    its batch; rows of groups without jobs (kept for a day) that come first do not hide a group
+    with due jobs behind them."""
+    for n in range(100):
+        put(api, f"idle{n:03d}", 1)
+    put(api, "late", 2)
+    # Serve "late" last of all, then let every other group run dry.
+    batch = claim(api, 101, at(1))
+    assert len(batch) == 101
+    api.backend.jobs.complete([lease_of(j) for j in batch if j.group != "late"], at(2))
+    assert [j.group for j in claim(api, 1, at(3))] == ["late"]
+
+
+def test_a_group_pruned_while_it_had_only_dead_jobs_is_claimed_again_after_a_redrive(api, work):
+    [job_id] = put(api, "gone", 1)
+    [job] = claim(api, 1, at(1))
+    api.backend.jobs.fail([Failure(lease_of(job), False, None, "HTTP 400", "no")], at(2))
+    # A week later the group's row is pruned (no pending or leased job, idle for a day).
+    assert api.backend.groups.prune_idle(86_400, at(7 * 86_400)) >= 1
+    api.redrive(actor="ops", reason="fixed", ids=[job_id], now=at(7 * 86_400))
+    assert [j.id for j in claim(api, 1, at(7 * 86_400 + 1))] == [job_id]

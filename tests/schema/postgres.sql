@@ -357,8 +357,9 @@ CREATE TABLE jobledger_group_limits (
 );
 
 -- Per group: its token bucket, when a claim last took its jobs (the round's order), and a
--- pause. Written by the claims (under a per-group lock) and by pauses; a group without a row
--- has a full bucket, was never served, and is not paused.
+-- pause. Written by the claims (under a per-group lock) and by pauses; every group with
+-- pending jobs has one (the trigger below); a row without a bucket is a full bucket, without
+-- a turn a group never served.
 CREATE TABLE jobledger_groups (
     queue         text             NOT NULL,
     name          text             NOT NULL,
@@ -369,3 +370,35 @@ CREATE TABLE jobledger_groups (
     paused_reason text,
     PRIMARY KEY (queue, name)
 );
+
+-- The claim walks the groups in the order of their turns.
+CREATE INDEX jobledger_groups_turn ON jobledger_groups (queue, served_at NULLS FIRST, name);
+
+-- A grouped job that becomes pending (a new job, a retry, a rescue, a release, a redrive, a
+-- resolve to pending) makes sure its group has a row, and holds a KEY SHARE lock on it until
+-- its transaction ends: claims and pauses update the row beside that lock without waiting, and
+-- the pruner, whose DELETE conflicts with it, skips the row (SKIP LOCKED) instead of deleting
+-- it under a job it cannot see yet. A row deleted meanwhile is inserted again (the loop).
+CREATE FUNCTION jobledger_group_arrives() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    LOOP
+        PERFORM 1 FROM jobledger_groups
+        WHERE queue = NEW.queue AND name = NEW.group_name
+        FOR KEY SHARE;
+        EXIT WHEN FOUND;
+        INSERT INTO jobledger_groups (queue, name) VALUES (NEW.queue, NEW.group_name)
+        ON CONFLICT DO NOTHING;
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+-- The WHEN clauses keep jobs without a group, claims and completions from calling it at all.
+CREATE TRIGGER jobledger_group_arrives AFTER INSERT ON jobledger_jobs
+    FOR EACH ROW WHEN (NEW.group_name IS NOT NULL AND NEW.state = 'pending')
+    EXECUTE FUNCTION jobledger_group_arrives();
+CREATE TRIGGER jobledger_group_returns AFTER UPDATE OF state ON jobledger_jobs
+    FOR EACH ROW
+    WHEN (NEW.group_name IS NOT NULL AND NEW.state = 'pending' AND OLD.state <> 'pending')
+    EXECUTE FUNCTION jobledger_group_arrives();

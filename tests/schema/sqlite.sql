@@ -346,3 +346,21 @@ CREATE TABLE jobledger_groups (
     paused_reason TEXT,
     PRIMARY KEY (queue, name)
 );
+
+-- The claim walks the groups in the order of their turns.
+CREATE INDEX jobledger_groups_turn ON jobledger_groups (queue, served_at, name);
+
+-- A grouped job that becomes pending (a new job, a retry, a rescue, a release, a redrive, a
+-- resolve to pending) makes sure its group has a row. SQLite has one writer: no prune runs
+-- between this and the job's commit.
+CREATE TRIGGER jobledger_group_arrives AFTER INSERT ON jobledger_jobs
+WHEN NEW.group_name IS NOT NULL AND NEW.state = 'pending'
+BEGIN
+    INSERT OR IGNORE INTO jobledger_groups (queue, name) VALUES (NEW.queue, NEW.group_name);
+END;
+
+CREATE TRIGGER jobledger_group_returns AFTER UPDATE OF state ON jobledger_jobs
+WHEN NEW.group_name IS NOT NULL AND NEW.state = 'pending' AND OLD.state <> 'pending'
+BEGIN
+    INSERT OR IGNORE INTO jobledger_groups (queue, name) VALUES (NEW.queue, NEW.group_name);
+END;

@@ -66,4 +66,10 @@ class Groups:
         leased job, no pause in force, neither served nor refilled since); return how many.
         A group that gets jobs again starts as a new one would, which is what its row said."""
         params = {"now": self._db.clock(now), "keep": float(keep)}
-        return self._db.count("group_prune_idle", params, limit=max(1, int(limit)))
+        with self._db.transaction() as c:
+            pruned = self._db.count("group_prune_idle", params, conn=c, limit=max(1, int(limit)))
+            if pruned:
+                # Every group with pending jobs keeps a row (the claim walks them): one whose
+                # job arrived while the prune looked is given its row back.
+                self._db.count("group_rows_restore", {}, conn=c)
+        return pruned

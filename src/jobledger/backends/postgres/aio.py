@@ -19,7 +19,7 @@ import psycopg_pool
 from ..._records import InsertResult, NewJob, OnConflict
 from ...errors import BackendUnavailable
 from ..jobs import AsyncJobs, Now
-from .database import CONNECT_TIMEOUT, PostgresDatabase
+from .database import CONNECT_TIMEOUT, NEVER_BY_COUNT, PostgresDatabase
 from .jobs import PostgresJobs
 from .plan import Copy, Done, Plan, Quick, Steps, next_step
 
@@ -60,7 +60,7 @@ class _Connections:
         conn = await psycopg.AsyncConnection.connect(
             self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
         )
-        conn.prepare_threshold = None
+        conn.prepare_threshold = NEVER_BY_COUNT
         await conn.execute("SET TIME ZONE 'UTC'")
         return conn
 

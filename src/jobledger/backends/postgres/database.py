@@ -33,7 +33,7 @@ from ..sqlfiles import queries
 from ..url import DatabaseURL
 from .newjob import NEW_JOB_SQL
 
-__all__ = ["CONNECT_TIMEOUT", "PostgresDatabase", "first_line", "to_time"]
+__all__ = ["CONNECT_TIMEOUT", "NEVER_BY_COUNT", "PostgresDatabase", "first_line", "to_time"]
 
 _T = TypeVar("_T")
 
@@ -87,6 +87,10 @@ def _fill(text: str, tables: dict[str, str], finish_channel: str, waiters_lock: 
     return text
 
 
+#: psycopg prepares a statement after this many runs unless told otherwise: never, here.
+NEVER_BY_COUNT = 2**62
+
+
 def _configure(conn: psycopg.Connection[Any]) -> None:
     # Autocommit: a single-statement write on the hot path (claim, complete, fail,
     # heartbeat) is its own transaction, one round trip instead of BEGIN, it, COMMIT.
@@ -96,9 +100,11 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     # and PostgreSQL may then switch to a generic plan, which cannot know how long an array
     # parameter is: for a completion of 500 leases it rescans the 500 (id, token) pairs
     # for every row (a quadratic join, 4-5x the cost of the whole drain). Statements whose
-    # generic plan is known to be good ask for ``prepare=True`` (the claim; tests check its
-    # plan); the single enqueue has its own prepared statement.
-    conn.prepare_threshold = None
+    # generic plan is known to be good ask for ``prepare=True`` (the claims; tests check their
+    # plans); the single enqueue has its own prepared statement. A threshold no count reaches,
+    # not None: with None psycopg ignores ``prepare=True`` too, and every claim was planned
+    # again on every run.
+    conn.prepare_threshold = NEVER_BY_COUNT
     conn.execute("SET TIME ZONE 'UTC'")
 
 

@@ -1,14 +1,17 @@
-"""The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of four statements:
+"""The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of two statements,
+both prepared (unless through a pooler in transaction mode) with the batch size written in:
 
-1. ``group_candidates`` finds the groups with due jobs (a skip scan of the grouped index),
-   least recently served first, and takes a transaction-scoped advisory lock on each of the
-   first ``limit`` that no other claim holds (``pg_try_advisory_xact_lock``: skipped, never
-   waited for);
-2. ``group_state`` reads those groups again in a new snapshot, taken after the locks, so every
+1. ``group_candidates_turns`` walks the groups' rows in the order of their turns, least
+   recently served first (every group with pending jobs has a row: migration 012), keeps the
+   first ``limit`` with a due job, and takes a transaction-scoped advisory lock on each that no
+   other claim holds (``pg_try_advisory_xact_lock``: skipped, never waited for). When the walk
+   stops short (many rows of groups without jobs ahead), ``group_candidates`` does the same from
+   a skip scan of the grouped index, which finds every group with due jobs;
+2. ``group_claim`` reads those groups again in a new snapshot, taken after the locks, so every
    claim that held one of them before has committed: the count of leased jobs and the bucket
-   are exact, and no two claims spend the same group's slots or tokens;
-3. ``group_claim`` leases up to each group's allowance, one job per group per round;
-4. ``group_served`` writes each served group's bucket and its turn.
+   are exact, and no two claims spend the same group's slots or tokens. In the same statement
+   it leases up to each group's allowance, one job per group per round, and writes each
+   served group's bucket and its turn.
 """
 
 from __future__ import annotations
@@ -16,14 +19,11 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ..._records import GroupLimits, GroupState, allowance, tokens_now
 from .database import PostgresDatabase
-from .database import to_time as _utc
 
 __all__ = ["GROUPS_RECHECK_SECONDS", "GroupedClaim"]
 
@@ -67,61 +67,31 @@ class GroupedClaim:
         lease_seconds: float | None,
     ) -> list[Any]:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
+        prepare = self._db.prepares
+        params = {"queues": list(queues), "now": now, "lock_space": self._lock_space}
         with self._db.transaction() as c:
-            found = c.execute(
-                self._db.statement("group_candidates", limit),
-                {"queues": list(queues), "now": now, "lock_space": self._lock_space},
+            rows = c.execute(
+                self._db.statement("group_candidates_turns", limit), params, prepare=prepare
             ).fetchall()
+            found = [r[:3] for r in rows if r[3]]
+            if rows[0][4] and sum(1 for r in rows if r[1] is not None) < limit:
+                # The walk of the groups' rows stopped short (many rows of groups without
+                # jobs come first): find every group with due jobs, as the index has them.
+                found = c.execute(
+                    self._db.statement("group_candidates", limit), params, prepare=prepare
+                ).fetchall()
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
-            rows = c.execute(
-                self._db.sql["group_state"],
-                {"queues": [r[0] for r in found], "names": [r[1] for r in found], "now": now},
-            ).fetchall()
-            current = {(r[0], r[1]): r for r in rows}
-            clock = _utc(rows[0][9])
-            assert clock is not None
-            plans: list[tuple[GroupState, int]] = []
-            for queue, name, _ in found:
-                r = current[(queue, name)]
-                if r[5] is not None and r[5] > clock:
-                    continue  # paused since the first statement's snapshot
-                limits = GroupLimits(r[6], r[7], r[8])
-                state = GroupState(queue, name, r[2], r[3], _utc(r[4]), limits)
-                take = allowance(state, clock, limit)
-                if take > 0:
-                    plans.append((state, take))
-            if not plans:
-                return []
-            claimed = c.execute(
+            return c.execute(
                 self._db.statement("group_claim", limit),
                 {
-                    "queues": [s.queue for s, _ in plans],
-                    "names": [s.name for s, _ in plans],
-                    "take": [take for _, take in plans],
-                    "ord": list(range(len(plans))),
+                    "queues": [r[0] for r in found],
+                    "names": [r[1] for r in found],
+                    "ord": list(range(len(found))),
                     "worker": worker,
                     "now": now,
                     "lease_seconds": lease_seconds,
                 },
+                prepare=prepare,
             ).fetchall()
-            taken = Counter((r[1], r[13]) for r in claimed)
-            served = [s for s, _ in plans if taken[(s.queue, s.name)]]
-            if served:
-                c.execute(
-                    self._db.sql["group_served"],
-                    {
-                        "queues": [s.queue for s in served],
-                        "names": [s.name for s in served],
-                        "tokens": [
-                            None
-                            if s.limits.rate is None
-                            else tokens_now(s.limits, s.tokens, s.refilled_at, clock)
-                            - taken[(s.queue, s.name)]
-                            for s in served
-                        ],
-                        "at": clock,
-                    },
-                )
-            return claimed

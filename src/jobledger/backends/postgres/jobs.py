@@ -14,7 +14,6 @@ leaves a key stuck.
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime
@@ -42,7 +41,7 @@ from ..._records import (
 )
 from ...errors import BackendUnavailable
 from ..common import (
-    claim_in_turns,
+    ClaimTurns,
     pause_reason,
     publish_compare,
     resolve_inserts,
@@ -78,7 +77,7 @@ class PostgresJobs(Jobs):
         self._db = db
         self._history = history
         self._grouped = GroupedClaim(db)
-        self._turns = itertools.count()
+        self._turns = ClaimTurns()
         self._insert_one_text = db.sql["job_insert_one"]
         self._insert_one_statement = PreparedStatement(
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
@@ -236,7 +235,7 @@ class PostgresJobs(Jobs):
             return self._grouped.claim(queues, worker, n, now, lease_seconds)
 
         if self._grouped.waiting(queues):
-            rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
+            rows = self._turns.claim(plain, grouped, limit)
         else:
             rows = plain(limit)
         return [claimed_job(r, _utc) for r in rows]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..._records import GroupLimits, GroupState, allowance, tokens_now
@@ -39,6 +39,27 @@ class GroupedClaim:
         row = c.execute(self.sql["group_limits_get"], {"queue": queue}).fetchone()
         return GroupLimits() if row is None else GroupLimits(row[0], row[1], row[2])
 
+    def _candidates(
+        self, c: sqlite3.Connection, queue: str, clock: float, limit: int
+    ) -> Iterator[tuple[str, float | None, float | None, float | None]]:
+        """The groups of ``queue`` with due jobs, in the order of their turns, as read: from
+        the groups' rows, or from the index when that walk stops short (see the statements)."""
+        scan = 4 * limit + 64
+        seen = set()
+        for row in c.execute(
+            self.sql["group_candidates_turns"], {"queue": queue, "now": clock, "scan": scan}
+        ).fetchall():
+            seen.add(row[0])
+            yield row
+        # Only when the claim wants more than those (it stops reading once it has enough).
+        params = {"queue": queue, "scan": scan}
+        if c.execute(self.sql["group_rows_beyond"], params).fetchone()[0]:
+            for row in c.execute(
+                self.sql["group_candidates"], {"queue": queue, "now": clock}
+            ).fetchall():
+                if row[0] not in seen:
+                    yield row
+
     def claim(
         self,
         c: sqlite3.Connection,
@@ -55,9 +76,7 @@ class GroupedClaim:
         for queue in queues:
             limits = self._limits(c, queue)
             viable = 0
-            for name, served_at, tokens, refilled_at in c.execute(
-                self.sql["group_candidates"], {"queue": queue, "now": clock}
-            ).fetchall():
+            for name, served_at, tokens, refilled_at in self._candidates(c, queue, clock, limit):
                 leased = 0
                 if limits.max_leased is not None:
                     leased = c.execute(
@@ -89,14 +108,20 @@ class GroupedClaim:
             {"now": clock, "lease_seconds": lease_seconds, "worker": worker},
         ).fetchall()
         taken = Counter((r[1], r[13]) for r in rows)
-        for _, state, _ in plans:
-            n = taken[(state.queue, state.name)]
-            if n:
-                left = None
-                if state.limits.rate is not None:
-                    left = tokens_now(state.limits, state.tokens, state.refilled_at, now) - n
-                c.execute(
-                    self.sql["group_served"],
-                    {"queue": state.queue, "name": state.name, "tokens": left, "now": clock},
-                )
+        c.executemany(
+            self.sql["group_served"],
+            [
+                {
+                    "queue": state.queue,
+                    "name": state.name,
+                    "tokens": None
+                    if state.limits.rate is None
+                    else tokens_now(state.limits, state.tokens, state.refilled_at, now)
+                    - taken[(state.queue, state.name)],
+                    "now": clock,
+                }
+                for _, state, _ in plans
+                if taken[(state.queue, state.name)]
+            ],
+        )
         return rows

@@ -9,7 +9,6 @@ it waits for it and finds its job.
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -33,7 +32,7 @@ from ..._records import (
 )
 from ...errors import BackendUnavailable
 from ..common import (
-    claim_in_turns,
+    ClaimTurns,
     insert_values,
     pause_reason,
     publish_compare,
@@ -56,7 +55,7 @@ class SqliteJobs(Jobs):
         self._sql = db.sql
         self._history = history
         self._grouped = GroupedClaim(db)
-        self._turns = itertools.count()
+        self._turns = ClaimTurns()
 
     # -- inserting -------------------------------------------------------------------------------
 
@@ -215,7 +214,7 @@ class SqliteJobs(Jobs):
             # in, so no claim refills a group's bucket from a time before the last claim's.
             clock = params["now"] = epoch(now)
             if self._grouped.waiting(c, queues):
-                rows = claim_in_turns(plain, grouped, limit, next(self._turns) % 2 == 1)
+                rows = self._turns.claim(plain, grouped, limit)
             else:
                 rows = plain(limit)
             if rows:

@@ -8,10 +8,57 @@ SELECT q.name FROM unnest(%(queues)s::text[]) AS q(name)
 WHERE EXISTS (SELECT 1 FROM {jobs} AS j
               WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = q.name)
 
+-- name: group_candidates_turns
+-- A grouped claim, first statement (the usual way): the groups' rows in the order of their
+-- turns (every group with pending jobs has one: migration 012), each kept if it has a due job,
+-- is not paused, is under its leased limit and has a token (as of this statement's snapshot),
+-- until {limit} are kept; those that no other claim holds are locked for this transaction
+-- ("locked"). Each queue's walk stops after 4 * {limit} + 64 rows (rows of groups without
+-- jobs, kept for a day, come first in the order): "more" says some queue has more rows than
+-- that, and then a claim that kept fewer than {limit} asks group_candidates, which finds
+-- every group. The one row with a NULL name stands for "none kept".
+WITH viable AS MATERIALIZED (
+    SELECT v.queue, v.name, v.served_at
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT w.queue, w.name, w.served_at
+        FROM (
+            SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
+            FROM {groups} AS g WHERE g.queue = q.name
+            ORDER BY g.served_at NULLS FIRST, g.name
+            LIMIT 4 * {limit} + 64
+        ) AS w
+        LEFT JOIN {group_limits} AS l ON l.queue = w.queue
+        -- The group's next run time, one probe of its index (as in group_candidates' walk);
+        -- never a join, as which the planner may read every due job of the queue.
+        WHERE (SELECT j.run_at <= {now} FROM {jobs} AS j
+               WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
+                 AND j.group_name = w.name
+               ORDER BY j.run_at LIMIT 1)
+          AND {@group_has_room}
+        ORDER BY w.served_at NULLS FIRST, w.name
+        LIMIT {limit}
+    ) AS v
+    ORDER BY v.served_at NULLS FIRST, v.queue, v.name
+    LIMIT {limit}
+), more AS (
+    SELECT count(*) > 4 * {limit} + 64 AS more FROM (
+        SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+        CROSS JOIN LATERAL (SELECT 1 FROM {groups} AS g WHERE g.queue = q.name
+                            LIMIT (4 * {limit} + 65)) AS r
+    ) AS x
+)
+SELECT v.queue, v.name, v.served_at,
+       v.name IS NOT NULL AND pg_try_advisory_xact_lock(%(lock_space)s,
+                                                        hashtext(v.queue || '/' || v.name)),
+       m.more
+FROM more AS m LEFT JOIN viable AS v ON true
+
 -- name: group_candidates
--- A grouped claim, first statement: the groups with due jobs, not paused, under their leased
--- limit and with a token (as of this statement's snapshot), least recently served first; the
--- first {limit} of them that no other claim holds are locked for this transaction. The groups
+-- A grouped claim, first statement when group_candidates_turns stopped short: the groups
+-- with due jobs, not paused, under their leased limit and with a token (as of this
+-- statement's snapshot), least recently served first; the first {limit} of them that no
+-- other claim holds are locked for this transaction. The groups
 -- are found by a skip scan of the grouped index (one probe per group, however many jobs each
 -- has), never by reading the jobs.
 WITH RECURSIVE walk AS (
@@ -33,47 +80,66 @@ WITH RECURSIVE walk AS (
         ORDER BY j.group_name, j.run_at LIMIT 1
     ) AS f
 ), viable AS MATERIALIZED (
-    SELECT w.queue, w.name, g.served_at
-    FROM walk AS w
-    LEFT JOIN {groups} AS g ON g.queue = w.queue AND g.name = w.name
+    SELECT w.queue, w.name, w.served_at
+    FROM (
+        SELECT k.queue, k.name, k.run_at, g.served_at, g.paused_until, g.tokens, g.refilled_at
+        FROM walk AS k
+        LEFT JOIN {groups} AS g ON g.queue = k.queue AND g.name = k.name
+    ) AS w
     LEFT JOIN {group_limits} AS l ON l.queue = w.queue
-    WHERE w.run_at <= {now}
-      AND (g.paused_until IS NULL OR g.paused_until <= {now})
-      AND (l.max_leased IS NULL OR l.max_leased > (
-           SELECT count(*) FROM (
-               SELECT 1 FROM {jobs} AS j
-               WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = w.queue
-                 AND j.group_name = w.name
-               LIMIT l.max_leased) AS x))
-      AND (l.rate IS NULL OR g.tokens IS NULL
-           OR g.tokens + l.rate * extract(epoch FROM {now} - g.refilled_at) >= 1)
-    ORDER BY g.served_at NULLS FIRST, w.queue, w.name
+    WHERE w.run_at <= {now} AND {@group_has_room}
+    ORDER BY w.served_at NULLS FIRST, w.queue, w.name
     LIMIT {limit}
 )
 SELECT queue, name, served_at FROM viable
 WHERE pg_try_advisory_xact_lock(%(lock_space)s, hashtext(queue || '/' || name))
 
--- name: group_state
--- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
--- after the locks: every claim that held one of them before has committed), with the clock.
-SELECT a.queue, a.name,
-       (SELECT count(*) FROM (
-            SELECT 1 FROM {jobs} AS j
-            WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = a.queue
-              AND j.group_name = a.name
-            LIMIT COALESCE(l.max_leased, 0)) AS x),
-       g.tokens, g.refilled_at, g.paused_until, l.max_leased, l.rate, l.burst, {now}
-FROM unnest(%(queues)s::text[], %(names)s::text[]) AS a(queue, name)
-LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
-LEFT JOIN {group_limits} AS l ON l.queue = a.queue
+-- name: group_has_room
+-- Whether the group "w" (its row's columns, NULL without one) under the limits "l" of its
+-- queue may be served: not paused, under its leased limit, with a token.
+(w.paused_until IS NULL OR w.paused_until <= {now})
+AND (l.max_leased IS NULL OR l.max_leased > (
+     SELECT count(*) FROM (
+         SELECT 1 FROM {jobs} AS j
+         WHERE j.state = 'leased' AND j.group_name IS NOT NULL AND j.queue = w.queue
+           AND j.group_name = w.name
+         LIMIT l.max_leased) AS x))
+AND (l.rate IS NULL OR w.tokens IS NULL
+     OR w.tokens + l.rate * extract(epoch FROM {now} - w.refilled_at) >= 1)
 
 -- name: group_claim
--- A grouped claim, third statement: up to "take" due jobs of each locked group, one per group
--- per round in the groups' order, {limit} in all; leased as job_claim leases.
-WITH picked AS (
-    SELECT c.id
-    FROM unnest(%(queues)s::text[], %(names)s::text[], %(take)s::int[], %(ord)s::int[])
-        AS a(queue, name, take, ord)
+-- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
+-- after the locks: every claim that held one of them before has committed), each group's
+-- allowance (free lease slots and whole tokens, as _records.allowance counts them), up to that
+-- many due jobs of each group, one per group per round in the groups' order, {limit} in all;
+-- leased as job_claim leases; and each served group's bucket as left and its turn.
+WITH current AS (
+    SELECT a.queue, a.name, a.ord, l.max_leased,
+           -- The bucket now (_records.tokens_now): NULL without a rate.
+           CASE WHEN l.rate IS NULL THEN NULL
+                WHEN g.tokens IS NULL OR g.refilled_at IS NULL
+                     THEN COALESCE(l.burst, GREATEST(1, l.rate))
+                ELSE LEAST(COALESCE(l.burst, GREATEST(1, l.rate)),
+                           g.tokens + l.rate
+                                      * GREATEST(0, extract(epoch FROM {now} - g.refilled_at)))
+           END AS tokens
+    FROM unnest(%(queues)s::text[], %(names)s::text[], %(ord)s::int[]) AS a(queue, name, ord)
+    LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
+    LEFT JOIN {group_limits} AS l ON l.queue = a.queue
+    WHERE g.paused_until IS NULL OR g.paused_until <= {now}
+), allowed AS (
+    SELECT c.queue, c.name, c.ord, c.tokens,
+           LEAST({limit}, COALESCE(floor(c.tokens)::int, {limit}),
+                 COALESCE(c.max_leased - (
+                     SELECT count(*) FROM (
+                         SELECT 1 FROM {jobs} AS j
+                         WHERE j.state = 'leased' AND j.group_name IS NOT NULL
+                           AND j.queue = c.queue AND j.group_name = c.name
+                         LIMIT COALESCE(c.max_leased, 0)) AS x), {limit})) AS take
+    FROM current AS c
+), picked AS (
+    SELECT p.id
+    FROM allowed AS a
     CROSS JOIN LATERAL (
         SELECT s.id, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
         FROM (
@@ -81,18 +147,21 @@ WITH picked AS (
             WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
               AND group_name = a.name AND run_at <= {now}
             ORDER BY priority DESC, run_at, id
-            LIMIT a.take
+            LIMIT GREATEST(a.take, 0)
             FOR UPDATE SKIP LOCKED
         ) AS s
-    ) AS c
-    ORDER BY c.rn, a.ord
+    ) AS p
+    WHERE a.take > 0
+    ORDER BY p.rn, a.ord
     LIMIT {limit}
-), {@lease_picked}
-
--- name: group_served
--- A claim took some of these groups' jobs: each bucket as left, and each group's turn.
-INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
-SELECT queue, name, tokens, %(at)s, %(at)s
-FROM unnest(%(queues)s::text[], %(names)s::text[], %(tokens)s::float8[]) AS a(queue, name, tokens)
-ON CONFLICT (queue, name) DO UPDATE
-SET tokens = excluded.tokens, refilled_at = excluded.refilled_at, served_at = excluded.served_at
+), {@lease_claimed}, served AS (
+    INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
+    SELECT a.queue, a.name, a.tokens - t.taken, {now}, {now}
+    FROM allowed AS a
+    JOIN (SELECT queue, group_name, count(*) AS taken FROM claimed GROUP BY queue, group_name)
+        AS t ON t.queue = a.queue AND t.group_name = a.name
+    ON CONFLICT (queue, name) DO UPDATE
+    SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+        served_at = excluded.served_at
+)
+{@lease_returned}

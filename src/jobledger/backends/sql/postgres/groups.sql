@@ -86,3 +86,23 @@ DELETE FROM {groups} WHERE (queue, name) IN (
     LIMIT {limit}
     FOR UPDATE SKIP LOCKED
 )
+
+-- name: group_rows_restore
+-- After group_prune_idle, in its transaction and a new snapshot: a row for every group with
+-- pending jobs that has none. The prune skipped the rows of groups whose jobs are being written
+-- (their lock); a job committed after the prune's snapshot, before its lock, is seen here.
+WITH RECURSIVE walk AS (
+    SELECT f.queue, f.group_name AS name FROM (
+        SELECT queue, group_name FROM {jobs}
+        WHERE state = 'pending' AND group_name > ''
+        ORDER BY queue, group_name LIMIT 1) AS f
+    UNION ALL
+    SELECT f.queue, f.group_name FROM walk AS w
+    CROSS JOIN LATERAL (
+        SELECT queue, group_name FROM {jobs}
+        WHERE state = 'pending' AND group_name > '' AND (queue, group_name) > (w.queue, w.name)
+        ORDER BY queue, group_name LIMIT 1) AS f
+)
+INSERT INTO {groups} (queue, name)
+SELECT queue, name FROM walk
+ON CONFLICT DO NOTHING

@@ -64,8 +64,12 @@ RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.
     SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
 
 -- name: lease_picked
--- The end of a claim (job_claim, group_claim) after its "picked" CTE has locked the jobs to
--- take: lease them, open their attempts, return them.
+-- The end of a claim (job_claim) after its "picked" CTE has locked the jobs to take: lease
+-- them, open their attempts, return them. group_claim writes the served groups in between.
+{@lease_claimed}
+{@lease_returned}
+
+-- name: lease_claimed
 -- "= ANY(ARRAY(…))": the rows are fetched by primary key (a join with the CTE is planned for an
 -- unknown number of rows: a hash join over every pending job). No "state = 'pending'" here:
 -- "picked" locked these rows after checking it, and a condition on state would let the planner
@@ -76,6 +80,8 @@ claimed AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     {@lease_opened}
 )
+
+-- name: lease_returned
 -- Payload and token as text: the worker parses the JSON itself, and a token stays a string.
 SELECT id, queue, key, task, payload::text, attempts, lease_token::text, lease_until,
        lease_seconds, run_at, priority, correlation_id, attempt_limit, group_name, trace_context

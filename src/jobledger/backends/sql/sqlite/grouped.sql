@@ -6,6 +6,25 @@
 SELECT 1 FROM jobledger_jobs
 WHERE state = 'pending' AND group_name IS NOT NULL AND queue IN ({queues}) LIMIT 1
 
+-- name: group_candidates_turns
+-- The groups of a queue with due jobs, not paused, in the order of their turns (never served
+-- first, then least recently served), from the groups' rows (every group with pending jobs has
+-- one: migration 012), read as the claim needs them; the walk stops after :scan rows (rows of
+-- groups without jobs, kept for a day, may come first): group_rows_beyond says whether there
+-- are more, and then the claim asks group_candidates, which finds every group.
+SELECT t.name, t.served_at, t.tokens, t.refilled_at
+FROM (SELECT name, served_at, tokens, refilled_at, paused_until
+      FROM jobledger_groups INDEXED BY jobledger_groups_turn
+      WHERE queue = :queue ORDER BY served_at, name LIMIT :scan) AS t
+WHERE (t.paused_until IS NULL OR t.paused_until <= :now)
+  AND EXISTS (SELECT 1 FROM jobledger_jobs AS j INDEXED BY jobledger_jobs_group_next
+              WHERE j.state = 'pending' AND j.group_name IS NOT NULL AND j.queue = :queue
+                AND j.group_name = t.name AND j.run_at <= :now)
+
+-- name: group_rows_beyond
+-- Whether a queue has more than :scan groups' rows.
+SELECT count(*) > :scan FROM (SELECT 1 FROM jobledger_groups WHERE queue = :queue LIMIT :scan + 1)
+
 -- name: group_candidates
 -- The groups of a queue with due jobs, not paused, least recently served first (never served
 -- first of all). The groups are found by a skip scan of the grouped index (one probe per

@@ -86,3 +86,11 @@ DELETE FROM jobledger_groups WHERE (queue, name) IN (
                       WHERE j.queue = g.queue AND j.group_name = g.name AND j.state = 'leased')
     LIMIT {limit}
 )
+
+-- name: group_rows_restore
+-- After group_prune_idle, in its transaction: a row for every group with pending jobs that has
+-- none (the claim walks the groups' rows: migration 012). Under SQLite's one writer no job can
+-- arrive during the prune, so this finds nothing unless a row went missing some other way.
+INSERT OR IGNORE INTO jobledger_groups (queue, name)
+SELECT DISTINCT queue, group_name FROM jobledger_jobs
+WHERE state = 'pending' AND group_name IS NOT NULL
