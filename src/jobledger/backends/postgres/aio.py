@@ -35,8 +35,9 @@ class _Connections:
     ``AsyncConnectionPool`` would hold up. Configured as the thread pools' connections are
     (``database._configure``): autocommit, nothing prepared behind our back, times in UTC."""
 
-    def __init__(self, conninfo: str, size: int):
+    def __init__(self, conninfo: str, size: int, role: dict[str, str]):
         self._conninfo = conninfo
+        self._role = role
         self._slots = asyncio.Semaphore(size)
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._closed = False
@@ -58,7 +59,7 @@ class _Connections:
         if self._closed:
             raise BackendUnavailable("the ledger's async connections are closed")
         conn = await psycopg.AsyncConnection.connect(
-            self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+            self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **self._role
         )
         conn.prepare_threshold = None
         await conn.execute("SET TIME ZONE 'UTC'")
@@ -167,7 +168,8 @@ class PostgresAsyncJobs(AsyncJobs):
 
     async def _opened(self) -> _Connections:
         if self._pool is None:
-            self._pool = _Connections(self._db.url.conninfo, self._db.url.pool_size)
+            url = self._db.url
+            self._pool = _Connections(url.conninfo, url.connection_budget.pool, url.role("async"))
         return self._pool
 
     async def open(self) -> None:

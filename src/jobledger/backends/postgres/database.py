@@ -141,7 +141,7 @@ class PostgresDatabase:
             on_down=self._release_pools,
             on_recovery=self._renew_pools,
         )
-        self._pool, self._quick_pool = self._new_pools()
+        self._pool = self._new_pool()
 
     @property
     def label(self) -> str:
@@ -186,30 +186,21 @@ class PostgresDatabase:
             f"PostgreSQL at {self.url.redacted} is unavailable: {first_line(exc)}"
         )
 
-    def _open_pool(
-        self, name: str, min_size: int
-    ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
+    def _new_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
+        """The pool of statements: ``pool_size`` less the connections of other roles (see
+        ``ConnectionBudget``). One connection is kept open; idempotent statements take theirs
+        without the round trip that checks it alive (see ``quick``), others check it first
+        (``_connection``)."""
         return psycopg_pool.ConnectionPool(
             self.url.conninfo,
-            min_size=min_size,
-            max_size=self.url.pool_size,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT},
+            min_size=1,
+            max_size=self.url.connection_budget.pool,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT, **self.url.role("pool")},
             configure=_configure,
             timeout=CONNECT_TIMEOUT,
             open=True,
-            name=name,
+            name="jobledger",
         )
-
-    def _new_pools(
-        self,
-    ) -> tuple[
-        psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
-        psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
-    ]:
-        # The main pool's connections are checked before use (``_connection``); idempotent
-        # statements skip that round trip (see ``quick``), and no connection of theirs is
-        # opened until one is needed.
-        return self._open_pool("jobledger", 1), self._open_pool("jobledger-quick", 0)
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -253,7 +244,9 @@ class PostgresDatabase:
         """The outage's probe: a fresh connection and one query (raises when the server does
         not answer)."""
         try:
-            with psycopg.connect(self.url.conninfo, connect_timeout=PROBE_TIMEOUT) as conn:
+            with psycopg.connect(
+                self.url.conninfo, connect_timeout=PROBE_TIMEOUT, **self.url.role("probe")
+            ) as conn:
                 conn.execute("SELECT 1")
         except psycopg.OperationalError as exc:
             if exc.sqlstate != _TOO_MANY_CONNECTIONS:
@@ -262,8 +255,7 @@ class PostgresDatabase:
     def _release_pools(self) -> None:
         """The database is down: close the pools, so that whoever waits on one for a
         connection is answered now (``PoolClosed``) rather than at the pool's timeout."""
-        for pool in (self._pool, self._quick_pool):
-            pool.close(timeout=1.0)
+        self._pool.close(timeout=1.0)
 
     def _renew_pools(self) -> None:
         """The database answers again: fresh pools, rather than closed ones or ones waiting
@@ -272,21 +264,29 @@ class PostgresDatabase:
             if self._closed:
                 return
             old = (self._pool, self._quick_pool)
-            self._pool, self._quick_pool = self._new_pools()
+            self._pool = self._new_pool()
         for pool in old:
             pool.close(timeout=1.0)
 
     def _probe(self) -> None:
         """Connect once up front so that a wrong URL fails now, with a clear message."""
         try:
-            with psycopg.connect(self.url.conninfo, connect_timeout=CONNECT_TIMEOUT):
+            with psycopg.connect(
+                self.url.conninfo, connect_timeout=CONNECT_TIMEOUT, **self.url.role("probe")
+            ):
                 pass
         except psycopg.Error as exc:
             raise self.unavailable(exc) from None
 
     def connect(self) -> psycopg.Connection[Any]:
-        """A connection of its own, outside the pools, in autocommit (migrations, LISTEN)."""
-        return psycopg.connect(self.url.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        """A connection of its own, outside the pool, in autocommit (a migration): one of the
+        probe's role (``ConnectionBudget``)."""
+        return psycopg.connect(
+            self.url.conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            **self.url.role("probe"),
+        )
 
     @contextmanager
     def translate(self) -> Iterator[None]:
@@ -403,7 +403,7 @@ class PostgresDatabase:
     def quickly(self, run: Callable[[psycopg.Connection[Any]], _T]) -> _T:
         """``run`` on a connection of the quick pool, as ``quick`` runs its statement."""
         with self.translate():
-            pool = self._quick_pool
+            pool = self._pool
             for attempt in range(3):
                 with pool.connection() as c:
                     try:
@@ -427,4 +427,3 @@ class PostgresDatabase:
                 self._closed = True
                 self.outage.close()
                 self._pool.close()
-                self._quick_pool.close()

@@ -30,6 +30,9 @@ class PgListener:
 
     _MAX_BACKOFF = 5.0
 
+    #: Its connection's role (``application_name``: see ``ConnectionBudget``).
+    role = "listen"
+
     def __init__(self, db: PostgresDatabase, queues: set[str], channel: str | None = None):
         self._db = db
         self._queues = queues
@@ -42,7 +45,12 @@ class PgListener:
         conninfo = self._db.url.listen_conninfo
         if conninfo is None:  # the backend offers no listener then: see supports_listen
             raise psycopg.OperationalError("no direct URL to LISTEN on")
-        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        conn = psycopg.connect(
+            conninfo,
+            autocommit=True,
+            connect_timeout=CONNECT_TIMEOUT,
+            **self._db.url.role(self.role),
+        )
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._channel)))
         return conn
 
@@ -96,6 +104,8 @@ class PgFinishListener(PgListener):
     Its connection holds a shared advisory lock while it listens: completions tell only while
     someone holds it (``someone_waits`` in jobs.sql), so a ledger nobody waits on sends no
     NOTIFY. The lock goes with the connection."""
+
+    role = "results"
 
     def __init__(self, db: PostgresDatabase):
         super().__init__(db, set(), db.finish_channel)
