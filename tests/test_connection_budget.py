@@ -122,8 +122,7 @@ def test_a_worker_process_stays_within_pool_size_through_pgbouncer(pg, tmp_path:
     with fresh_database(pg) as (name, direct), PgBouncer(pg.url, tmp_path, pool_size=2) as bouncer:
         _backlog(direct)
         url = with_query(bouncer.url(direct), pool_size=str(BUDGET), pooler="transaction")
-        admin = f"postgresql://{bouncer.user}@127.0.0.1:{bouncer.port}/pgbouncer"
-        sampler = ConnectionSampler(pg.admin_url, name, pgbouncer_admin=admin)
+        sampler = ConnectionSampler(pg.admin_url, name, pgbouncer_admin=bouncer.admin_url)
         _drain(url, direct, sampler, "--listen-url", direct)
         # PgBouncer's own server sessions stay within its pool.
         assert sampler.peak.pooler_servers <= 2

@@ -77,6 +77,8 @@ class ConnectionSampler:
         self.peak = Sample()
         self.last = Sample()
         self.role_peaks: Counter[str] = Counter()
+        #: The most server sessions seen at once (PgBouncer's included).
+        self.server_peak = 0
         self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -123,6 +125,7 @@ class ConnectionSampler:
                         now = self._sample(conn, bouncer)
                         self.samples += 1
                         self.last = now
+                        self.server_peak = max(self.server_peak, now.server_total)
                         if now.client_total > self.peak.client_total:
                             self.peak = now
                         for role, n in now.server.items():
