@@ -29,7 +29,7 @@ APP = "tests.apps.budget_app:ledger"
 BUDGET = 6
 JOBS = 1500
 WAITERS = 3
-ROLES = {"jobledger-pool", "jobledger-listen", "jobledger-results", "jobledger-probe"}
+ROLES = {"jobledger-pool", "jobledger-quick", "jobledger-listen", "jobledger-results", "jobledger-probe"}
 
 
 @contextmanager
@@ -101,10 +101,12 @@ def _drain(url: str, direct: str, sampler: ConnectionSampler, *options: str) -> 
 
 def test_budget_splits_pool_size_among_the_roles():
     budget = DatabaseURL.parse(f"postgresql://h/db?pool_size={BUDGET}").connection_budget
-    assert (budget.pool, budget.listen_sessions, budget.PROBES, budget.bound) == (3, 2, 1, 6)
+    assert (budget.pool, budget.quick, budget.listen_sessions, budget.PROBES) == (2, 1, 2, 1)
+    assert budget.bound == BUDGET
     polling = DatabaseURL.parse("postgresql://h/db?pool_size=6&pooler=transaction")
-    assert polling.connection_budget.pool == 5  # no LISTEN without a listen URL
-    assert DatabaseURL.parse("postgresql://h/db?pool_size=2").connection_budget.pool == 1
+    assert polling.connection_budget.statements == 5  # no LISTEN without a listen URL
+    small = DatabaseURL.parse("postgresql://h/db?pool_size=2").connection_budget
+    assert (small.pool, small.quick, small.bound) == (1, 1, 5)  # each pool keeps one
     named = DatabaseURL.parse("postgresql://h/db?application_name=billing")
     assert named.role("pool") == {} and DatabaseURL.parse("postgresql://h/db").role("pool") == {
         "application_name": "jobledger-pool"

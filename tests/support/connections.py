@@ -32,6 +32,9 @@ class Sample:
     pooler_clients: int = 0
     #: Of ``server``, the sessions PgBouncer holds.
     pooler_servers: int = 0
+    #: Of ``server``, the sessions the processes hold themselves, by ``application_name``
+    #: (PgBouncer's sessions carry the name of whichever client used them last).
+    own: Counter[str] = field(default_factory=Counter)
 
     @property
     def server_total(self) -> int:
@@ -57,7 +60,8 @@ def _rows(conn: psycopg.Connection[Any], query: str) -> list[dict[str, Any]]:
 
 class ConnectionSampler:
     """Polls the connections to ``dbname`` every ``interval`` seconds while it runs (a context
-    manager); ``peak`` is the sample with the most client connections, ``last`` the latest.
+    manager); ``peak`` is the sample with the most client connections, ``last`` the latest,
+    ``role_peaks`` the most of each role the processes held themselves at once.
     ``admin_url`` is a direct URL of the server; ``pgbouncer_admin`` a URL of PgBouncer's
     ``pgbouncer`` database when the processes go through it."""
 
@@ -108,8 +112,12 @@ class ConnectionSampler:
         ).fetchall()
         for pid, name in rows:
             now.server[name or "-"] += 1
-            if pid in pids:
+            # An unnamed session is one PgBouncer is opening (not yet in SHOW SERVERS): the
+            # processes name all of theirs.
+            if pid in pids or (bouncer is not None and not name):
                 now.pooler_servers += 1
+            else:
+                now.own[name or "-"] += 1
         return now
 
     def _run(self) -> None:
@@ -128,7 +136,7 @@ class ConnectionSampler:
                         self.server_peak = max(self.server_peak, now.server_total)
                         if now.client_total > self.peak.client_total:
                             self.peak = now
-                        for role, n in now.server.items():
+                        for role, n in now.own.items():
                             self.role_peaks[role] = max(self.role_peaks[role], n)
                         self._stop.wait(self.interval)
                 finally:

@@ -76,7 +76,11 @@ class ConnectionBudget:
       ``listen_url``);
     - ``jobledger-results``: one LISTEN session while the process waits on results
       (``ledger.result``);
-    - ``jobledger-pool``: the pool of statements, the rest of the budget (at least one);
+    - ``jobledger-pool`` and ``jobledger-quick``: the two pools of statements, which share the
+      rest of the budget (at least one connection each): ``quick`` for single idempotent
+      statements (claims, renewals, enqueues), ``pool`` for transactions and outcomes. A
+      transaction that needs a single statement on the side (a leader's renewal inside a fenced
+      write) takes it from the other pool, so it never waits on its own pool;
     - ``jobledger-async``: an ``AsyncLedger``'s own connections, on its event loop, as many as
       the pool (only in a process that uses one).
     """
@@ -93,15 +97,26 @@ class ConnectionBudget:
         return 2 if self.listens else 0
 
     @property
+    def statements(self) -> int:
+        """The two pools' sizes together: what the probe and the LISTEN sessions leave, at
+        least two."""
+        return max(2, self.total - self.PROBES - self.listen_sessions)
+
+    @property
+    def quick(self) -> int:
+        """The quick pool's size: half of ``statements``, rounded down."""
+        return self.statements // 2
+
+    @property
     def pool(self) -> int:
-        """The pool's size: what the probe and the LISTEN sessions leave, at least one."""
-        return max(1, self.total - self.PROBES - self.listen_sessions)
+        """The main pool's size: the rest of ``statements``."""
+        return self.statements - self.quick
 
     @property
     def bound(self) -> int:
         """The most connections a process holds at once without an ``AsyncLedger``: ``total``,
-        or more only when ``total`` is too small to leave the pool one."""
-        return self.pool + self.PROBES + self.listen_sessions
+        or more only when ``total`` is too small to leave each pool one."""
+        return self.statements + self.PROBES + self.listen_sessions
 
 
 @dataclass(frozen=True)

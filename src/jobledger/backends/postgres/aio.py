@@ -169,7 +169,7 @@ class PostgresAsyncJobs(AsyncJobs):
     async def _opened(self) -> _Connections:
         if self._pool is None:
             url = self._db.url
-            self._pool = _Connections(url.conninfo, url.connection_budget.pool, url.role("async"))
+            self._pool = _Connections(url.conninfo, url.connection_budget.statements, url.role("async"))
         return self._pool
 
     async def open(self) -> None:

@@ -141,7 +141,7 @@ class PostgresDatabase:
             on_down=self._release_pools,
             on_recovery=self._renew_pools,
         )
-        self._pool = self._new_pool()
+        self._pool, self._quick_pool = self._new_pools()
 
     @property
     def label(self) -> str:
@@ -186,21 +186,32 @@ class PostgresDatabase:
             f"PostgreSQL at {self.url.redacted} is unavailable: {first_line(exc)}"
         )
 
-    def _new_pool(self) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
-        """The pool of statements: ``pool_size`` less the connections of other roles (see
-        ``ConnectionBudget``). One connection is kept open; idempotent statements take theirs
-        without the round trip that checks it alive (see ``quick``), others check it first
-        (``_connection``)."""
+    def _open_pool(
+        self, role: str, min_size: int, max_size: int
+    ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
         return psycopg_pool.ConnectionPool(
             self.url.conninfo,
-            min_size=1,
-            max_size=self.url.connection_budget.pool,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT, **self.url.role("pool")},
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT, **self.url.role(role)},
             configure=_configure,
             timeout=CONNECT_TIMEOUT,
             open=True,
-            name="jobledger",
+            name=f"jobledger-{role}",
         )
+
+    def _new_pools(
+        self,
+    ) -> tuple[
+        psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
+        psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
+    ]:
+        """The two pools of statements, which share what ``pool_size`` leaves them (see
+        ``ConnectionBudget``). The main pool's connections are checked before use
+        (``_connection``); idempotent statements skip that round trip (see ``quick``), and no
+        connection of theirs is opened until one is needed."""
+        budget = self.url.connection_budget
+        return self._open_pool("pool", 1, budget.pool), self._open_pool("quick", 0, budget.quick)
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -255,7 +266,8 @@ class PostgresDatabase:
     def _release_pools(self) -> None:
         """The database is down: close the pools, so that whoever waits on one for a
         connection is answered now (``PoolClosed``) rather than at the pool's timeout."""
-        self._pool.close(timeout=1.0)
+        for pool in (self._pool, self._quick_pool):
+            pool.close(timeout=1.0)
 
     def _renew_pools(self) -> None:
         """The database answers again: fresh pools, rather than closed ones or ones waiting
@@ -264,7 +276,7 @@ class PostgresDatabase:
             if self._closed:
                 return
             old = (self._pool, self._quick_pool)
-            self._pool = self._new_pool()
+            self._pool, self._quick_pool = self._new_pools()
         for pool in old:
             pool.close(timeout=1.0)
 
@@ -279,7 +291,7 @@ class PostgresDatabase:
             raise self.unavailable(exc) from None
 
     def connect(self) -> psycopg.Connection[Any]:
-        """A connection of its own, outside the pool, in autocommit (a migration): one of the
+        """A connection of its own, outside the pools, in autocommit (a migration): one of the
         probe's role (``ConnectionBudget``)."""
         return psycopg.connect(
             self.url.conninfo,
@@ -403,7 +415,7 @@ class PostgresDatabase:
     def quickly(self, run: Callable[[psycopg.Connection[Any]], _T]) -> _T:
         """``run`` on a connection of the quick pool, as ``quick`` runs its statement."""
         with self.translate():
-            pool = self._pool
+            pool = self._quick_pool
             for attempt in range(3):
                 with pool.connection() as c:
                     try:
@@ -427,3 +439,4 @@ class PostgresDatabase:
                 self._closed = True
                 self.outage.close()
                 self._pool.close()
+                self._quick_pool.close()
