@@ -67,6 +67,15 @@ class PgListener:
         notification may have been missed in between)."""
         return bool(self._receive(timeout, self._queues.__contains__))
 
+    def woken(self, timeout: float) -> set[str]:
+        """The queues of ours a notification named within ``timeout`` seconds (``{ANY_QUEUE}``
+        after the connection broke or was made again), or an empty set."""
+        return set(self._receive(timeout, self._queues.__contains__))
+
+    def add(self, queue: str) -> None:
+        """Be woken for ``queue`` too (the channel is the same: nothing is sent)."""
+        self._queues.add(queue)
+
     def _receive(self, timeout: float, wanted: Callable[[str], bool]) -> list[str]:
         """The payloads of the first wanted notification within ``timeout`` (``[ANY_QUEUE]``
         after the connection broke or was made again), or ``[]``."""
