@@ -140,7 +140,10 @@ class Run:
                 self.workers.append(
                     subprocess.Popen(
                         self.net.command(host, [*argv, "--name", f"{host}:{p}"]),
-                        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        cwd=ROOT,
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
                     )  # fmt: skip
                 )
 
@@ -313,8 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     with netns.Network([f"b{i}" for i in range(max(counts))]) as net, _server(args, net) as pg:
         for mode in modes:
             bouncer = (
-                PgBouncer(pg.url(), Path(tempfile.mkdtemp()), pool_size=args.bouncer_pool,
-                          listen=net.server_address)  # fmt: skip
+                PgBouncer(
+                    pg.url(),
+                    Path(tempfile.mkdtemp()),
+                    pool_size=args.bouncer_pool,
+                    listen=net.server_address,
+                )  # fmt: skip
                 if mode == "pgbouncer"
                 else None
             )

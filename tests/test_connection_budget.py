@@ -29,7 +29,13 @@ APP = "tests.apps.budget_app:ledger"
 BUDGET = 6
 JOBS = 1500
 WAITERS = 3
-ROLES = {"jobledger-pool", "jobledger-quick", "jobledger-listen", "jobledger-results", "jobledger-probe"}
+ROLES = {
+    "jobledger-pool",
+    "jobledger-quick",
+    "jobledger-listen",
+    "jobledger-results",
+    "jobledger-probe",
+}
 
 
 @contextmanager
@@ -88,7 +94,9 @@ def _drain(url: str, direct: str, sampler: ConnectionSampler, *options: str) -> 
         proc.terminate()
         _, err = proc.communicate(timeout=60)
         print(err[-2000:])
-    print(f"under load: {dict(loaded.server)} clients={loaded.client_total}; idle: {dict(idle.server)}")
+    print(
+        f"under load: {dict(loaded.server)} clients={loaded.client_total}; idle: {dict(idle.server)}"
+    )
     assert sampler.samples > 50
     assert loaded.client_total <= BUDGET, (dict(loaded.server), loaded.pooler_clients)
     assert set(sampler.role_peaks) <= ROLES, sampler.role_peaks

@@ -21,6 +21,9 @@ class _Unreachable:
     url = DatabaseURL.parse("postgresql://postgres@127.0.0.1:1/postgres")
     channel = "jobledger_public"
 
+    def conninfo(self, role: str, conninfo: str | None = None) -> str:
+        return conninfo or self.url.conninfo
+
 
 def test_reconnecting_to_a_database_that_is_down_backs_off(monkeypatch):
     listener = PgListener(_Unreachable(), {"q"})  # type: ignore[arg-type]

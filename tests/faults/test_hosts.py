@@ -151,8 +151,15 @@ def _run(
     }
     workers = [
         start_worker(
-            h, setup.hosts_url, env, "-c", "3", "--batch-size", "2",
-            "--listen-url", setup.listen_url,
+            h,
+            setup.hosts_url,
+            env,
+            "-c",
+            "3",
+            "--batch-size",
+            "2",
+            "--listen-url",
+            setup.listen_url,
             wrap=lambda a, h=h: network.command(h, a),
         )  # fmt: skip
         for h in hosts

@@ -101,9 +101,7 @@ class ConnectionSampler:
             clients = _rows(bouncer, "SHOW CLIENTS")
             now.pooler_clients = sum(1 for c in clients if c.get("database") == self.dbname)
             servers = _rows(bouncer, "SHOW SERVERS")
-            pids = {
-                int(s["remote_pid"]) for s in servers if s.get("database") == self.dbname
-            }
+            pids = {int(s["remote_pid"]) for s in servers if s.get("database") == self.dbname}
         rows = conn.execute(
             "SELECT pid, application_name FROM pg_stat_activity"
             " WHERE datname = %s AND pid <> pg_backend_pid() AND backend_type = 'client backend'"

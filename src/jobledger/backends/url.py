@@ -11,7 +11,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError
 
-__all__ = ["ConnectionBudget", "DEFAULT_URL", "REQUIRE_URL_ENV", "DatabaseURL", "default_url_refused", "redact"]
+__all__ = [
+    "ConnectionBudget",
+    "DEFAULT_URL",
+    "REQUIRE_URL_ENV",
+    "DatabaseURL",
+    "default_url_refused",
+    "redact",
+]
 
 DEFAULT_URL = "sqlite:///jobledger.db"
 """The database of ``Ledger()`` without a URL and without ``JOBLEDGER_URL``: for the tour."""

@@ -35,9 +35,8 @@ class _Connections:
     ``AsyncConnectionPool`` would hold up. Configured as the thread pools' connections are
     (``database._configure``): autocommit, nothing prepared behind our back, times in UTC."""
 
-    def __init__(self, conninfo: str, size: int, role: dict[str, str]):
+    def __init__(self, conninfo: str, size: int):
         self._conninfo = conninfo
-        self._role = role
         self._slots = asyncio.Semaphore(size)
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._closed = False
@@ -59,7 +58,7 @@ class _Connections:
         if self._closed:
             raise BackendUnavailable("the ledger's async connections are closed")
         conn = await psycopg.AsyncConnection.connect(
-            self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT, **self._role
+            self._conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
         )
         conn.prepare_threshold = None
         await conn.execute("SET TIME ZONE 'UTC'")
@@ -168,8 +167,8 @@ class PostgresAsyncJobs(AsyncJobs):
 
     async def _opened(self) -> _Connections:
         if self._pool is None:
-            url = self._db.url
-            self._pool = _Connections(url.conninfo, url.connection_budget.statements, url.role("async"))
+            budget = self._db.url.connection_budget
+            self._pool = _Connections(self._db.conninfo("async"), budget.statements)
         return self._pool
 
     async def open(self) -> None:

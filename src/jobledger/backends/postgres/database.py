@@ -24,6 +24,7 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
 
 from ...errors import BackendUnavailable, SchemaMismatch
 from ..database import Fill
@@ -190,10 +191,10 @@ class PostgresDatabase:
         self, role: str, min_size: int, max_size: int
     ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
         return psycopg_pool.ConnectionPool(
-            self.url.conninfo,
+            self.conninfo(role),
             min_size=min_size,
             max_size=max_size,
-            kwargs={"connect_timeout": CONNECT_TIMEOUT, **self.url.role(role)},
+            kwargs={"connect_timeout": CONNECT_TIMEOUT},
             configure=_configure,
             timeout=CONNECT_TIMEOUT,
             open=True,
@@ -255,9 +256,7 @@ class PostgresDatabase:
         """The outage's probe: a fresh connection and one query (raises when the server does
         not answer)."""
         try:
-            with psycopg.connect(
-                self.url.conninfo, connect_timeout=PROBE_TIMEOUT, **self.url.role("probe")
-            ) as conn:
+            with psycopg.connect(self.conninfo("probe"), connect_timeout=PROBE_TIMEOUT) as conn:
                 conn.execute("SELECT 1")
         except psycopg.OperationalError as exc:
             if exc.sqlstate != _TOO_MANY_CONNECTIONS:
@@ -283,9 +282,7 @@ class PostgresDatabase:
     def _probe(self) -> None:
         """Connect once up front so that a wrong URL fails now, with a clear message."""
         try:
-            with psycopg.connect(
-                self.url.conninfo, connect_timeout=CONNECT_TIMEOUT, **self.url.role("probe")
-            ):
+            with psycopg.connect(self.conninfo("probe"), connect_timeout=CONNECT_TIMEOUT):
                 pass
         except psycopg.Error as exc:
             raise self.unavailable(exc) from None
@@ -294,11 +291,13 @@ class PostgresDatabase:
         """A connection of its own, outside the pools, in autocommit (a migration): one of the
         probe's role (``ConnectionBudget``)."""
         return psycopg.connect(
-            self.url.conninfo,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT,
-            **self.url.role("probe"),
+            self.conninfo("probe"), autocommit=True, connect_timeout=CONNECT_TIMEOUT
         )
+
+    def conninfo(self, role: str, conninfo: str | None = None) -> str:
+        """``conninfo`` (default: the URL's) for a connection of ``role``: named
+        ``jobledger-<role>`` unless the URL names the application (``ConnectionBudget``)."""
+        return make_conninfo(conninfo or self.url.conninfo, **self.url.role(role))
 
     @contextmanager
     def translate(self) -> Iterator[None]:

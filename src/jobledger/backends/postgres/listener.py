@@ -46,10 +46,7 @@ class PgListener:
         if conninfo is None:  # the backend offers no listener then: see supports_listen
             raise psycopg.OperationalError("no direct URL to LISTEN on")
         conn = psycopg.connect(
-            conninfo,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT,
-            **self._db.url.role(self.role),
+            self._db.conninfo(self.role, conninfo), autocommit=True, connect_timeout=CONNECT_TIMEOUT
         )
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._channel)))
         return conn
