@@ -100,16 +100,17 @@ class PgBouncer:
         self._start()
 
     def _start(self) -> None:
-        self._process = subprocess.Popen(
-            self._command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
+        # Its log goes to stderr too, a line per login: to a file, for a pipe nobody reads
+        # fills up and then PgBouncer stops answering.
+        with (self.directory / "stderr.log").open("a") as err:
+            self._process = subprocess.Popen(self._command, stdout=subprocess.DEVNULL, stderr=err)
         self._wait_ready()
 
     def _wait_ready(self, seconds: float = 30.0) -> None:
         deadline = time.monotonic() + seconds
         while True:
             if self._process.poll() is not None:
-                err = self._process.stderr.read() if self._process.stderr else ""
+                err = (self.directory / "stderr.log").read_text(errors="replace")
                 log = self.log.read_text() if self.log.exists() else ""
                 raise RuntimeError(f"pgbouncer exited {self._process.returncode}: {err}{log}")
             try:
