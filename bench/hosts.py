@@ -214,14 +214,19 @@ class Run:
                 conn.execute(f'DROP DATABASE IF EXISTS "{self.dbname}" WITH (FORCE)')
 
     def _drain_rate(self) -> float:
-        with psycopg.connect(self.harness_url, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT count(*), extract(epoch FROM max(a.finished_at) - min(a.started_at))"
-                " FROM jobledger_attempts a JOIN jobledger_jobs j ON j.id = a.job_id"
-                " WHERE j.key LIKE 'd%%' AND a.outcome = 'done'"
-            ).fetchone()
-        assert row is not None
-        return float(row[0]) / float(row[1])
+        count, seconds = self._attempts(
+            "count(*), extract(epoch FROM max(a.finished_at) - min(a.started_at))",
+            "j.key LIKE 'd%%' AND a.outcome = 'done'",
+        )[0]
+        return float(count) / float(seconds)
+
+    def _attempts(self, columns: str, where: str) -> list[tuple[Any, ...]]:
+        """``columns`` of the attempts joined to their jobs, ``where`` so."""
+        with psycopg.connect(self.harness_url, autocommit=True, application_name=HARNESS) as c:
+            return c.execute(
+                f"SELECT {columns} FROM jobledger_attempts a JOIN jobledger_jobs j"
+                f" ON j.id = a.job_id WHERE {where}".encode()
+            ).fetchall()
 
     def _steady(self, ledger: Ledger) -> dict[str, Any]:
         args = self.args
@@ -238,12 +243,9 @@ class Run:
                 sent += due
             time.sleep(max(0.0, started + (elapsed // tick + 1) * tick - time.monotonic()))
         self._wait_done("s", sent, args.stall)
-        with psycopg.connect(self.harness_url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT extract(epoch FROM a.started_at - j.created_at) FROM jobledger_attempts a"
-                " JOIN jobledger_jobs j ON j.id = a.job_id WHERE j.key LIKE 's%%'"
-                " AND a.attempt = 1"
-            ).fetchall()
+        rows = self._attempts(
+            "extract(epoch FROM a.started_at - j.created_at)", "j.key LIKE 's%%' AND a.attempt = 1"
+        )
         latencies = sorted(1000 * float(r[0]) for r in rows)
         return {
             "jobs": sent,

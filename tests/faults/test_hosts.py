@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 from jobledger import JobFilter, JobState, Ledger
-from jobledger.testing.fakeprovider import FakeProvider
 from jobledger.testing.history import HistoryRecorder
 
 from ..apps.fault_app import QUEUE, register
@@ -30,7 +29,7 @@ from ..support.history import assert_clean, enqueue
 from ..support.pgbouncer import PgBouncer, pgbouncer_binary
 from ..support.pgcluster import PgInstance
 from ..support.processes import wait_until
-from .conftest import require
+from .conftest import require, served
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.slow]
 
@@ -52,13 +51,8 @@ def network(hosts) -> Iterator[netns.Network]:
 
 @pytest.fixture(scope="module")
 def server(network, pg_base) -> Iterator[PgInstance]:
-    pg = PgInstance(pg_base, "hosts", listen=["127.0.0.1", network.server_address])
-    pg.initdb({"max_connections": "200"})
-    pg.start()
-    try:
+    with served(pg_base, network, "hosts", {"max_connections": "200"}) as pg:
         yield pg
-    finally:
-        pg.stop("immediate")
 
 
 @pytest.fixture
@@ -87,15 +81,6 @@ class Setup:
 @pytest.fixture
 def setup(server, network, bouncer) -> Setup:
     return Setup(server, network, bouncer)
-
-
-@pytest.fixture
-def provider(network, history) -> Iterator[FakeProvider]:
-    with (
-        HistoryRecorder(history, host="provider") as recorder,
-        FakeProvider(host=network.server_address, history=recorder) as p,
-    ):
-        yield p
 
 
 @pytest.fixture
