@@ -21,6 +21,9 @@ class _Unreachable:
     url = DatabaseURL.parse("postgresql://postgres@127.0.0.1:1/postgres")
     channel = "jobledger_public"
 
+    def conninfo(self, role: str, conninfo: str | None = None) -> str:
+        return conninfo or self.url.conninfo
+
 
 def test_reconnecting_to_a_database_that_is_down_backs_off(monkeypatch):
     listener = PgListener(_Unreachable(), {"q"})  # type: ignore[arg-type]
@@ -99,4 +102,51 @@ def test_completions_tell_waiters_for_results_only_while_one_listens(pg):
             assert ledger.result("last") == {"n": 99} and _notes(spy) == []
         ledger.close()
     finally:
+        pg.drop_schema(schema)
+
+
+def test_long_polls_on_several_queues_share_one_listen_session(pg):
+    """``serve``'s wake-ups: waiters on three queues are heard by one LISTEN session (one
+    connection of the process's budget, not one per queue), and a notification wakes only the
+    waiters of the queue it names."""
+    import asyncio
+
+    from jobledger.http.wakeups import Wakeups
+
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    ledger.migrate()
+
+    def sessions() -> int:
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND query = %s",
+                (pg.dbname, f'LISTEN "{ledger.backend.db.channel}"'),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    async def run() -> None:
+        wakeups = Wakeups(ledger.listening, asyncio.get_running_loop())
+        try:
+            events = {q: wakeups.arm(q) for q in ("a", "b", "c")}
+            patience = Patience(10)
+            while sessions() != 1 and not patience.expired():
+                await asyncio.sleep(0.05)
+            assert sessions() == 1
+            # Connecting wakes everyone (a notification may have been missed): arm again.
+            for event in events.values():
+                assert await Wakeups.wait(event, 10.0)
+            events = {q: wakeups.arm(q) for q in ("a", "b", "c")}
+            with psycopg.connect(pg.url, autocommit=True) as admin:
+                admin.execute("SELECT pg_notify(%s, 'b')", (ledger.backend.db.channel,))
+            assert await Wakeups.wait(events["b"], 5.0)
+            assert not events["a"].is_set() and not events["c"].is_set()
+            assert sessions() == 1
+        finally:
+            wakeups.close()
+
+    try:
+        asyncio.run(run())
+    finally:
+        ledger.close()
         pg.drop_schema(schema)

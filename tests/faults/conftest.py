@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from jobledger.testing.fakeprovider import FakeProvider
 from jobledger.testing.history import HistoryRecorder
 
 from ..support import netns, pgcluster
@@ -48,9 +49,34 @@ def pg_base() -> Iterator[Path]:
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 
+@contextlib.contextmanager
+def served(
+    base: Path, network: netns.Network, name: str, settings: dict[str, str] | None = None
+) -> Iterator[pgcluster.PgInstance]:
+    """A private PostgreSQL listening on loopback (the harness) and the hosts' server address;
+    stopped at once at the end."""
+    pg = pgcluster.PgInstance(base, name, listen=["127.0.0.1", network.server_address])
+    pg.initdb(settings)
+    pg.start()
+    try:
+        yield pg
+    finally:
+        pg.stop("immediate")
+
+
 @pytest.fixture
 def history(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     return history_dir(request, tmp_path)
+
+
+@pytest.fixture
+def provider(network, history) -> Iterator[FakeProvider]:
+    """The fake e-mail provider on the hosts' server address (``network``: this module's)."""
+    with (
+        HistoryRecorder(history, host="provider") as recorder,
+        FakeProvider(host=network.server_address, history=recorder) as p,
+    ):
+        yield p
 
 
 @pytest.fixture

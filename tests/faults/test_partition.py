@@ -17,13 +17,13 @@ import pytest
 
 from jobledger import JobFilter, JobState, Ledger
 from jobledger._records import AttemptOutcome
-from jobledger.testing.fakeprovider import FakeProvider
-from jobledger.testing.history import HistoryRecorder, load
+from jobledger.testing.history import load
 
 from ..apps.fault_app import QUEUE, register
 from ..support.history import assert_clean, enqueue
 from ..support.pgcluster import PgInstance
 from ..support.processes import wait_until
+from .conftest import served
 
 pytestmark = [pytest.mark.postgres_only, pytest.mark.slow]
 
@@ -33,13 +33,8 @@ LEASE = 3.0
 @pytest.fixture(scope="module")
 def server(network, pg_base) -> Iterator[PgInstance]:
     """A private PostgreSQL listening on loopback (the harness) and the hosts' server address."""
-    pg = PgInstance(pg_base, "partition", listen=["127.0.0.1", network.server_address])
-    pg.initdb()
-    pg.start()
-    try:
+    with served(pg_base, network, "partition") as pg:
         yield pg
-    finally:
-        pg.stop("immediate")
 
 
 @pytest.fixture
@@ -50,15 +45,6 @@ def urls(server, network) -> tuple[str, str]:
     with Ledger(harness_url) as ledger:
         ledger.migrate()
     return harness_url, server.url(network.server_address) + f"?schema={schema}"
-
-
-@pytest.fixture
-def provider(network, history) -> Iterator[FakeProvider]:
-    with (
-        HistoryRecorder(history, host="provider") as recorder,
-        FakeProvider(host=network.server_address, history=recorder) as p,
-    ):
-        yield p
 
 
 @pytest.fixture

@@ -53,10 +53,13 @@ class PgBouncer:
     """``pool_mode = transaction`` in front of ``server_url``'s server; ``url(dbname)`` is a
     URL through it. Stop with ``stop()`` (or use as a context manager)."""
 
-    def __init__(self, server_url: str, directory: Path, pool_size: int = 2):
+    def __init__(
+        self, server_url: str, directory: Path, pool_size: int = 2, listen: str = "127.0.0.1"
+    ):
         binary = pgbouncer_binary()
         server = conninfo_to_dict(server_url)
         self.user = str(server.get("user") or "postgres")
+        self.listen = listen
         self.port = _free_port()
         if os.geteuid() == 0:
             # PgBouncer refuses to run as root: it runs as nobody, who must reach its files
@@ -74,7 +77,7 @@ class PgBouncer:
             "[databases]\n"
             f"* = {target} user={self.user}\n"
             "[pgbouncer]\n"
-            "listen_addr = 127.0.0.1\n"
+            f"listen_addr = {listen}\n"
             f"listen_port = {self.port}\n"
             "unix_socket_dir =\n"
             "auth_type = trust\n"
@@ -86,27 +89,32 @@ class PgBouncer:
             f"admin_users = {self.user}\n"
         )
         command = [binary, str(directory / "pgbouncer.ini")]
+        self._command = command
         if os.geteuid() == 0:
             command[1:1] = ["-u", "nobody"]
             os.chmod(directory, 0o755)
             for path in directory.iterdir():
                 os.chmod(path, 0o666)
             shutil.chown(directory, "nobody")
-        self._process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
         self._server_url = server_url
+        self._start()
+
+    def _start(self) -> None:
+        # Its log goes to stderr too, a line per login: to a file, for a pipe nobody reads
+        # fills up and then PgBouncer stops answering.
+        with (self.directory / "stderr.log").open("a") as err:
+            self._process = subprocess.Popen(self._command, stdout=subprocess.DEVNULL, stderr=err)
         self._wait_ready()
 
     def _wait_ready(self, seconds: float = 30.0) -> None:
         deadline = time.monotonic() + seconds
         while True:
             if self._process.poll() is not None:
-                err = self._process.stderr.read() if self._process.stderr else ""
+                err = (self.directory / "stderr.log").read_text(errors="replace")
                 log = self.log.read_text() if self.log.exists() else ""
                 raise RuntimeError(f"pgbouncer exited {self._process.returncode}: {err}{log}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                with socket.create_connection((self.listen, self.port), timeout=1):
                     return
             except OSError:
                 if time.monotonic() > deadline:
@@ -116,13 +124,12 @@ class PgBouncer:
     def url(self, server_url: str | None = None) -> str:
         """``server_url`` (default: the one given) with its host and port PgBouncer's."""
         parts = urlsplit(server_url or self._server_url)
-        netloc = f"{self.user}@127.0.0.1:{self.port}"
+        netloc = f"{self.user}@{self.listen}:{self.port}"
         return urlunsplit(parts._replace(netloc=netloc))
 
     def server_sessions(self, dbname: str) -> int:
         """How many server connections PgBouncer holds to ``dbname`` (from SHOW POOLS)."""
-        admin = f"postgresql://{self.user}@127.0.0.1:{self.port}/pgbouncer"
-        with psycopg.connect(admin, autocommit=True, prepare_threshold=None) as conn:
+        with psycopg.connect(self.admin_url, autocommit=True, prepare_threshold=None) as conn:
             cur = conn.execute("SHOW POOLS")
             names = [c.name for c in cur.description or ()]
             rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
@@ -132,7 +139,18 @@ class PgBouncer:
             if r.get("database") == dbname
         )
 
-    def stop(self) -> None:
+    @property
+    def admin_url(self) -> str:
+        """PgBouncer's own ``pgbouncer`` database (SHOW POOLS, SHOW CLIENTS, ...)."""
+        return f"postgresql://{self.user}@{self.listen}:{self.port}/pgbouncer"
+
+    def restart(self) -> None:
+        """Stop PgBouncer (every client and server connection through it breaks), then start
+        it again on the same port."""
+        self._halt()
+        self._start()
+
+    def _halt(self) -> None:
         if self._process.poll() is None:
             self._process.terminate()
             try:
@@ -140,6 +158,9 @@ class PgBouncer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+
+    def stop(self) -> None:
+        self._halt()
         if self._own_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 

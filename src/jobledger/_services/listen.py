@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..backends.base import Listener
+from ..backends.base import ANY_QUEUE, Listener
 from .base import Service
 
-__all__ = ["Listener", "Listening"]
+__all__ = ["ANY_QUEUE", "Listener", "Listening"]
 
 
 class Listening(Service):

@@ -52,6 +52,15 @@ class Listener(Protocol):
 
     def wait(self, timeout: float) -> bool: ...
 
+    def woken(self, timeout: float) -> set[str]:
+        """The queues work may have arrived in within ``timeout`` seconds (``{ANY_QUEUE}``: any
+        of ours may have), or an empty set."""
+        ...
+
+    def add(self, queue: str) -> None:
+        """Listen for ``queue`` too."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -11,7 +11,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_URL", "REQUIRE_URL_ENV", "DatabaseURL", "default_url_refused", "redact"]
+__all__ = [
+    "ConnectionBudget",
+    "DEFAULT_URL",
+    "REQUIRE_URL_ENV",
+    "DatabaseURL",
+    "default_url_refused",
+    "redact",
+]
 
 DEFAULT_URL = "sqlite:///jobledger.db"
 """The database of ``Ledger()`` without a URL and without ``JOBLEDGER_URL``: for the tour."""
@@ -63,13 +70,71 @@ def redact(url: str) -> str:
 
 
 @dataclass(frozen=True)
+class ConnectionBudget:
+    """The connections one process opens to PostgreSQL for one ledger, all within
+    ``pool_size`` (``total``). Each role's connections say it in ``application_name``
+    (``jobledger-<role>``, unless the URL names the application), so that
+    ``pg_stat_activity`` can count them:
+
+    - ``jobledger-probe``: one at a time, short-lived — the check that the URL answers when the
+      ledger opens, the outage probe while the database seems down, a migration;
+    - ``jobledger-listen``: one LISTEN session for wake-ups per listener (a worker has one; it is
+      opened only when the URL listens: not through ``pooler=transaction`` without a
+      ``listen_url``);
+    - ``jobledger-results``: one LISTEN session while the process waits on results
+      (``ledger.result``);
+    - ``jobledger-pool`` and ``jobledger-quick``: the two pools of statements, which share the
+      rest of the budget (at least one connection each): ``quick`` for single idempotent
+      statements (claims, renewals, enqueues), ``pool`` for transactions and outcomes. A
+      transaction that needs a single statement on the side (a leader's renewal inside a fenced
+      write) takes it from the other pool, so it never waits on its own pool;
+    - ``jobledger-async``: an ``AsyncLedger``'s own connections, on its event loop, as many as
+      the pool (only in a process that uses one).
+    """
+
+    total: int
+    listens: bool
+
+    #: The probe's connection (one at a time).
+    PROBES = 1
+
+    @property
+    def listen_sessions(self) -> int:
+        """The LISTEN sessions a worker process holds: wake-ups and results."""
+        return 2 if self.listens else 0
+
+    @property
+    def statements(self) -> int:
+        """The two pools' sizes together: what the probe and the LISTEN sessions leave, at
+        least two."""
+        return max(2, self.total - self.PROBES - self.listen_sessions)
+
+    @property
+    def quick(self) -> int:
+        """The quick pool's size: half of ``statements``, rounded down."""
+        return self.statements // 2
+
+    @property
+    def pool(self) -> int:
+        """The main pool's size: the rest of ``statements``."""
+        return self.statements - self.quick
+
+    @property
+    def bound(self) -> int:
+        """The most connections a process holds at once without an ``AsyncLedger``: ``total``,
+        or more only when ``total`` is too small to leave each pool one."""
+        return self.statements + self.PROBES + self.listen_sessions
+
+
+@dataclass(frozen=True)
 class DatabaseURL:
     """A parsed ``sqlite:///path`` or ``postgresql://…`` URL.
 
     Options jobledger reads from the query string:
 
     - ``schema`` (PostgreSQL): where the jobledger tables live, default ``public``;
-    - ``pool_size`` (PostgreSQL): connections per process, default 10;
+    - ``pool_size`` (PostgreSQL): the most connections one process opens to the database for
+      a ledger, every role counted (``connection_budget``), default 10;
     - ``pooler`` (PostgreSQL): ``transaction`` when the URL points at a pooler in transaction
       mode (PgBouncer ``pool_mode = transaction``, and the like): nothing then relies on a
       server session outliving a transaction — no server-side prepared statement, and LISTEN
@@ -192,6 +257,22 @@ class DatabaseURL:
     @property
     def pool_size(self) -> int:
         return int(self.options.get("pool_size", "10"))
+
+    @property
+    def connection_budget(self) -> ConnectionBudget:
+        """How ``pool_size`` is shared among a process's connections (PostgreSQL)."""
+        return ConnectionBudget(self.pool_size, listens=self.listen_conninfo is not None)
+
+    @property
+    def names_application(self) -> bool:
+        """True when the URL (or ``PGAPPNAME``) gives the connections an ``application_name``;
+        else jobledger names each connection after its role (``ConnectionBudget``)."""
+        return "application_name" in self.driver_query or bool(os.environ.get("PGAPPNAME"))
+
+    def role(self, role: str) -> dict[str, str]:
+        """Connection keywords for a connection of ``role``: its ``application_name``
+        (``jobledger-<role>``) unless the URL names the application itself."""
+        return {} if self.names_application else {"application_name": f"jobledger-{role}"}
 
     @property
     def pooled_transactions(self) -> bool:

@@ -2,8 +2,8 @@
 
 A receive that found nothing waits here, not in a thread. It is woken by a publish in this
 process at once, and on PostgreSQL by ``LISTEN/NOTIFY`` for publishes and enqueues from any
-process: one listening connection per queue that someone is waiting on, shared by all its
-waiters. Without a listener (SQLite), waiters fall back to polling; the caller bounds each wait.
+process: one listening connection for every queue that someone has waited on, shared by all
+their waiters (one connection of the process's budget: docs/deployment.md, "Connections"). Without a listener (SQLite), waiters fall back to polling; the caller bounds each wait.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from .._services.listen import ANY_QUEUE
+
 if TYPE_CHECKING:
-    from .._services.listen import Listening
+    from .._services.listen import Listener, Listening
 
 __all__ = ["Wakeups"]
 
@@ -28,7 +30,11 @@ class Wakeups:
         self._listening = listening
         self._loop = loop
         self._events: dict[str, asyncio.Event] = {}
-        self._listeners: dict[str, threading.Thread] = {}
+        #: The queues someone has waited on, all heard by one listener (one LISTEN session)
+        #: on one thread, made when the first waiter arms.
+        self._queues: set[str] = set()
+        self._listener: Listener | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -64,35 +70,43 @@ class Wakeups:
         if not self._listening.supported or self._stop.is_set():
             return
         with self._lock:
-            if queue in self._listeners:
+            if queue in self._queues:
                 return
-            thread = threading.Thread(
-                target=self._listen_loop,
-                args=(queue,),
-                name=f"jobledger-listen-{queue}",
-                daemon=True,
+            self._queues.add(queue)
+            if self._listener is not None:
+                self._listener.add(queue)
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(
+                target=self._listen_loop, name="jobledger-listen", daemon=True
             )
-            self._listeners[queue] = thread
-        thread.start()
+        self._thread.start()
 
-    def _listen_loop(self, queue: str) -> None:
-        listener = self._listening.listener([queue])
+    def _listen_loop(self) -> None:
+        with self._lock:
+            listener = self._listener = self._listening.listener(sorted(self._queues))
         if listener is None:
             return
         try:
             while not self._stop.is_set():
-                if listener.wait(0.5):
+                woken = listener.woken(0.5)
+                if ANY_QUEUE in woken:
+                    with self._lock:
+                        woken = set(self._queues)
+                for queue in woken:
                     self.notify_threadsafe(queue)
         except Exception:  # never take the server down with a listener
-            log.exception("listener for queue %r failed", queue)
+            log.exception("the listener for queues %s failed", ",".join(sorted(self._queues)))
         finally:
             listener.close()
             with self._lock:
-                self._listeners.pop(queue, None)
+                # The next arm starts another, listening on every queue again.
+                self._listener = self._thread = None
+                self._queues.clear()
 
     def close(self) -> None:
         self._stop.set()
         with self._lock:
-            threads = list(self._listeners.values())
-        for thread in threads:
+            thread = self._thread
+        if thread is not None:
             thread.join(2.0)

@@ -167,7 +167,8 @@ class PostgresAsyncJobs(AsyncJobs):
 
     async def _opened(self) -> _Connections:
         if self._pool is None:
-            self._pool = _Connections(self._db.url.conninfo, self._db.url.pool_size)
+            budget = self._db.url.connection_budget
+            self._pool = _Connections(self._db.conninfo("async"), budget.statements)
         return self._pool
 
     async def open(self) -> None:

@@ -24,6 +24,7 @@ import psycopg
 import psycopg.errors
 import psycopg_pool
 from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
 
 from ...errors import BackendUnavailable, SchemaMismatch
 from ..database import Fill
@@ -193,17 +194,17 @@ class PostgresDatabase:
         )
 
     def _open_pool(
-        self, name: str, min_size: int
+        self, role: str, min_size: int, max_size: int
     ) -> psycopg_pool.ConnectionPool[psycopg.Connection[Any]]:
         return psycopg_pool.ConnectionPool(
-            self.url.conninfo,
+            self.conninfo(role),
             min_size=min_size,
-            max_size=self.url.pool_size,
+            max_size=max_size,
             kwargs={"connect_timeout": CONNECT_TIMEOUT},
             configure=_configure,
             timeout=CONNECT_TIMEOUT,
             open=True,
-            name=name,
+            name=f"jobledger-{role}",
         )
 
     def _new_pools(
@@ -212,10 +213,12 @@ class PostgresDatabase:
         psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
         psycopg_pool.ConnectionPool[psycopg.Connection[Any]],
     ]:
-        # The main pool's connections are checked before use (``_connection``); idempotent
-        # statements skip that round trip (see ``quick``), and no connection of theirs is
-        # opened until one is needed.
-        return self._open_pool("jobledger", 1), self._open_pool("jobledger-quick", 0)
+        """The two pools of statements, which share what ``pool_size`` leaves them (see
+        ``ConnectionBudget``). The main pool's connections are checked before use
+        (``_connection``); idempotent statements skip that round trip (see ``quick``), and no
+        connection of theirs is opened until one is needed."""
+        budget = self.url.connection_budget
+        return self._open_pool("pool", 1, budget.pool), self._open_pool("quick", 0, budget.quick)
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -259,7 +262,7 @@ class PostgresDatabase:
         """The outage's probe: a fresh connection and one query (raises when the server does
         not answer)."""
         try:
-            with psycopg.connect(self.url.conninfo, connect_timeout=PROBE_TIMEOUT) as conn:
+            with psycopg.connect(self.conninfo("probe"), connect_timeout=PROBE_TIMEOUT) as conn:
                 conn.execute("SELECT 1")
         except psycopg.OperationalError as exc:
             if exc.sqlstate != _TOO_MANY_CONNECTIONS:
@@ -285,14 +288,22 @@ class PostgresDatabase:
     def _probe(self) -> None:
         """Connect once up front so that a wrong URL fails now, with a clear message."""
         try:
-            with psycopg.connect(self.url.conninfo, connect_timeout=CONNECT_TIMEOUT):
+            with psycopg.connect(self.conninfo("probe"), connect_timeout=CONNECT_TIMEOUT):
                 pass
         except psycopg.Error as exc:
             raise self.unavailable(exc) from None
 
     def connect(self) -> psycopg.Connection[Any]:
-        """A connection of its own, outside the pools, in autocommit (migrations, LISTEN)."""
-        return psycopg.connect(self.url.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        """A connection of its own, outside the pools, in autocommit (a migration): one of the
+        probe's role (``ConnectionBudget``)."""
+        return psycopg.connect(
+            self.conninfo("probe"), autocommit=True, connect_timeout=CONNECT_TIMEOUT
+        )
+
+    def conninfo(self, role: str, conninfo: str | None = None) -> str:
+        """``conninfo`` (default: the URL's) for a connection of ``role``: named
+        ``jobledger-<role>`` unless the URL names the application (``ConnectionBudget``)."""
+        return make_conninfo(conninfo or self.url.conninfo, **self.url.role(role))
 
     @contextmanager
     def translate(self) -> Iterator[None]:

@@ -30,6 +30,9 @@ class PgListener:
 
     _MAX_BACKOFF = 5.0
 
+    #: Its connection's role (``application_name``: see ``ConnectionBudget``).
+    role = "listen"
+
     def __init__(self, db: PostgresDatabase, queues: set[str], channel: str | None = None):
         self._db = db
         self._queues = queues
@@ -42,7 +45,9 @@ class PgListener:
         conninfo = self._db.url.listen_conninfo
         if conninfo is None:  # the backend offers no listener then: see supports_listen
             raise psycopg.OperationalError("no direct URL to LISTEN on")
-        conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+        conn = psycopg.connect(
+            self._db.conninfo(self.role, conninfo), autocommit=True, connect_timeout=CONNECT_TIMEOUT
+        )
         conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(self._channel)))
         return conn
 
@@ -58,6 +63,15 @@ class PgListener:
         Returns True on a wake-up, or after a connection broke or was made again (a
         notification may have been missed in between)."""
         return bool(self._receive(timeout, self._queues.__contains__))
+
+    def woken(self, timeout: float) -> set[str]:
+        """The queues of ours a notification named within ``timeout`` seconds (``{ANY_QUEUE}``
+        after the connection broke or was made again), or an empty set."""
+        return set(self._receive(timeout, self._queues.__contains__))
+
+    def add(self, queue: str) -> None:
+        """Be woken for ``queue`` too (the channel is the same: nothing is sent)."""
+        self._queues.add(queue)
 
     def _receive(self, timeout: float, wanted: Callable[[str], bool]) -> list[str]:
         """The payloads of the first wanted notification within ``timeout`` (``[ANY_QUEUE]``
@@ -96,6 +110,8 @@ class PgFinishListener(PgListener):
     Its connection holds a shared advisory lock while it listens: completions tell only while
     someone holds it (``someone_waits`` in jobs.sql), so a ledger nobody waits on sends no
     NOTIFY. The lock goes with the connection."""
+
+    role = "results"
 
     def __init__(self, db: PostgresDatabase):
         super().__init__(db, set(), db.finish_channel)
