@@ -108,9 +108,10 @@ class Phases:
 class Sampler(threading.Thread):
     """Every ``interval`` seconds: the size and dead tuples of each of the queue's relations."""
 
-    def __init__(self, dsn: str, prefix: str, interval: float):
+    def __init__(self, dsn: str, prefix: str, interval: float, jobs_table: str):
         super().__init__(daemon=True)
         self.dsn, self.prefix, self.interval = dsn, prefix, interval
+        self.jobs_table = jobs_table
         self.samples: list[tuple[float, dict[str, dict[str, Any]]]] = []
         self.stop = threading.Event()
 
@@ -123,7 +124,12 @@ class Sampler(threading.Thread):
 
     def sizes(self, conn: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
         rows = conn.execute(_SIZES, {"prefix": self.prefix.replace("_", r"\_") + "%"}).fetchall()
-        return {
+        # Jobs enqueued so far: the jobs table's id sequence (a finished PgQueuer job leaves
+        # its table for the log).
+        enqueued = conn.execute(
+            "SELECT pg_sequence_last_value(pg_get_serial_sequence(%s, 'id'))", [self.jobs_table]
+        ).fetchone()[0]  # type: ignore[index]
+        return {"*enqueued": {"kind": "count", "bytes": 0, "dead": 0, "jobs": enqueued or 0}} | {
             r[0]: {"kind": "table" if r[1] == "r" else "index", "bytes": r[2], "dead": r[3]}
             | ({"live": r[4]} if r[1] == "r" else {})
             for r in rows
@@ -173,7 +179,7 @@ def run_pressure(
     kind = system.info.get("kind", system.name.split("/")[0].split("@")[0])
     with fresh_database("postgres") as dsn:
         setup(system, dsn)
-        sampler = Sampler(dsn, PREFIXES[kind], sample)
+        sampler = Sampler(dsn, PREFIXES[kind], sample, JOBS_TABLES[kind])
         poller = Poller(dsn, system.info["remaining_sql"])
         workers = Workers(system, dsn, processes, env={"BENCH_TIME_CLAIMS": "1"})
         producer = None
@@ -266,9 +272,18 @@ def summarise(
             "peak_dead": _peak_dead(samples, lo, hi),
         }
     result["recovered_after_s"] = _recovered_after(per_second, phases, result["clean"], rate)
+    for phase in PHASES:
+        relations = result[phase]["relations"]
+        jobs = relations.get("*enqueued", {}).get("jobs", 0)
+        result[phase]["jobs_enqueued"] = jobs
+        result[phase]["bytes_per_job"] = _total_bytes(relations) / jobs if jobs else None
     clean_bytes = _total_bytes(result["clean"]["relations"])
     after_bytes = _total_bytes(result["recover"]["relations"])
     result["size_after_vs_clean"] = after_bytes / clean_bytes if clean_bytes else None
+    clean_per_job, after_per_job = (result[p]["bytes_per_job"] for p in ("clean", "recover"))
+    result["bytes_per_job_after_vs_clean"] = (
+        after_per_job / clean_per_job if clean_per_job and after_per_job else None
+    )
     return result
 
 
@@ -344,12 +359,13 @@ def render(report: dict[str, Any]) -> str:
         r = run["result"]
         lines.append(
             f"{head}: back to clean figures {_fmt(r['recovered_after_s'])} s after the release; "
-            f"size after recovery {_fmt(r['size_after_vs_clean'], 2)}x the clean phase's; "
+            f"size after recovery {_fmt(r['size_after_vs_clean'], 2)}x the clean phase's, "
+            f"{_fmt(r['bytes_per_job_after_vs_clean'], 2)}x per job enqueued; "
             f"{r['never_started']} never started"
         )
         lines.append(
             "  phase     done/s  of offered  p50 ms  p95 ms  p99 ms  claim p50/p95 ms  "
-            "peak dead  tables+indexes MB"
+            "peak dead  tables+indexes MB  bytes/job"
         )
         for phase in PHASES:
             p = r[phase]
@@ -358,10 +374,11 @@ def render(report: dict[str, Any]) -> str:
                 f" {_fmt(p['p50_ms'], 1):>7} {_fmt(p['p95_ms'], 1):>7} {_fmt(p['p99_ms'], 1):>7}"
                 f" {_fmt(p['claim_p50_ms'], 2):>8}/{_fmt(p['claim_p95_ms'], 2):<8}"
                 f" {_fmt(p['peak_dead']):>10} {_mb(_total_bytes(p['relations'])):>18}"
+                f" {_fmt(p['bytes_per_job']):>10}"
             )
         lines.append("  at each phase's end, MB (dead tuples), relations over 64 kB:")
         for name, rel in r["recover"]["relations"].items():
-            if rel["bytes"] <= 65536:
+            if rel["kind"] == "count" or rel["bytes"] <= 65536:
                 continue
             cells = []
             for phase in PHASES:

@@ -94,3 +94,32 @@ def test_the_working_tree_against_a_baseline_revision_in_turn(tmp_path):
     unknown = run([*argv, "--baseline", "no-such-rev"], cwd=ROOT, env=env, text=True)
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("error: --baseline no-such-rev:"), unknown.stderr
+
+
+def test_the_pressure_bench_reports_every_phase_of_both_scenarios(pg, tmp_path):
+    """``python -m bench.pressure --quick``: a held xmin (idle in transaction, then a
+    REPEATABLE READ reader) for a few seconds; the report has every phase's figures."""
+    out = tmp_path / "pressure.json"
+    proc = run(
+        [sys.executable, "-m", "bench.pressure", "--quick", "--peers", "", "--out", str(out)],
+        cwd=ROOT,
+        env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    runs = {(r["system"], r["scenario"]): r for r in report["runs"]}
+    assert set(runs) == {("jobledger", "idle"), ("jobledger", "rr")}
+    for r in runs.values():
+        result = r["result"]
+        assert result["enqueued"] > 0
+        for phase in ("clean", "held", "recover"):
+            figures = result[phase]
+            assert figures["completed_per_s"] > 0 and figures["p95_ms"] > 0, (phase, figures)
+            assert figures["claims"] > 0 and figures["claim_p95_ms"] > 0, (phase, figures)
+            assert figures["relations"]["jobledger_jobs"]["bytes"] > 0
+            assert "jobledger_jobs_due" in figures["relations"]
+        assert "recovered_after_s" in result and "size_after_vs_clean" in result
+    assert runs[("jobledger", "rr")]["result"]["rr_scans"] > 0
+    assert "back to clean figures" in proc.stdout
