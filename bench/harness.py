@@ -226,9 +226,7 @@ class WorkerRecords:
 class Workers:
     """An adapter's ``work`` command: N worker processes behind one start barrier."""
 
-    def __init__(
-        self, system: System, dsn: str, processes: int, env: dict[str, str] | None = None
-    ):
+    def __init__(self, system: System, dsn: str, processes: int, env: dict[str, str] | None = None):
         self.system = system
         self.processes = processes
         self.rundir = Path(tempfile.mkdtemp(prefix="jobledger-bench-run-"))

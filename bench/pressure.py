@@ -43,8 +43,8 @@ from .harness import (
     BenchError,
     Poller,
     System,
-    Workers,
     WorkerRecords,
+    Workers,
     _env,
     adapter,
     fresh_database,
@@ -136,6 +136,29 @@ class Sampler(threading.Thread):
         }
 
 
+class Vacuumer(threading.Thread):
+    """Every ``interval`` seconds, ``VACUUM`` each of the queue's tables: autovacuum's part, for
+    a server that runs without it (``--vacuum``)."""
+
+    def __init__(self, dsn: str, prefix: str, interval: float):
+        super().__init__(daemon=True)
+        self.dsn, self.prefix, self.interval = dsn, prefix, interval
+        self.runs = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.wait(self.interval):
+                tables = conn.execute(
+                    "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE %s "
+                    "AND relnamespace = 'public'::regnamespace",
+                    [self.prefix + "%"],
+                ).fetchall()
+                for (table,) in tables:
+                    conn.execute(f'VACUUM "{table}"')
+                self.runs += 1
+
+
 class Holder:
     """The session that holds the xmin horizon back: idle in a transaction with an XID, or a
     REPEATABLE READ reader scanning the jobs table again and again."""
@@ -172,8 +195,15 @@ class Holder:
 
 
 def run_pressure(
-    system: System, scenario: str, seconds: dict[str, float], rate: float, chunk: int,
-    processes: int, sample: float, tail_timeout: float,
+    system: System,
+    scenario: str,
+    seconds: dict[str, float],
+    rate: float,
+    chunk: int,
+    processes: int,
+    sample: float,
+    tail_timeout: float,
+    vacuum: float = 0.0,
 ) -> dict[str, Any]:
     """One queue through one scenario; the per-phase figures."""
     kind = system.info.get("kind", system.name.split("/")[0].split("@")[0])
@@ -189,6 +219,9 @@ def run_pressure(
             time.sleep(0.5)  # the workers reach their idle wait
             total = sum(seconds.values())
             sampler.start()
+            vacuumer = Vacuumer(dsn, PREFIXES[kind], vacuum) if vacuum > 0 else None
+            if vacuumer is not None:
+                vacuumer.start()
             warm_up = min(WARM_UP, total / 3)
             producer = subprocess.Popen(
                 [system.python, "-m", system.module, "produce", "--dsn", dsn, "--rate", str(rate),
@@ -215,13 +248,17 @@ def run_pressure(
             _, backlog = poller.wait_empty(timeout=tail_timeout)
             sampler.stop.set()
             sampler.join()
+            if vacuumer is not None:
+                vacuumer.stop.set()
+                vacuumer.join()
         finally:
             if producer is not None and producer.poll() is None:
                 producer.kill()
             records = workers.stop_records()
             poller.close()
     return summarise(records, sampler.samples, phases, rate, enqueued, backlog, holder.scans) | {
-        "producer_overran_s": max(0.0, produced_until - phases.end)
+        "producer_overran_s": max(0.0, produced_until - phases.end),
+        "vacuums": vacuumer.runs if vacuumer is not None else None,
     }
 
 
@@ -348,7 +385,9 @@ def render(report: dict[str, Any]) -> str:
         f"held xmin — {report['date']}: {report['rate']:,.0f} jobs/s offered, phases "
         f"{s['clean']:g} s clean / {s['held']:g} s held / {s['recover']:g} s recovery, "
         f"load average {', '.join(f'{x:.2f}' for x in report['loadavg_before'])} before, "
-        f"{', '.join(f'{x:.2f}' for x in report['loadavg_after'])} after",
+        f"{', '.join(f'{x:.2f}' for x in report['loadavg_after'])} after; PostgreSQL "
+        f"{report['postgres']}, autovacuum {report['autovacuum']}"
+        + (f", VACUUM every {report['vacuum_every_s']:g} s" if report["vacuum_every_s"] else ""),
     ]
     for run in report["runs"]:
         lines.append("")
@@ -404,6 +443,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peers", default="pgqueuer", help="other queues (comma-separated; '' none)")
     p.add_argument("--peers-venv", type=Path, default=peers.default_venv())
     p.add_argument("--baseline", metavar="REV", help="also jobledger at this git revision")
+    p.add_argument(
+        "--vacuum",
+        type=float,
+        default=0.0,
+        help="VACUUM the queue's tables every this many seconds (for a server without "
+        "autovacuum; default 0: leave it to the server)",
+    )
     p.add_argument("--sample", type=float, default=2.0, help="seconds between size samples")
     p.add_argument("--quick", action="store_true", help="a few seconds a phase, 200 jobs/s")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "pressure.json")
@@ -437,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     for system in systems:
         with fresh_database("postgres") as dsn:
             system.info.update(adapter(system, "info", dsn))
+            with psycopg.connect(dsn) as conn:
+                server = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+                autovacuum = conn.execute("SHOW autovacuum").fetchone()[0]  # type: ignore[index]
 
     report: dict[str, Any] = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -445,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
         "chunk": args.chunk,
         "processes": args.processes,
         "loadavg_before": os.getloadavg(),
+        "vacuum_every_s": args.vacuum or None,
+        "postgres": server,
+        "autovacuum": autovacuum,
         "runs": [],
         "notes": notes,
     }
@@ -458,15 +510,13 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run["result"] = run_pressure(
                     system, scenario, seconds, args.rate, args.chunk, args.processes,
-                    args.sample, tail_timeout=max(60.0, args.held),
+                    args.sample, tail_timeout=max(60.0, args.held), vacuum=args.vacuum,
                 )  # fmt: skip
             except (BenchError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
                 run["error"] = str(exc)[-2000:]
             run["loadavg_after"] = os.getloadavg()
             report["runs"].append(run)
-            print(
-                f"[{time.strftime('%H:%M:%S')}] {system.name} {scenario} done", file=sys.stderr
-            )
+            print(f"[{time.strftime('%H:%M:%S')}] {system.name} {scenario} done", file=sys.stderr)
     report["loadavg_after"] = os.getloadavg()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2, default=str))

@@ -13,16 +13,22 @@ from .support.waiting import run
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
-    out = tmp_path / "results.json"
+def _bench(pg, module: str, *args: str, timeout: float = 120):  # type: ignore[no-untyped-def]
+    """``python -m <module> <args>`` on the tests' PostgreSQL server; it must succeed."""
     proc = run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
+    out = tmp_path / "results.json"
+    proc = _bench(pg, "bench", "--quick", "--out", str(out))
     report = json.loads(out.read_text())
     for dialect in ("sqlite", "postgres"):
         r = report["results"][f"jobledger/{dialect}"]
@@ -51,15 +57,9 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
 
 
 def test_the_groups_bench_runs_every_case_on_both_backends(pg):
-    proc = run(
-        [sys.executable, "-m", "bench.groups", "--jobs", "300", "--pending", "300"]
-        + ["--claims", "5", "--rounds", "1"],
-        cwd=ROOT,
-        env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
-        text=True,
-        timeout=120,
+    proc = _bench(
+        pg, "bench.groups", "--jobs", "300", "--pending", "300", "--claims", "5", "--rounds", "1"
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [
         line
         for line in proc.stdout.splitlines()
@@ -100,14 +100,7 @@ def test_the_pressure_bench_reports_every_phase_of_both_scenarios(pg, tmp_path):
     """``python -m bench.pressure --quick``: a held xmin (idle in transaction, then a
     REPEATABLE READ reader) for a few seconds; the report has every phase's figures."""
     out = tmp_path / "pressure.json"
-    proc = run(
-        [sys.executable, "-m", "bench.pressure", "--quick", "--peers", "", "--out", str(out)],
-        cwd=ROOT,
-        env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
-        text=True,
-        timeout=180,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = _bench(pg, "bench.pressure", "--quick", "--peers", "", "--out", str(out), timeout=180)
     report = json.loads(out.read_text())
     runs = {(r["system"], r["scenario"]): r for r in report["runs"]}
     assert set(runs) == {("jobledger", "idle"), ("jobledger", "rr")}

@@ -51,9 +51,9 @@ from ..common import (
 from ..history import History
 from ..jobs import Jobs, LeaseSeconds, Now
 from ..rows import JOB_COLUMNS, claimed_job, job_row
+from .cursor import ClaimCursor
 from .database import PostgresDatabase
 from .database import to_time as _utc
-from .cursor import ClaimCursor
 from .grouped import GroupedClaim
 from .newjob import new_job_arrays, new_job_values
 from .plan import Atomic, Plan, Quick, Statement, run, run_steps
