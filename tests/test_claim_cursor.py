@@ -68,6 +68,9 @@ def test_what_this_process_places_ahead_of_a_position_sends_the_next_claim_to_th
     assert cursor.after(["q"]) is not None
     cursor.placed_at(T0 - timedelta(seconds=1))
     assert cursor.after(["q"]) is None
+    cursor.scanned_from_start(0.5, 1)
+    cursor.placed_at(T0)  # the position's own job, retried at once
+    assert cursor.after(["q"]) is None
 
 
 def test_a_claim_that_finds_nothing_looks_from_the_start_only_while_that_is_cheap():
@@ -77,7 +80,10 @@ def test_a_claim_that_finds_nothing_looks_from_the_start_only_while_that_is_chea
     cursor.scanned_from_start(0.2, 500)  # a big batch: its own work, not a walk
     assert cursor.found_nothing()
     cursor.scanned_from_start(0.2, 2)  # dead entries walked
+    cursor.claimed_after(0.001)
     assert not cursor.found_nothing()
+    cursor.claimed_after(0.03)  # a loaded machine: the claims from the position are slow too
+    assert cursor.found_nothing()
 
 
 def _scan_buffers(conn: psycopg.Connection, sql: str, params: dict) -> int:

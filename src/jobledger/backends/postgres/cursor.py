@@ -17,7 +17,8 @@ How often: a scan from the start at least every ``SPREAD`` times its own cost, a
 looks from the start every few tens of milliseconds, as often as it claims; under a held xmin
 it may cost a second, and a job placed ahead of the position by another process waits up to
 ``LONGEST`` seconds. A claim from the positions that finds nothing looks from the start at once
-while that is cheap (under ``CHEAP`` per job it claimed): on a healthy database an idle worker sees everything
+while that is cheap (under ``CHEAP`` per job it claimed, or within ``WORSE`` times what
+the claim from the positions cost): on a healthy database an idle worker sees everything
 another process placed ahead of it as soon as it claims. What this process itself places ahead of its position (an enqueue, a
 retry, a release, a rescue through the same backend) sends its next claim back to the start.
 """
@@ -42,6 +43,8 @@ LONGEST = 10.0
 #: the positions that finds nothing then looks from the start at once. A claim's own work is
 #: about 30 µs per job; walking dead index entries costs per entry, whatever it claims.
 CHEAP = 0.005
+#: ... or less than this many times what the last claim from the positions took.
+WORSE = 4.0
 #: The priority of a queue without a position: above any integer, so that its scan starts at
 #: the start of the queue (see ``job_claim_after``).
 _BEFORE_ALL = 2**31
@@ -60,6 +63,7 @@ class ClaimCursor:
         self._at: dict[str, Position] = {}
         self._from_start_at = 0.0
         self._from_start_cost = 0.0
+        self._after_cost = 0.0
         self._lock = threading.Lock()
 
     def after(self, queues: Sequence[str]) -> dict[str, list[Any]] | None:
@@ -83,12 +87,19 @@ class ClaimCursor:
         self._from_start_cost = seconds / max(1, claimed)
         self._from_start_at = self._clock() + min(LONGEST, SPREAD * seconds)
 
+    def claimed_after(self, seconds: float) -> None:
+        """A claim from the positions took ``seconds``."""
+        self._after_cost = seconds
+
     def found_nothing(self) -> bool:
         """A claim from the positions found nothing: True when it should look from the start
-        at once, because that is cheap (the index has no dead entries to speak of). A worker
-        with nothing to do then finds at once what another process placed ahead of it, as a
-        claim without a position would."""
-        return self._from_start_cost < CHEAP
+        at once, because that is cheap — under ``CHEAP`` per job it claimed, or under
+        ``WORSE`` times what the claim from the positions cost (a loaded machine slows both;
+        dead index entries only the scan from the start). A worker with nothing to do then
+        finds at once what another process placed ahead of it, as a claim without a position
+        would."""
+        cost = self._from_start_cost
+        return cost < CHEAP or cost < WORSE * self._after_cost
 
     def advance(self, claimed: Iterable[tuple[str, int, datetime, int]]) -> None:
         """Move each queue's position to the last job claimed in it: ``claimed`` holds each
@@ -119,7 +130,7 @@ class ClaimCursor:
             if position is None or job.group is not None:
                 continue
             when = job.run_at if job.run_at is not None else now
-            if job.priority > position[0] or (job.priority == position[0] and when < position[1]):
+            if job.priority > position[0] or (job.priority == position[0] and when <= position[1]):
                 self.rewind()
                 return
 
@@ -127,7 +138,8 @@ class ClaimCursor:
         """A job of unknown queue and priority became pending at ``run_at`` (``None``: now):
         rewind if that is before any queue's position."""
         when = run_at if run_at is not None else datetime.now(UTC)
-        if any(when < at[1] for at in self._at.values()):
+        # At the position's run time too: a job retried at once may be the position's own.
+        if any(when <= at[1] for at in self._at.values()):
             self.rewind()
 
 

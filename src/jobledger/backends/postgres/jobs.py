@@ -201,9 +201,11 @@ class PostgresJobs(Jobs):
             after = self._cursor.after(queues)
             rows: list[Any] = []
             if after is not None:
+                started = time.perf_counter()
                 rows = self._db.quick(
                     self._db.statement("job_claim_after", n), params | after, prepare=True
                 )
+                self._cursor.claimed_after(time.perf_counter() - started)
             if after is None or (not rows and self._cursor.found_nothing()):
                 started = time.perf_counter()
                 rows = self._db.quick(self._db.statement("job_claim", n), params, prepare=True)
