@@ -80,6 +80,11 @@ class PostgresJobs(Jobs):
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
         )
 
+    def rewind(self) -> None:
+        """The next claim scans from the start: jobs were made pending again elsewhere in this
+        process (an operator's repair), perhaps ahead of the claims' positions."""
+        self._cursor.rewind()
+
     def _insert(
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
