@@ -212,10 +212,21 @@ def _peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+@dataclass
+class WorkerRecords:
+    """What a run's worker processes recorded: each job's enqueue→start latency (seconds) and
+    start time (Unix time; the two lists in the same order, when the adapter notes both), and
+    each timed claim as (Unix time, seconds, jobs)."""
+
+    latencies: list[float] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)
+    claims: list[tuple[float, float, int]] = field(default_factory=list)
+
+
 class Workers:
     """An adapter's ``work`` command: N worker processes behind one start barrier."""
 
-    def __init__(self, system: System, dsn: str, processes: int):
+    def __init__(self, system: System, dsn: str, processes: int, env: dict[str, str] | None = None):
         self.system = system
         self.processes = processes
         self.rundir = Path(tempfile.mkdtemp(prefix="jobledger-bench-run-"))
@@ -233,7 +244,7 @@ class Workers:
                 str(self.rundir),
             ],
             cwd=ROOT,
-            env=_env(system),
+            env=_env(system) | (env or {}),
             stdout=subprocess.DEVNULL,
             stderr=open(self.rundir / "stderr.log", "w"),  # noqa: SIM115
         )
@@ -263,6 +274,10 @@ class Workers:
 
     def stop(self, timeout: float = 60) -> list[float]:
         """Stop the workers (SIGTERM) and return the latencies they recorded, in seconds."""
+        return self.stop_records(timeout).latencies
+
+    def stop_records(self, timeout: float = 60) -> WorkerRecords:
+        """Stop the workers (SIGTERM) and return everything they recorded."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -272,11 +287,17 @@ class Workers:
                 with suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
             self.proc.wait()
-        latencies: list[float] = []
+        records = WorkerRecords()
         for path in self.rundir.glob("latency-*.json"):
-            latencies.extend(json.loads(path.read_text()))
+            records.latencies.extend(json.loads(path.read_text()))
+            starts = path.with_name(path.name.replace("latency-", "starts-"))
+            if starts.exists():
+                records.starts.extend(json.loads(starts.read_text()))
+            claims = path.with_name(path.name.replace("latency-", "claims-"))
+            if claims.exists():
+                records.claims.extend(tuple(c) for c in json.loads(claims.read_text()))
         shutil.rmtree(self.rundir, ignore_errors=True)
-        return latencies
+        return records
 
     def stderr(self) -> str:
         try:

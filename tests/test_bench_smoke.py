@@ -13,16 +13,22 @@ from .support.waiting import run
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
-    out = tmp_path / "results.json"
+def _bench(pg, module: str, *args: str, timeout: float = 120):  # type: ignore[no-untyped-def]
+    """``python -m <module> <args>`` on the tests' PostgreSQL server; it must succeed."""
     proc = run(
-        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        [sys.executable, "-m", module, *args],
         cwd=ROOT,
         env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
         text=True,
-        timeout=120,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
+    out = tmp_path / "results.json"
+    proc = _bench(pg, "bench", "--quick", "--out", str(out))
     report = json.loads(out.read_text())
     for dialect in ("sqlite", "postgres"):
         r = report["results"][f"jobledger/{dialect}"]
@@ -53,15 +59,9 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
 
 
 def test_the_groups_bench_runs_every_case_on_both_backends(pg):
-    proc = run(
-        [sys.executable, "-m", "bench.groups", "--jobs", "300", "--pending", "300"]
-        + ["--claims", "5", "--rounds", "1"],
-        cwd=ROOT,
-        env={**os.environ, "BENCH_POSTGRES_URL": pg.admin_url},
-        text=True,
-        timeout=120,
+    proc = _bench(
+        pg, "bench.groups", "--jobs", "300", "--pending", "300", "--claims", "5", "--rounds", "1"
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [
         line
         for line in proc.stdout.splitlines()
@@ -96,3 +96,25 @@ def test_the_working_tree_against_a_baseline_revision_in_turn(tmp_path):
     unknown = run([*argv, "--baseline", "no-such-rev"], cwd=ROOT, env=env, text=True)
     assert unknown.returncode == 2
     assert unknown.stderr.startswith("error: --baseline no-such-rev:"), unknown.stderr
+
+
+def test_the_pressure_bench_reports_every_phase_of_both_scenarios(pg, tmp_path):
+    """``python -m bench.pressure --quick``: a held xmin (idle in transaction, then a
+    REPEATABLE READ reader) for a few seconds; the report has every phase's figures."""
+    out = tmp_path / "pressure.json"
+    proc = _bench(pg, "bench.pressure", "--quick", "--peers", "", "--out", str(out), timeout=180)
+    report = json.loads(out.read_text())
+    runs = {(r["system"], r["scenario"]): r for r in report["runs"]}
+    assert set(runs) == {("jobledger", "idle"), ("jobledger", "rr")}
+    for r in runs.values():
+        result = r["result"]
+        assert result["enqueued"] > 0
+        for phase in ("clean", "held", "recover"):
+            figures = result[phase]
+            assert figures["completed_per_s"] > 0 and figures["p95_ms"] > 0, (phase, figures)
+            assert figures["claims"] > 0 and figures["claim_p95_ms"] > 0, (phase, figures)
+            assert figures["relations"]["jobledger_jobs"]["bytes"] > 0
+            assert "jobledger_jobs_due" in figures["relations"]
+        assert "recovered_after_s" in result and "size_after_vs_clean" in result
+    assert runs[("jobledger", "rr")]["result"]["rr_scans"] > 0
+    assert "back to clean figures" in proc.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import psycopg
 
 from jobledger import Ledger
@@ -46,6 +48,41 @@ def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
                     "Index Scan using jobledger_jobs_pkey" in plan
                 ), plan
                 assert "Bitmap Index Scan on jobledger_jobs_due" not in plan, plan
+                conn.rollback()
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
+
+
+def test_a_claim_from_a_position_starts_its_index_scan_there(pg):
+    """``job_claim_after`` (postgres/cursor.py): the position is an index condition of the scan
+    of jobledger_jobs_due, not a filter over every entry before it, with a custom and with a
+    generic plan; the claimed rows are updated by primary key."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+        claim = ledger.backend.db.statement("job_claim_after", 500)
+        params = {
+            "queues": ["q", "r"],
+            "worker": "w",
+            "now": None,
+            "lease_seconds": None,
+            "after_priority": [0, 2**31],
+            "after_run_at": [datetime(2026, 8, 10, tzinfo=UTC), datetime(1970, 1, 1, tzinfo=UTC)],
+            "after_id": [10_000, 0],
+        }
+        with psycopg.connect(pg.url) as conn:
+            conn.execute(f"ANALYZE {schema}.jobledger_jobs")
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                conn.execute(f"SET plan_cache_mode = {mode}")
+                plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + claim, params))
+                assert "ROW(run_at, id) > ROW(" in plan, plan
+                conds = [line for line in plan.splitlines() if "Index Cond" in line]
+                assert any("ROW(run_at, id) >" in c for c in conds), plan
+                assert "Seq Scan on jobledger_jobs" not in plan, plan
+                assert "jobledger_jobs_pkey" in plan, plan
                 conn.rollback()
         ledger.close()
     finally:

@@ -56,6 +56,10 @@ class Run:
     def __init__(self, rundir: str):
         self.dir = Path(rundir)
         self.latencies: list[float] = []
+        #: When each of ``latencies`` started (Unix time), in the same order.
+        self.starts: list[float] = []
+        #: (Unix time, seconds, jobs) of each claim, when the adapter times its claims.
+        self.claims: list[tuple[float, float, int]] = []
         self._lock = threading.Lock()
 
     def ready_and_wait(self) -> None:
@@ -66,14 +70,30 @@ class Run:
 
     def started(self, t: float | None) -> None:
         if t is not None:
-            lag = time.time() - t
+            now = time.time()
             with self._lock:
-                self.latencies.append(lag)
+                self.latencies.append(now - t)
+                self.starts.append(now)
+
+    def timed_claims(self, claim: Callable[..., Any]) -> Callable[..., Any]:
+        """``claim`` (a function that returns the claimed jobs), timing every call."""
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            at, started = time.time(), time.perf_counter()
+            jobs = claim(*args, **kwargs)
+            with self._lock:
+                self.claims.append((at, time.perf_counter() - started, len(jobs)))
+            return jobs
+
+        return timed
 
     def save(self) -> None:
         with self._lock:
-            data = list(self.latencies)
-        (self.dir / f"latency-{os.getpid()}.json").write_text(json.dumps(data))
+            data, starts, claims = list(self.latencies), list(self.starts), list(self.claims)
+        pid = os.getpid()
+        (self.dir / f"latency-{pid}.json").write_text(json.dumps(data))
+        (self.dir / f"starts-{pid}.json").write_text(json.dumps(starts))
+        (self.dir / f"claims-{pid}.json").write_text(json.dumps(claims))
 
 
 def fan_out(module: str, processes: int) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import time
 
@@ -75,6 +76,8 @@ async def _fill(queries: Queries, n: int, batch: int) -> None:
 
 
 async def _work(conn: asyncpg.Connection, queries: Queries, run: Run) -> None:
+    if os.environ.get("BENCH_TIME_CLAIMS"):
+        queries.dequeue = _timed(run, queries.dequeue)  # type: ignore[method-assign]
     qm = QueueManager(queries)
 
     @qm.entrypoint("noop")
@@ -87,6 +90,18 @@ async def _work(conn: asyncpg.Connection, queries: Queries, run: Run) -> None:
     await loop.run_in_executor(None, run.ready_and_wait)
     await qm.run(batch_size=BATCH_SIZE)
     run.save()
+
+
+def _timed(run: Run, dequeue):  # type: ignore[no-untyped-def]
+    """``dequeue`` (a coroutine function), timing every call: the claim's own time."""
+
+    async def timed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        at, started = time.time(), time.perf_counter()
+        jobs = await dequeue(*args, **kwargs)
+        run.claims.append((at, time.perf_counter() - started, len(jobs)))
+        return jobs
+
+    return timed
 
 
 if __name__ == "__main__":

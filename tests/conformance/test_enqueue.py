@@ -20,7 +20,7 @@ from jobledger import (
 from jobledger.errors import ConfigError
 
 from ..support.async_api import app_connection, is_async
-from .conftest import T0, at, enqueue
+from .conftest import T0, at, enqueue, lease_of
 
 
 def test_same_key_twice_makes_one_row(api, tasks):
@@ -186,6 +186,29 @@ def test_claim_batches_follow_priority(api, tasks):
         api.enqueue("work", {"n": n}, key=f"k{n}", priority=n % 3, now=T0)
     batches = [api.backend.jobs.claim(["q"], "w", 3, now=T0) for _ in range(3)]
     assert [[j.priority for j in batch] for batch in batches] == [[2, 2, 2], [1, 1, 1], [0, 0, 0]]
+
+
+def test_jobs_another_process_places_ahead_of_claimed_ones_are_claimed(ledger, tasks, db_url):
+    """A claim may start past what its process already took (PostgreSQL: postgres/cursor.py).
+    Jobs that another process then places ahead of that position — a higher priority, an
+    earlier run time, a job it released — are still claimed, by the time the rest is."""
+    for n in range(6):
+        enqueue(ledger, n, run_at=at(-60 + n))
+    jobs = ledger.backend.jobs
+    seen = {j.id for j in jobs.claim(["q"], "w", 2, now=T0)}
+    other = Ledger(db_url)
+    try:
+        other.task(lambda ctx, n=0: None, name="work", queue="q", max_attempts=3)
+        ahead = other.enqueue("work", {"n": 10}, key="ahead", priority=5, now=T0).id
+        early = other.enqueue("work", {"n": 11}, key="early", run_at=at(-3600), now=T0).id
+        taken = other.backend.jobs.claim(["q"], "w2", 1, now=T0)
+        assert [j.id for j in taken] == [ahead]
+        assert other.backend.jobs.release([lease_of(taken[0])], now=T0) == []
+    finally:
+        other.close()
+    while batch := jobs.claim(["q"], "w", 2, now=T0):
+        seen.update(j.id for j in batch)
+    assert {ahead, early} <= seen and len(seen) == 8
 
 
 # -- transactional enqueue -------------------------------------------------------------------------

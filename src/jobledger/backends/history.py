@@ -12,7 +12,7 @@ SQLite picks them under its write lock and deletes row by row with ``executemany
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -57,6 +57,9 @@ class History:
     def __init__(self, db: Database, removal: Removal):
         self._db = db
         self._removal = removal
+        #: Called after a repair made jobs pending again (a redrive, a resolve to pending): a
+        #: dialect whose claims start from a position rewinds it (postgres/cursor.py).
+        self.made_pending: Callable[[], None] = lambda: None
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -153,6 +156,8 @@ class History:
                 moved.extend(r[0] for r in rows)
             noted = {"kind": "redrive", "actor": actor, "note": reason, "detail": None}
             self._note(c, [noted | {"job_id": job_id} for job_id in moved], clock)
+        if moved:
+            self.made_pending()
         return sorted(moved)
 
     def _transition(
@@ -179,7 +184,10 @@ class History:
             raise InvalidTransition(f"resolve moves a job to done or pending, not {state.value}")
         detail = _json({"state": state.value})
         noted = {"kind": "resolve", "actor": actor, "note": note, "detail": detail}
-        return self._transition("job_resolve", job_id, {"state": state.value}, noted, now)
+        job = self._transition("job_resolve", job_id, {"state": state.value}, noted, now)
+        if state is JobState.PENDING:
+            self.made_pending()
+        return job
 
     def cancel(self, job_id: int, actor: str, reason: str, now: datetime | None = None) -> JobRow:
         """A pending job becomes cancelled. Raises ``InvalidTransition`` otherwise."""

@@ -39,6 +39,7 @@ class PostgresBackend(SqlBackend):
         self.db = PostgresDatabase(url)
         history = History(self.db, PostgresRemoval(self.db))
         self._jobs = PostgresJobs(self.db, history)
+        history.made_pending = self._jobs.rewind
         super().__init__(url, self.db, self._jobs, history)
 
     def async_jobs(self) -> AsyncJobs:

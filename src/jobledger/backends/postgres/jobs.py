@@ -15,6 +15,7 @@ leaves a key stuck.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -49,6 +50,7 @@ from ..common import (
 from ..history import History
 from ..jobs import Jobs, LeaseSeconds, Now
 from ..rows import JOB_COLUMNS, claimed_job, job_row
+from .cursor import ClaimCursor
 from .database import PostgresDatabase
 from .database import to_time as _utc
 from .grouped import GroupedClaim
@@ -78,15 +80,23 @@ class PostgresJobs(Jobs):
         self._history = history
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
+        self._cursor = ClaimCursor()
         self._insert_one_text = db.sql["job_insert_one"]
         self._insert_one_statement = PreparedStatement(
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
         )
 
+    def rewind(self) -> None:
+        """The next claim scans from the start: jobs were made pending again elsewhere in this
+        process (an operator's repair), perhaps ahead of the claims' positions."""
+        self._cursor.rewind()
+
     def _insert(
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
-        return run(self._db, self.insert_plan(jobs, now, conn is not None, on_conflict), conn)
+        results = run(self._db, self.insert_plan(jobs, now, conn is not None, on_conflict), conn)
+        self._cursor.placed(jobs)
+        return results
 
     def insert_plan(
         self,
@@ -229,7 +239,20 @@ class PostgresJobs(Jobs):
         }
 
         def plain(n: int) -> list[Any]:
-            return self._db.quick(self._db.statement("job_claim", n), params, prepare=True)
+            after = self._cursor.after(queues)
+            rows: list[Any] = []
+            if after is not None:
+                started = time.perf_counter()
+                rows = self._db.quick(
+                    self._db.statement("job_claim_after", n), params | after, prepare=True
+                )
+                self._cursor.claimed_after(time.perf_counter() - started)
+            if after is None or (not rows and self._cursor.found_nothing()):
+                started = time.perf_counter()
+                rows = self._db.quick(self._db.statement("job_claim", n), params, prepare=True)
+                self._cursor.scanned_from_start(time.perf_counter() - started, len(rows))
+            self._cursor.advance((r[1], r[10], r[9], r[0]) for r in rows)
+            return rows
 
         def grouped(n: int) -> list[Any]:
             return self._grouped.claim(queues, worker, n, now, lease_seconds)
@@ -313,14 +336,21 @@ class PostgresJobs(Jobs):
                             },
                         )
         moved = {r[0]: JobState(r[1]) for r in rows}
+        retried = [f.run_at for f in sent if moved.get(f.lease.job_id) == JobState.PENDING]
+        for run_at in retried:
+            self._cursor.placed_at(run_at)
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
         rows = self._db.run("job_release", self._lease_params(leases) | {"now": now})
+        if rows:
+            self._cursor.rewind()  # pending again at their old run times
         return {r[0] for r in rows}
 
     def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         rows = self._db.run("job_rescue", {"now": now}, limit=limit)
+        if any(r[3] == "pending" for r in rows):
+            self._cursor.placed_at(now)
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
 
     def _claim_keys(
@@ -369,7 +399,9 @@ class PostgresJobs(Jobs):
     def _publish(self, items: Sequence[PublishItem], now: Now) -> list[PublishOutcome]:
         for _ in range(3):
             try:
-                return self._publish_once(items, now)
+                outcomes = self._publish_once(items, now)
+                self._cursor.placed(i.job for i in items)
+                return outcomes
             except _Again:
                 continue
         raise BackendUnavailable("publish kept racing with pruning; try again")

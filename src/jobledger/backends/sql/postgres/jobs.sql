@@ -43,6 +43,45 @@ WITH picked AS (
     LIMIT {limit}
 ), {@lease_picked}
 
+-- name: job_claim_after
+-- job_claim, each queue's scan starting past a position (priority, run_at, id) that this
+-- process has already consumed (postgres/cursor.py): while a long transaction elsewhere holds
+-- back vacuum, the index entries of every job claimed since it began are still there, at the
+-- front of jobledger_jobs_due, and a scan from the start visits each one's dead row. The
+-- first branch starts at the position (an index condition, not a filter: the scan descends
+-- straight to it); the second takes the lower priorities, read only when the first has too
+-- few (each branch locks in a subquery of its own: FOR UPDATE is not allowed on a UNION's
+-- member). A queue without a position passes priority 2^31 (above any integer): its first
+-- branch is empty, its second the whole queue.
+WITH picked AS (
+    SELECT c.id
+    FROM unnest(%(queues)s::text[], %(after_priority)s::bigint[],
+                %(after_run_at)s::timestamptz[], %(after_id)s::bigint[])
+         AS q(name, priority, run_at, id)
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT id, priority, run_at FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NULL AND queue = q.name
+              AND run_at <= {now} AND priority = q.priority AND (run_at, id) > (q.run_at, q.id)
+            ORDER BY priority DESC, run_at, id
+            LIMIT {limit}
+            FOR UPDATE SKIP LOCKED
+        ) AS a
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, priority, run_at FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NULL AND queue = q.name
+              AND run_at <= {now} AND priority < q.priority
+            ORDER BY priority DESC, run_at, id
+            LIMIT {limit}
+            FOR UPDATE SKIP LOCKED
+        ) AS b
+        LIMIT {limit}
+    ) AS c
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT {limit}
+), {@lease_picked}
+
 -- name: lease_set
 -- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
 -- (job_claim, group_claim, job_claim_keys) includes it.

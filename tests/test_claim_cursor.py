@@ -1,0 +1,151 @@
+"""The claim that starts past what its process already took (PostgreSQL): under a held xmin it
+reads a few index pages where a scan from the start visits every dead row left by the jobs
+claimed since the transaction began; and what it skips is still claimed."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+
+from jobledger import Ledger
+from jobledger._records import Lease, NewJob
+from jobledger.backends.postgres.cursor import LONGEST, SPREAD, ClaimCursor
+
+T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _new(queue: str, priority: int, run_at: datetime | None) -> NewJob:
+    return NewJob(queue, "k", "t", "{}", priority, run_at, 3, 30.0)
+
+
+def test_a_claim_starts_from_the_position_until_a_scan_from_the_start_is_due():
+    clock = Clock()
+    cursor = ClaimCursor(clock)
+    assert cursor.after(["q"]) is None  # nothing claimed yet: from the start
+    cursor.scanned_from_start(0.002, 10)
+    cursor.advance([("q", 0, T0, 7), ("q", 0, T0 + timedelta(seconds=1), 3), ("q", 1, T0, 9)])
+    after = cursor.after(["q", "idle"])
+    # The last in claim order: the lowest priority, then the latest run time, then the id.
+    assert after == {
+        "after_priority": [0, 2**31],
+        "after_run_at": [T0 + timedelta(seconds=1), datetime(1970, 1, 1, tzinfo=UTC)],
+        "after_id": [3, 0],
+    }
+    assert cursor.after(["idle"]) is None  # no queue with a position
+    clock.t += SPREAD * 0.002
+    assert cursor.after(["q"]) is None  # a scan from the start is due
+    cursor.scanned_from_start(60.0, 1)
+    clock.t += LONGEST - 0.001
+    assert cursor.after(["q"]) is not None
+    clock.t += 0.002
+    assert cursor.after(["q"]) is None  # never longer apart than LONGEST
+
+
+def test_what_this_process_places_ahead_of_a_position_sends_the_next_claim_to_the_start():
+    cursor = ClaimCursor(Clock())
+    cursor.scanned_from_start(0.5, 1)
+    cursor.advance([("q", 1, T0, 5)])
+    for behind in (_new("q", 1, T0 + timedelta(seconds=1)), _new("q", 0, T0), _new("r", 9, T0)):
+        cursor.placed([behind])
+        assert cursor.after(["q"]) is not None, behind
+    cursor.placed([_new("q", 2, T0 + timedelta(days=1))])  # a higher priority
+    assert cursor.after(["q"]) is None
+    cursor.scanned_from_start(0.5, 1)
+    cursor.placed([_new("q", 1, T0 - timedelta(seconds=1))])  # an earlier run time
+    assert cursor.after(["q"]) is None
+    cursor.scanned_from_start(0.5, 1)
+    cursor.placed_at(T0 + timedelta(seconds=1))  # a retry after the position's run time
+    assert cursor.after(["q"]) is not None
+    cursor.placed_at(T0 - timedelta(seconds=1))
+    assert cursor.after(["q"]) is None
+    cursor.scanned_from_start(0.5, 1)
+    cursor.placed_at(T0)  # the position's own job, retried at once
+    assert cursor.after(["q"]) is None
+
+
+def test_a_claim_that_finds_nothing_looks_from_the_start_only_while_that_is_cheap():
+    cursor = ClaimCursor(Clock())
+    cursor.scanned_from_start(0.002, 1)
+    assert cursor.found_nothing()
+    cursor.scanned_from_start(0.2, 500)  # a big batch: its own work, not a walk
+    assert cursor.found_nothing()
+    cursor.scanned_from_start(0.2, 2)  # dead entries walked
+    cursor.claimed_after(0.001)
+    assert not cursor.found_nothing()
+    cursor.claimed_after(0.03)  # a loaded machine: the claims from the position are slow too
+    assert cursor.found_nothing()
+
+
+def _scan_buffers(conn: psycopg.Connection, sql: str, params: dict) -> int:
+    """The buffers the claim's scans of jobledger_jobs_due read (the index and the rows)."""
+    lines = [r[0] for r in conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)]
+    conn.rollback()  # EXPLAIN ANALYZE claimed the jobs: give them back
+    total, scan = 0, False
+    for line in lines:
+        if "->" in line or line.lstrip().startswith("CTE"):  # a node of the plan
+            scan = "Index Scan using jobledger_jobs_due" in line
+        elif scan and "Buffers:" in line:
+            total += int(re.search(r"shared hit=(\d+)", line)[1])  # type: ignore[index]
+            scan = False
+    return total
+
+
+def test_under_a_held_xmin_the_claim_reads_a_few_pages_and_skips_nothing(pg):
+    schema, url = pg.new_schema_url()
+    holder = psycopg.connect(pg.url)
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        jobs = ledger.backend.jobs
+        clock = Clock()  # stands still: a scan from the start is never due by itself
+        jobs._cursor = ClaimCursor(clock)  # type: ignore[attr-defined]
+        holder.execute("SELECT txid_current()")  # idle in transaction with an XID from here
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(3_000)])
+        for _ in range(25):
+            claimed = jobs.claim(["q"], "w", 100)
+            jobs.complete([Lease(j.id, j.lease_token, j.attempt) for j in claimed])
+        after = jobs._cursor.after(["q"])  # type: ignore[attr-defined]
+        assert after is not None
+        db = ledger.backend.db
+        params = {"queues": ["q"], "worker": "w", "now": None, "lease_seconds": None}
+        with psycopg.connect(url.split("?")[0]) as conn:
+            conn.execute(f"SET search_path = {schema}")
+            full = _scan_buffers(conn, db.statement("job_claim", 10), params)
+            bounded = _scan_buffers(conn, db.statement("job_claim_after", 10), params | after)
+        # 2,500 dead entries at the front of the index: a scan from the start visits each
+        # one's row; the claim from the position starts past them.
+        assert bounded * 5 < full, (bounded, full)
+
+        # Another process places jobs ahead of the position; a claim over 100 done jobs.
+        other = Ledger(url)
+        other.task(lambda ctx, n: None, name="t", queue="q")
+        ahead = other.enqueue("t", {"n": -1}, key="ahead", priority=5).id
+        early = other.enqueue("t", {"n": -2}, key="early", run_at=T0).id
+        other.close()
+        seen: set[int] = set()
+        waited = False
+        while True:
+            batch = jobs.claim(["q"], "w", 100)
+            if not batch and waited:
+                break
+            if not batch:
+                # At the latest when the next scan from the start is due.
+                clock.t += LONGEST
+                waited = True
+            seen.update(j.id for j in batch)
+            jobs.complete([Lease(j.id, j.lease_token, j.attempt) for j in batch])
+        assert {ahead, early} <= seen and len(seen) == 502
+        ledger.close()
+    finally:
+        holder.close()
+        pg.drop_schema(schema)
