@@ -104,15 +104,28 @@ class ClaimCursor:
     def advance(self, claimed: Iterable[tuple[str, int, datetime, int]]) -> None:
         """Move each queue's position to the last job claimed in it: ``claimed`` holds each
         one's (queue, priority, run_at, id)."""
-        last: dict[str, Position] = {}
-        for queue, priority, run_at, job_id in claimed:
-            position = (priority, run_at, job_id)
-            seen = last.get(queue)
-            if seen is None or _before(seen, position):
-                last[queue] = position
-        if last:
-            with self._lock:
-                self._at = {**self._at, **last}
+        self.advance_rows(claimed, 0, 1, 2, 3)
+
+    def advance_rows(
+        self, rows: Iterable[Sequence[Any]], queue: int, priority: int, run_at: int, job_id: int
+    ) -> None:
+        """``advance`` from claimed rows as they come (the columns' indexes given): one key per
+        row and no tuple of its own, since the claim's hot path calls it for every batch."""
+        rows = rows if isinstance(rows, list) else list(rows)
+        if not rows:
+            return
+
+        def order(r: Sequence[Any]) -> tuple[int, datetime, int]:
+            return (-r[priority], r[run_at], r[job_id])
+
+        queues = {r[queue] for r in rows}
+        if len(queues) == 1:
+            chosen = {rows[0][queue]: max(rows, key=order)}
+        else:
+            chosen = {q: max((r for r in rows if r[queue] == q), key=order) for q in queues}
+        last = {q: (r[priority], r[run_at], r[job_id]) for q, r in chosen.items()}
+        with self._lock:
+            self._at = {**self._at, **last}
 
     def rewind(self) -> None:
         """Scan from the start at the next claim (something may be ahead of a position)."""
@@ -141,8 +154,3 @@ class ClaimCursor:
         # At the position's run time too: a job retried at once may be the position's own.
         if any(when <= at[1] for at in self._at.values()):
             self.rewind()
-
-
-def _before(a: Position, b: Position) -> bool:
-    """True when position ``a`` comes before ``b`` in claim order."""
-    return (-a[0], a[1], a[2]) < (-b[0], b[1], b[2])

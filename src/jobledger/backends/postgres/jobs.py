@@ -251,7 +251,7 @@ class PostgresJobs(Jobs):
                 started = time.perf_counter()
                 rows = self._db.quick(self._db.statement("job_claim", n), params, prepare=True)
                 self._cursor.scanned_from_start(time.perf_counter() - started, len(rows))
-            self._cursor.advance((r[1], r[10], r[9], r[0]) for r in rows)
+            self._cursor.advance_rows(rows, queue=1, priority=10, run_at=9, job_id=0)
             return rows
 
         def grouped(n: int) -> list[Any]:
