@@ -72,6 +72,7 @@ def test_limits_show_set_keep_the_others_lift_one_and_clear(cli, db_url, tenants
         (("--max-leased", "0"), "max_leased must be a whole number"),
         (("--max-leased", "two"), "not a whole number"),
         (("--rate", "-1"), "rate must be a positive number"),
+        (("--rate", "1e-300"), "rate must be at least 1e-06 jobs per second"),
         (("--burst", "3"), "burst needs a rate"),
         (("--rate", "1", "--clear"), "--clear lifts every limit"),
     ],

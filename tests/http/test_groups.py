@@ -124,6 +124,7 @@ def test_limits_are_replaced_by_put_and_refused_when_inconsistent(api):
         ({"burst": 3}, None),
         ({"max_leased": 0}, "/max_leased"),
         ({"rate": 0}, "/rate"),
+        ({"rate": 1e-300}, "/rate"),  # slower than one job in 11.6 days: meaningless
         ({"rate": 1, "burst": 0.5}, "/burst"),
         ({"max_leased": 10**9}, "/max_leased"),
     ]:

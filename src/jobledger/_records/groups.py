@@ -28,6 +28,7 @@ __all__ = [
     "GroupState",
     "GroupStatus",
     "MAX_GROUP_LENGTH",
+    "MIN_RATE",
     "allowance",
     "group_status",
     "tokens_now",
@@ -41,6 +42,12 @@ def validate_group(group: Any) -> str:
     """A group name is 1-200 characters without control characters."""
     hint = " (leave it out for a job without a group)"
     return validate_name(group, "group", MAX_GROUP_LENGTH, hint)
+
+
+#: The slowest rate a group may be given, jobs per second: one job in about 11.6 days. A rate
+#: below it means nothing to a queue, and the bucket's refill (rate × seconds since the last
+#: claim) would fall below what a double can hold (PostgreSQL refuses such a product).
+MIN_RATE = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +79,11 @@ class GroupLimits:
                 or value <= 0
             ):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        if self.rate is not None and self.rate < MIN_RATE:
+            raise ConfigError(
+                f"rate must be at least {MIN_RATE:g} jobs per second (one in about 11.6 days), "
+                f"got {self.rate!r}"
+            )
         if self.burst is not None and self.burst < 1:
             raise ConfigError(f"burst must be at least 1 (one job), got {self.burst!r}")
         if self.burst is not None and self.rate is None:

@@ -8,6 +8,7 @@ from typing import Any
 from .._records import (
     MAX_GROUP_LENGTH,
     MAX_JOB_ID,
+    MIN_RATE,
     Attempt,
     AttemptOutcome,
     ClaimedJob,
@@ -323,7 +324,7 @@ GROUP_LIMITS = Object(
             description="At most this many of one group's jobs leased at once; null: no limit.",
         ),
         "rate": Number(
-            exclusive_minimum=0,
+            minimum=MIN_RATE,
             nullable=True,
             description="One group's jobs start at most this often per second; null: no limit.",
         ),

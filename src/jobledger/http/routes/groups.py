@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..._records import GroupStatus
+from ..._records import MIN_RATE, GroupStatus
 from ..api import Call, Handler, Reply, RouteGroup, json_response
 from ..models import (
     GROUP_LIMITS,
@@ -77,7 +77,7 @@ LIMITS_REQUEST = Object(
             description="At most this many of one group's jobs leased at once.",
         ),
         "rate": Number(
-            exclusive_minimum=0,
+            minimum=MIN_RATE,
             maximum=MAX_RATE,
             nullable=True,
             description="Jobs per second one group's jobs start at, on average (a token bucket).",
