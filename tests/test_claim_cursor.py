@@ -149,3 +149,33 @@ def test_under_a_held_xmin_the_claim_reads_a_few_pages_and_skips_nothing(pg):
     finally:
         holder.close()
         pg.drop_schema(schema)
+
+
+def test_a_burst_ends_only_when_a_claim_from_the_start_finds_nothing(pg, monkeypatch):
+    """A burst worker drains what is due and returns: a job another process put ahead of this
+    process's position is run, even when a scan from the start is neither due nor cheap (as
+    under a held xmin, or on a busy machine)."""
+    from jobledger.backends.postgres import cursor
+
+    monkeypatch.setattr(cursor, "SPREAD", 1e9)
+    monkeypatch.setattr(cursor, "LONGEST", 1e9)
+    monkeypatch.setattr(cursor, "CHEAP", 0.0)
+    monkeypatch.setattr(cursor, "WORSE", 0.0)
+    schema, url = pg.new_schema_url()
+    ran: list[str] = []
+    worker, other = Ledger(url), Ledger(url)
+    try:
+        worker.migrate()
+        for led in (worker, other):
+            led.task(lambda ctx, n=0: ran.append(ctx.key), name="t", queue="q")
+        worker.enqueue_many("t", [{"payload": {"n": i}, "key": f"a{i}"} for i in range(5)])
+        worker.run_worker(["q"], burst=True, handle_signals=False)
+        assert sorted(ran) == [f"a{i}" for i in range(5)]
+        # Placed ahead of the worker's position by another process: a higher priority.
+        other.enqueue("t", {"n": 9}, key="ahead", priority=5)
+        stats = worker.run_worker(["q"], burst=True, handle_signals=False)
+        assert ran[-1] == "ahead" and stats.completed == 1
+    finally:
+        worker.close()
+        other.close()
+        pg.drop_schema(schema)

@@ -440,6 +440,7 @@ class Worker(Runtime):
         idle_wait = self.min_poll
         failures = 0
         warned_stuck = False
+        rewound = False  # burst: the last empty claim looked from the start of every queue
         while not self._stopping.is_set():
             if time.monotonic() >= next_rescue:
                 self._rescue()
@@ -477,6 +478,8 @@ class Worker(Runtime):
                 self._stopping.wait(delay)
                 continue
             self._dispatch(jobs)
+            if jobs:
+                rewound = False
             if len(jobs) == want:
                 idle_wait = self.min_poll
                 continue
@@ -485,6 +488,13 @@ class Worker(Runtime):
                     # A job still running may yet schedule a retry that is due at once.
                     self._slot_free.wait(0.05)
                     self._slot_free.clear()
+                    continue
+                if not rewound:
+                    # Nothing from where the claims had got to: look once more from the start
+                    # of every queue (a job put ahead of the position by another process or
+                    # by hand) before saying that nothing is due.
+                    self.backend.jobs.rewind()
+                    rewound = True
                     continue
                 break
             if jobs:

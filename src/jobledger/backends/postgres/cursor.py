@@ -21,6 +21,8 @@ while that is cheap (under ``CHEAP`` per job it claimed, or within ``WORSE`` tim
 the claim from the positions cost): on a healthy database an idle worker sees everything
 another process placed ahead of it as soon as it claims. What this process itself places ahead of its position (an enqueue, a
 retry, a release, a rescue through the same backend) sends its next claim back to the start.
+A burst worker (``--burst``: drain what is due, then return) ends only after a claim from the
+start found nothing (``Jobs.rewind``).
 """
 
 from __future__ import annotations
