@@ -489,11 +489,10 @@ class Worker(Runtime):
                     self._slot_free.wait(0.05)
                     self._slot_free.clear()
                     continue
-                if not rewound:
+                if not rewound and self.backend.jobs.rewind():
                     # Nothing from where the claims had got to: look once more from the start
                     # of every queue (a job put ahead of the position by another process or
                     # by hand) before saying that nothing is due.
-                    self.backend.jobs.rewind()
                     rewound = True
                     continue
                 break

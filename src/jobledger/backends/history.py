@@ -59,7 +59,7 @@ class History:
         self._removal = removal
         #: Called after a repair made jobs pending again (a redrive, a resolve to pending): a
         #: dialect whose claims start from a position rewinds it (postgres/cursor.py).
-        self.made_pending: Callable[[], None] = lambda: None
+        self.made_pending: Callable[[], object] = lambda: None
 
     # -- reading ---------------------------------------------------------------------------------
 

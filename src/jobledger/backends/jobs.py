@@ -138,12 +138,13 @@ class Jobs(abc.ABC):
         ids whose lease was stale."""
         return _stale(leases, self._release(leases, now)) if leases else []
 
-    def rewind(self) -> None:
+    def rewind(self) -> bool:
         """Make the next claim look at every due job from the start of each queue's order.
         A dialect whose claims start where the last one got to (PostgreSQL's claim from a
-        position) forgets the position; others have nothing to forget. A burst worker calls it
-        before it decides that nothing is due."""
-        return None  # SQLite's claim always scans from the start: nothing to forget
+        position) forgets the position. True when the last claim did not look from the start
+        (so the next one looks where it did not); a burst worker calls it before it decides
+        that nothing is due."""
+        return False  # SQLite's claim always scans from the start: nothing to forget
 
     def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
         """Close attempts whose lease expired: pending again with budget left, dead without."""

@@ -66,6 +66,8 @@ class ClaimCursor:
         self._from_start_at = 0.0
         self._from_start_cost = 0.0
         self._after_cost = 0.0
+        self.last_from_start = True
+        """Whether the last claim scanned from the start (False: from the positions only)."""
         self._lock = threading.Lock()
 
     def after(self, queues: Sequence[str]) -> dict[str, list[Any]] | None:
@@ -87,11 +89,13 @@ class ClaimCursor:
         """A claim scanned from the start in ``seconds`` and took ``claimed`` jobs: the next
         such scan is due later."""
         self._from_start_cost = seconds / max(1, claimed)
+        self.last_from_start = True
         self._from_start_at = self._clock() + min(LONGEST, SPREAD * seconds)
 
     def claimed_after(self, seconds: float) -> None:
         """A claim from the positions took ``seconds``."""
         self._after_cost = seconds
+        self.last_from_start = False
 
     def found_nothing(self) -> bool:
         """A claim from the positions found nothing: True when it should look from the start

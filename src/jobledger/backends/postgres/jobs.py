@@ -86,10 +86,13 @@ class PostgresJobs(Jobs):
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
         )
 
-    def rewind(self) -> None:
+    def rewind(self) -> bool:
         """The next claim scans from the start: jobs were made pending again elsewhere in this
-        process (an operator's repair), perhaps ahead of the claims' positions."""
+        process (an operator's repair), perhaps ahead of the claims' positions, or a burst
+        worker is about to decide that nothing is due."""
+        looked_elsewhere = not self._cursor.last_from_start
         self._cursor.rewind()
+        return looked_elsewhere
 
     def _insert(
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
