@@ -11,7 +11,7 @@ import pytest
 
 from jobledger import Ledger
 from jobledger.testing.demo.app import register
-from jobledger.testing.demo.story import _report
+from jobledger.testing.demo.story import DemoReport, _problems, _tally
 from jobledger.testing.fakeprovider import FakeProvider
 
 from .support.processes import ROOT
@@ -80,20 +80,20 @@ def test_the_report_catches_a_duplicate_send(tmp_path):
         ledger.enqueue_many(task, [{"payload": {"customer_id": c, "week": "W"}} for c in (1, 2)])
         for key in ("a", "b"):  # the same message, two idempotency keys
             provider._handle(key, {"to": "customer-1", "week": "W"})
-        report = _report(
-            ledger,
-            provider,
-            db_url="x",
+        report = DemoReport(
+            database="x",
             week="W",
             customers=2,
-            active=2,
+            active_customers=2,
             scheduled=2,
             scheduled_again=0,
             workers=2,
-            killed="pid 1",
-            holding=1,
-            refused=2,
+            killed_worker="pid 1",
+            killed_holding=1,
+            restarts=1,
+            **_tally(ledger, provider),
         )
+        report.problems = _problems(report, "2:W")
     assert any("duplicate messages sent" in p for p in report.problems), report.problems
     assert any("done" in p for p in report.problems)
 

@@ -240,24 +240,24 @@ def run_demo(
                     pool.start()  # restart it
             time.sleep(0.1)
         pool.stop()
-        report = _report(
-            ledger,
-            provider,
-            db_url=DatabaseURL.parse(db_url).redacted
+        report = DemoReport(
+            database=DatabaseURL.parse(db_url).redacted
             if url or keep
             else "a throw-away SQLite file",
             week=week,
             customers=customers,
-            active=len(active),
+            active_customers=len(active),
             scheduled=scheduled,
             scheduled_again=scheduled_again,
             workers=workers,
-            killed=killed,
-            holding=holding,
-            refused=refused,
+            killed_worker=killed,
+            killed_holding=holding,
+            restarts=1 if killed else 0,
+            seconds=round(time.monotonic() - started_at, 1),
+            kept=keep,
+            **_tally(ledger, provider),
         )
-        report.seconds = round(time.monotonic() - started_at, 1)
-        report.kept = keep
+        report.problems = _problems(report, f"{refused}:{week}")
         return report
     finally:
         if pool is not None:
@@ -290,21 +290,8 @@ def _holder(ledger: Ledger, pool: WorkerProcesses) -> tuple[subprocess.Popen[byt
     return best, most
 
 
-def _report(
-    ledger: Ledger,
-    provider: FakeProvider,
-    *,
-    db_url: str,
-    week: str,
-    customers: int,
-    active: int,
-    scheduled: int,
-    scheduled_again: int,
-    workers: int,
-    killed: str,
-    holding: int,
-    refused: int,
-) -> DemoReport:
+def _tally(ledger: Ledger, provider: FakeProvider) -> dict[str, Any]:
+    """The report's counts from what the ledger and the provider hold at the end."""
     jobs = ledger.jobs(JobFilter(queue=QUEUE))
     retries: Counter[str] = Counter()
     expiries = effects = 0
@@ -316,41 +303,35 @@ def _report(
                 expiries += 1
         effects += len(ledger.backend.effects.all(QUEUE, job.key))
     stats = provider.stats()
-    done = [j for j in jobs if j.state is JobState.DONE]
     dead = [j for j in jobs if j.state is JobState.DEAD]
-    report = DemoReport(
-        database=db_url,
-        week=week,
-        customers=customers,
-        active_customers=active,
-        scheduled=scheduled,
-        scheduled_again=scheduled_again,
-        jobs=len(jobs),
-        done=len(done),
-        dead=len(dead),
-        attempts=sum(j.attempts for j in jobs),
-        retries=dict(retries.most_common()),
-        lease_expiries=expiries,
-        effects_recorded=effects,
-        workers=workers,
-        killed_worker=killed,
-        killed_holding=holding,
-        restarts=1 if killed else 0,
-        provider_accepted=stats["accepted"],
-        provider_repeats_absorbed=stats["duplicates"],
-        provider_duplicate_sends=stats["duplicate_sends"],
-        provider_rate_limited=stats["rate_limited"],
-        provider_refused=stats["refused"],
-        provider_timeouts=stats["timeouts"],
-        dead_jobs=[
+    return {
+        "jobs": len(jobs),
+        "done": sum(1 for j in jobs if j.state is JobState.DONE),
+        "dead": len(dead),
+        "attempts": sum(j.attempts for j in jobs),
+        "retries": dict(retries.most_common()),
+        "lease_expiries": expiries,
+        "effects_recorded": effects,
+        "provider_accepted": stats["accepted"],
+        "provider_repeats_absorbed": stats["duplicates"],
+        "provider_duplicate_sends": stats["duplicate_sends"],
+        "provider_rate_limited": stats["rate_limited"],
+        "provider_refused": stats["refused"],
+        "provider_timeouts": stats["timeouts"],
+        "dead_jobs": [
             {"id": j.id, "key": j.key, "attempts": j.attempts, "error": j.last_error} for j in dead
         ],
-    )
-    expected_dead = {f"{refused}:{week}"}
+    }
+
+
+def _problems(report: DemoReport, expected_dead: str) -> list[str]:
+    """What came out other than the story must: empty when every check holds."""
+    active = report.active_customers
+    dead_keys = {d["key"] for d in report.dead_jobs}
     checks = [
         (report.scheduled == active, f"scheduled {report.scheduled} jobs for {active} customers"),
         (report.scheduled_again == 0, f"scheduling again created {report.scheduled_again} jobs"),
-        ({j.key for j in dead} == expected_dead, f"dead jobs {[j.key for j in dead]}"),
+        (dead_keys == {expected_dead}, f"dead jobs {sorted(dead_keys)}"),
         (report.done == active - 1, f"{report.done} done of {active - 1} deliverable"),
         (
             report.provider_accepted == report.done,
@@ -362,7 +343,9 @@ def _report(
             f"{report.provider_duplicate_sends} duplicate messages sent",
         ),
         (report.attempts >= report.jobs, f"{report.attempts} attempts for {report.jobs} jobs"),
-        (bool(killed), "no worker was holding a lease when the demo meant to kill one"),
+        (
+            bool(report.killed_worker),
+            "no worker was holding a lease when the demo meant to kill one",
+        ),
     ]
-    report.problems = [what for ok, what in checks if not ok]
-    return report
+    return [what for ok, what in checks if not ok]
