@@ -42,6 +42,7 @@ def _number(value: Any, what: str, low: float, high: float) -> float:
 def _limits(
     timeout_seconds: Any, concurrency: Any, rate: Any, burst: Any
 ) -> tuple[float, int, float | None, float | None]:
+    """The limits checked, in the order of ``Subscription``'s fields after its secret."""
     timeout = _number(timeout_seconds, "timeout_seconds", 0, MAX_TIMEOUT_SECONDS)
     if (
         isinstance(concurrency, bool)
@@ -99,19 +100,8 @@ def create_subscription(
         secret = generate_secret()
     else:
         _check_secret(secret)
-    timeout, workers, rate, burst_value = _limits(
-        timeout_seconds, concurrency, rate_per_second, burst
-    )
-    record = Subscription(
-        id=new_subscription_id(),
-        queue=queue,
-        url=url,
-        secret=secret,
-        timeout_seconds=timeout,
-        concurrency=workers,
-        rate_per_second=rate,
-        burst=burst_value,
-    )
+    limits = _limits(timeout_seconds, concurrency, rate_per_second, burst)
+    record = Subscription(new_subscription_id(), queue, url, secret, *limits)
     return backend.subscriptions.insert(record, now)
 
 
