@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -87,31 +87,17 @@ def queues() -> None:
 )
 @json_flag(help="Print the queue as JSON.")
 def create(
-    url: str,
-    name: str,
-    task: str,
-    max_attempts: int,
-    lease_seconds: float,
-    backoff_base: float,
-    backoff_cap: float,
-    retention: timedelta,
-    require_key: bool,
-    timeout: timedelta | None,
-    as_json: bool,
+    url: str, retention: timedelta, timeout: timedelta | None, as_json: bool, **fields: Any
 ) -> None:
     """Declare queue NAME (or replace its settings)."""
     from .._records import QueueSettings
 
+    # The other options are named as the settings' fields: name, task, max_attempts,
+    # lease_seconds, backoff_base, backoff_cap, require_key.
     settings = QueueSettings(
-        name=name,
-        task=task,
-        max_attempts=max_attempts,
-        lease_seconds=lease_seconds,
-        backoff_base=backoff_base,
-        backoff_cap=backoff_cap,
         retention_seconds=retention.total_seconds(),
-        require_key=require_key,
         timeout_seconds=None if timeout is None else timeout.total_seconds(),
+        **fields,
     )
     info, created = open_ledger(url).queue_settings.declare(settings)
     if as_json:
