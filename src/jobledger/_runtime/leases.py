@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from .._records import ClaimedJob, Lease
@@ -22,48 +24,34 @@ __all__ = ["LeaseHold", "LeaseKeeper"]
 log = logging.getLogger("jobledger.worker")
 
 
+@dataclass(eq=False, slots=True)
 class LeaseHold:
     """The runtime's record of one claimed job's lease, shared by its handler's context, the
     keeper and whatever delivers the job."""
 
-    __slots__ = (
-        "job",
-        "lease",
-        "lease_until",
-        "renewed_at",
-        "lost",
-        "started",
-        "released",
-        "finished",
-        "timed_out",
-        "orphaned",
-        "timeout",
-        "future",
-        "lock",
-        "started_at",
-        "span",
-    )
+    job: ClaimedJob
+    timeout: float | None = None
+    """Seconds the attempt may run (None: no bound)."""
+    lease: Lease = field(init=False)
+    lease_until: datetime = field(init=False)
+    renewed_at: float = field(init=False, default_factory=time.monotonic)
+    lost: bool = field(init=False, default=False)
+    started: bool = field(init=False, default=False)
+    released: bool = field(init=False, default=False)
+    finished: bool = field(init=False, default=False)
+    timed_out: bool = field(init=False, default=False)
+    orphaned: bool = field(init=False, default=False)
+    """Its handler's thread was given up on after the timeout (a sync handler)."""
+    future: Future[Any] | None = field(init=False, default=None)
+    """An async handler's run on the runtime's event loop (cancelled on a timeout)."""
+    started_at: float = field(init=False, default=0.0)
+    lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    span: Any = field(init=False, default=None)
+    """The attempt's span while a tracer follows it (``AttemptTracer``), else None."""
 
-    def __init__(self, job: ClaimedJob, timeout: float | None = None):
-        self.job = job
-        self.lease = Lease(job.id, job.lease_token, job.attempt)
-        self.lease_until = job.lease_until
-        self.renewed_at = time.monotonic()
-        self.lost = False
-        self.started = False
-        self.released = False
-        self.finished = False
-        self.timed_out = False
-        self.orphaned = False
-        """Its handler's thread was given up on after the timeout (a sync handler)."""
-        self.timeout = timeout
-        """Seconds the attempt may run (None: no bound)."""
-        self.future: Future[Any] | None = None
-        """An async handler's run on the runtime's event loop (cancelled on a timeout)."""
-        self.started_at = 0.0
-        self.lock = threading.Lock()
-        self.span: Any = None
-        """The attempt's span while a tracer follows it (``AttemptTracer``), else None."""
+    def __post_init__(self) -> None:
+        self.lease = Lease(self.job.id, self.job.lease_token, self.job.attempt)
+        self.lease_until = self.job.lease_until
 
     @property
     def active(self) -> bool:
