@@ -123,6 +123,25 @@ async def _charts(request: Request, queue: str | None) -> dict[str, Any]:
     }
 
 
+async def _live_page(
+    request: Request, template: str, viewer: Viewer, queue: str | None, **values: Any
+) -> Response:
+    """A page of the queues that refreshes itself: with the last hour's charts of ``queue``
+    (None: every queue), the refresh interval and the time it was drawn."""
+    charts = await _charts(request, queue)
+    return page(
+        template,
+        **context(
+            viewer,
+            nav="queues",
+            refresh=_state(request).settings.dashboard_refresh_seconds,
+            now=datetime.now(UTC),
+            **charts,
+            **values,
+        ),
+    )
+
+
 # -- pages ---------------------------------------------------------------------------------------
 
 
@@ -131,18 +150,7 @@ async def overview(request: Request) -> Response:
     viewer = await require_viewer(request)
     state = _state(request)
     snap = await run_in_threadpool(observe(state).snapshots.get)
-    charts = await _charts(request, None)
-    return page(
-        "overview.html",
-        **context(
-            viewer,
-            nav="queues",
-            snap=snap,
-            refresh=state.settings.dashboard_refresh_seconds,
-            now=datetime.now(UTC),
-            **charts,
-        ),
-    )
+    return await _live_page(request, "overview.html", viewer, None, snap=snap)
 
 
 @handles
@@ -164,26 +172,21 @@ async def queue_page(request: Request) -> Response:
     if view is None and not jobs:
         raise NotFound(f"no queue named {name!r} has jobs or is declared")
     limits, groups = await run_in_threadpool(_groups, state, name)
-    charts = await _charts(request, name)
-    return page(
+    return await _live_page(
+        request,
         "queue.html",
-        **context(
-            viewer,
-            nav="queues",
-            name=name,
-            view=view,
-            wanted=wanted,
-            states=STATES,
-            jobs=jobs[:JOBS_PAGE],
-            more=len(jobs) > JOBS_PAGE,
-            limits=limits,
-            groups=groups[:GROUPS_SHOWN],
-            groups_total=len(groups),
-            snap=snap,
-            refresh=state.settings.dashboard_refresh_seconds,
-            now=datetime.now(UTC),
-            **charts,
-        ),
+        viewer,
+        name,
+        name=name,
+        view=view,
+        wanted=wanted,
+        states=STATES,
+        jobs=jobs[:JOBS_PAGE],
+        more=len(jobs) > JOBS_PAGE,
+        limits=limits,
+        groups=groups[:GROUPS_SHOWN],
+        groups_total=len(groups),
+        snap=snap,
     )
 
 
