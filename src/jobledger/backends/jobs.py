@@ -9,19 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .._records import (
-    ClaimedJob,
-    FailResult,
-    Failure,
-    InsertResult,
-    KeyClaim,
-    Lease,
-    NewJob,
-    OnConflict,
-    PublishItem,
-    PublishOutcome,
-    RescueResult,
-)
+from .. import _records as records
 
 __all__ = ["AsyncJobs", "Jobs", "LeaseSeconds", "Now"]
 
@@ -40,11 +28,11 @@ class Jobs(abc.ABC):
 
     def insert(
         self,
-        jobs: Sequence[NewJob],
+        jobs: Sequence[records.NewJob],
         now: datetime | None = None,
         conn: Any = None,
-        on_conflict: OnConflict = "raise",
-    ) -> list[InsertResult]:
+        on_conflict: records.OnConflict = "raise",
+    ) -> list[records.InsertResult]:
         """Insert jobs whose keys are new; return the existing job for keys that are not.
 
         With ``conn`` the insert joins the caller's open transaction. A key that exists with
@@ -54,8 +42,8 @@ class Jobs(abc.ABC):
         return self._insert(jobs, now, conn, on_conflict) if jobs else []
 
     def publish(
-        self, items: Sequence[PublishItem], now: datetime | None = None
-    ) -> list[PublishOutcome]:
+        self, items: Sequence[records.PublishItem], now: datetime | None = None
+    ) -> list[records.PublishOutcome]:
         """Insert published jobs whose keys are new, in one transaction; tell replays, conflicts
         and keys whose publish is in flight in another transaction (PostgreSQL) apart."""
         return self._publish(items, now) if items else []
@@ -67,7 +55,7 @@ class Jobs(abc.ABC):
         limit: int,
         now: datetime | None = None,
         lease_seconds: float | None = None,
-    ) -> list[ClaimedJob]:
+    ) -> list[records.ClaimedJob]:
         """Lease up to ``limit`` due pending jobs, highest priority first, then oldest run time.
         Each gets a new lease token and an open attempt record.
 
@@ -86,7 +74,7 @@ class Jobs(abc.ABC):
         worker: str,
         now: datetime | None = None,
         lease_seconds: float | None = None,
-    ) -> list[KeyClaim]:
+    ) -> list[records.KeyClaim]:
         """Lease the jobs named by ``(queue, key)`` that are pending and due, in one
         transaction, exactly as ``claim`` would (new token, attempt opened); a job another
         transaction is claiming right now is skipped, not waited for. Returns one ``KeyClaim``
@@ -96,7 +84,7 @@ class Jobs(abc.ABC):
 
     def heartbeat(
         self,
-        leases: Sequence[Lease],
+        leases: Sequence[records.Lease],
         now: datetime | None = None,
         lease_seconds: float | None = None,
     ) -> dict[int, datetime]:
@@ -106,7 +94,7 @@ class Jobs(abc.ABC):
 
     def complete(
         self,
-        leases: Sequence[Lease],
+        leases: Sequence[records.Lease],
         now: datetime | None = None,
         conn: Any = None,
         results: Mapping[int, str] | None = None,
@@ -123,17 +111,19 @@ class Jobs(abc.ABC):
         return _stale(leases, self._complete(leases, now, conn, results or None))
 
     @abc.abstractmethod
-    def store_result(self, lease: Lease, result: str | None) -> bool:
+    def store_result(self, lease: records.Lease, result: str | None) -> bool:
         """Store the result of a job that ``lease`` completed in the handler's own transaction
         (``ctx.transaction()``), once the handler returned (None: it returned nothing, or what
         it returned could not be stored), and tell waiters. Fenced by the lease: False, and
         nothing written, when the job is not done under this lease."""
 
-    def fail(self, failures: Sequence[Failure], now: datetime | None = None) -> list[FailResult]:
+    def fail(
+        self, failures: Sequence[records.Failure], now: datetime | None = None
+    ) -> list[records.FailResult]:
         """Record failed attempts: pending again (retry, budget left) or dead."""
         return self._fail(failures, now) if failures else []
 
-    def release(self, leases: Sequence[Lease], now: datetime | None = None) -> list[int]:
+    def release(self, leases: Sequence[records.Lease], now: datetime | None = None) -> list[int]:
         """Give back claimed jobs that never started, without charging the attempt. Returns the
         ids whose lease was stale."""
         return _stale(leases, self._release(leases, now)) if leases else []
@@ -146,7 +136,7 @@ class Jobs(abc.ABC):
         that nothing is due."""
         return False  # SQLite's claim always scans from the start: nothing to forget
 
-    def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[RescueResult]:
+    def rescue(self, now: datetime | None = None, limit: int = 1000) -> list[records.RescueResult]:
         """Close attempts whose lease expired: pending again with budget left, dead without."""
         return self._rescue(now, max(1, int(limit)))
 
@@ -154,48 +144,56 @@ class Jobs(abc.ABC):
 
     @abc.abstractmethod
     def _insert(
-        self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
-    ) -> list[InsertResult]: ...
+        self,
+        jobs: Sequence[records.NewJob],
+        now: datetime | None,
+        conn: Any,
+        on_conflict: records.OnConflict,
+    ) -> list[records.InsertResult]: ...
 
     @abc.abstractmethod
     def _publish(
-        self, items: Sequence[PublishItem], now: datetime | None
-    ) -> list[PublishOutcome]: ...
+        self, items: Sequence[records.PublishItem], now: datetime | None
+    ) -> list[records.PublishOutcome]: ...
 
     @abc.abstractmethod
     def _claim(
         self, queues: Sequence[str], worker: str, limit: int, now: Now, lease_seconds: LeaseSeconds
-    ) -> list[ClaimedJob]:
+    ) -> list[records.ClaimedJob]:
         """The claimed jobs in any order (``claim`` sorts them); ``limit`` is at least 1."""
 
     @abc.abstractmethod
     def _claim_keys(
         self, wanted: Sequence[tuple[str, str]], worker: str, now: Now, lease_seconds: LeaseSeconds
-    ) -> list[KeyClaim]: ...
+    ) -> list[records.KeyClaim]: ...
 
     @abc.abstractmethod
     def _heartbeat(
-        self, leases: Sequence[Lease], now: Now, lease_seconds: LeaseSeconds
+        self, leases: Sequence[records.Lease], now: Now, lease_seconds: LeaseSeconds
     ) -> dict[int, datetime]: ...
 
     @abc.abstractmethod
     def _complete(
-        self, leases: Sequence[Lease], now: Now, conn: Any, results: Mapping[int, str] | None
+        self,
+        leases: Sequence[records.Lease],
+        now: Now,
+        conn: Any,
+        results: Mapping[int, str] | None,
     ) -> set[int]:
         """The ids of the jobs it completed (the others' leases were stale)."""
 
     @abc.abstractmethod
-    def _fail(self, failures: Sequence[Failure], now: Now) -> list[FailResult]: ...
+    def _fail(self, failures: Sequence[records.Failure], now: Now) -> list[records.FailResult]: ...
 
     @abc.abstractmethod
-    def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
+    def _release(self, leases: Sequence[records.Lease], now: Now) -> set[int]:
         """The ids of the jobs it released."""
 
     @abc.abstractmethod
-    def _rescue(self, now: Now, limit: int) -> list[RescueResult]: ...
+    def _rescue(self, now: Now, limit: int) -> list[records.RescueResult]: ...
 
 
-def _stale(leases: Sequence[Lease], done: set[int]) -> list[int]:
+def _stale(leases: Sequence[records.Lease], done: set[int]) -> list[int]:
     """The ids of ``leases`` whose job is not in ``done``."""
     return [lease.job_id for lease in leases if lease.job_id not in done]
 
@@ -206,11 +204,11 @@ class AsyncJobs(abc.ABC):
 
     async def insert(
         self,
-        jobs: Sequence[NewJob],
+        jobs: Sequence[records.NewJob],
         now: datetime | None = None,
         conn: Any = None,
-        on_conflict: OnConflict = "raise",
-    ) -> list[InsertResult]:
+        on_conflict: records.OnConflict = "raise",
+    ) -> list[records.InsertResult]:
         """As ``Jobs.insert``; ``conn`` is the caller's async connection (its transaction)."""
         return await self._insert(jobs, now, conn, on_conflict) if jobs else []
 
@@ -225,5 +223,5 @@ class AsyncJobs(abc.ABC):
 
     @abc.abstractmethod
     async def _insert(
-        self, jobs: Sequence[NewJob], now: Now, conn: Any, on_conflict: OnConflict
-    ) -> list[InsertResult]: ...
+        self, jobs: Sequence[records.NewJob], now: Now, conn: Any, on_conflict: records.OnConflict
+    ) -> list[records.InsertResult]: ...
