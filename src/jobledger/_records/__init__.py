@@ -3,6 +3,7 @@ services that read and write them. A leaf package: its modules import only each 
 types and the retry policy's ``Backoff`` value.
 
 - ``jobs``: states, job rows, attempts, events, tombstones; new jobs, leases, failures, results;
+  what a prune removed;
 - ``stats``: queue counts, live depths, per-minute rollups;
 - ``schedules``: leader leases, schedules and their ticks;
 - ``outbox``: broker routes, outbox records, claims by key;

@@ -29,6 +29,7 @@ __all__ = [
     "NewJob",
     "OnConflict",
     "PruneResult",
+    "Pruned",
     "PublishItem",
     "PublishOutcome",
     "PublishStatus",
@@ -346,6 +347,16 @@ class PruneResult:
             self.ticks + other.ticks,
             states,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What one pass of the maintenance pruner deleted from the small tables."""
+
+    rollups: int = 0
+    sessions: int = 0
+    tombstones: int = 0
+    groups: int = 0
 
 
 @dataclass(frozen=True, slots=True)

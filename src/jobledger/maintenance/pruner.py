@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from .._records import Pruned
 from ..errors import LeadershipLost
 from .leader import LeaderElection
 from .looper import Looper
@@ -24,7 +24,7 @@ from .looper import Looper
 if TYPE_CHECKING:
     from ..backends.base import Backend
 
-__all__ = ["KEEP_IDLE_GROUPS", "KEEP_ROLLUPS", "Pruned", "Pruner"]
+__all__ = ["KEEP_IDLE_GROUPS", "KEEP_ROLLUPS", "Pruner"]
 
 log = logging.getLogger("jobledger.maintenance")
 
@@ -33,16 +33,6 @@ KEEP_ROLLUPS = timedelta(days=2)
 
 KEEP_IDLE_GROUPS = timedelta(days=1)
 """How long the row of a group with no jobs (its pause, rate bucket and turn) is kept."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pruned:
-    """What one pass deleted (None: another process holds the pruner's lease)."""
-
-    rollups: int = 0
-    sessions: int = 0
-    tombstones: int = 0
-    groups: int = 0
 
 
 class Pruner(Looper):
@@ -72,6 +62,7 @@ class Pruner(Looper):
         )
 
     def run_once(self, now: datetime | None = None) -> Pruned | None:
+        """Prune once; None when another process holds the pruner's lease."""
         if self.election.hold(now) is None:
             return None
         backend = self._backend()
