@@ -73,6 +73,19 @@ def test_what_this_process_places_ahead_of_a_position_sends_the_next_claim_to_th
     assert cursor.after(["q"]) is None
 
 
+def test_a_job_due_at_the_callers_own_now_counts_as_placed_at_that_time():
+    """An insert at an explicit ``now`` (a job without a run time is due then) is compared with
+    the position at that time, not at the clock's: a job enqueued at a ``now`` before the
+    position is ahead of it, whatever the wall clock says (the model test runs at 2026-01-05)."""
+    cursor = ClaimCursor(Clock())
+    cursor.scanned_from_start(0.5, 1)
+    cursor.advance([("q", 0, T0, 5)])
+    cursor.placed([_new("q", 0, None)], T0 + timedelta(seconds=1))  # due after the position
+    assert cursor.after(["q"]) is not None
+    cursor.placed([_new("q", 0, None)], T0 - timedelta(seconds=1))  # due before it
+    assert cursor.after(["q"]) is None
+
+
 def test_a_claim_that_finds_nothing_looks_from_the_start_only_while_that_is_cheap():
     cursor = ClaimCursor(Clock())
     cursor.scanned_from_start(0.002, 1)

@@ -137,13 +137,14 @@ class ClaimCursor:
         """Scan from the start at the next claim (something may be ahead of a position)."""
         self._from_start_at = 0.0
 
-    def placed(self, jobs: Iterable[NewJob]) -> None:
-        """``jobs`` were inserted (run time None: now): rewind if one is ahead of its queue's
-        position. A grouped job is claimed another way (``grouped.py``)."""
+    def placed(self, jobs: Iterable[NewJob], now: datetime | None = None) -> None:
+        """``jobs`` were inserted at ``now`` (None: the clock's time; a job's run time None:
+        then): rewind if one is ahead of its queue's position. A grouped job is claimed another
+        way (``grouped.py``)."""
         at = self._at
         if not at:
             return
-        now = datetime.now(UTC)
+        now = now if now is not None else datetime.now(UTC)
         for job in jobs:
             position = at.get(job.queue)
             if position is None or job.group is not None:

@@ -98,7 +98,7 @@ class PostgresJobs(Jobs):
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
         results = run(self._db, self.insert_plan(jobs, now, conn is not None, on_conflict), conn)
-        self._cursor.placed(jobs)
+        self._cursor.placed(jobs, now)
         return results
 
     def insert_plan(
@@ -403,7 +403,7 @@ class PostgresJobs(Jobs):
         for _ in range(3):
             try:
                 outcomes = self._publish_once(items, now)
-                self._cursor.placed(i.job for i in items)
+                self._cursor.placed((i.job for i in items), now)
                 return outcomes
             except _Again:
                 continue
