@@ -192,3 +192,35 @@ def test_a_burst_ends_only_when_a_claim_from_the_start_finds_nothing(pg, monkeyp
         worker.close()
         other.close()
         pg.drop_schema(schema)
+
+
+def test_an_async_enqueue_ahead_of_the_position_is_claimed_at_once(pg, monkeypatch):
+    """``AsyncLedger.enqueue`` in the process of a worker that claims from its position tells
+    the position, as the sync enqueue does: the job is claimed by the next claim, not when a
+    scan from the start is next due."""
+    import asyncio
+
+    from jobledger import AsyncLedger
+    from jobledger.backends.postgres import cursor
+
+    monkeypatch.setattr(cursor, "CHEAP", 0.0)  # a claim that finds nothing never looks back
+    monkeypatch.setattr(cursor, "WORSE", 0.0)
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    try:
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        jobs = ledger.backend.jobs
+        jobs._cursor = ClaimCursor(Clock())  # type: ignore[attr-defined]
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5)])
+        assert len(jobs.claim(["q"], "w", 10)) == 5
+        assert jobs._cursor.after(["q"]) is not None  # type: ignore[attr-defined]
+
+        async def enqueue_ahead() -> int:
+            async with AsyncLedger.of(ledger) as aledger:
+                return (await aledger.enqueue("t", {"n": -1}, key="ahead", priority=5)).id
+
+        ahead = asyncio.run(enqueue_ahead())
+        assert [j.id for j in jobs.claim(["q"], "w", 10)] == [ahead]
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)

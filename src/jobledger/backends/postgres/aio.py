@@ -93,7 +93,11 @@ class PostgresAsyncJobs(AsyncJobs):
                 f"got {type(conn)!r} (a psycopg Connection goes to Ledger.enqueue)"
             )
         plan = self._jobs.insert_plan(jobs, now, conn is not None, on_conflict)
-        return await self.run(plan, conn)
+        results = await self.run(plan, conn)
+        # A sync worker of this process claims from its position: what was placed ahead of it
+        # is claimed at once, as after the sync enqueue.
+        self._jobs.placed(jobs, now)
+        return results
 
     async def run(self, plan: Plan[_T], conn: Any = None) -> _T:
         """Drive ``plan`` on the event loop (as ``plan.run`` does in a thread)."""

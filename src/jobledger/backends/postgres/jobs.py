@@ -98,8 +98,13 @@ class PostgresJobs(Jobs):
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
         results = run(self._db, self.insert_plan(jobs, now, conn is not None, on_conflict), conn)
-        self._cursor.placed(jobs, now)
+        self.placed(jobs, now)
         return results
+
+    def placed(self, jobs: Sequence[NewJob], now: datetime | None) -> None:
+        """``jobs`` were inserted by this process at ``now``, by this role or by its asyncio
+        twin (``aio.py``): the next claim looks from the start if one is ahead of a position."""
+        self._cursor.placed(jobs, now)
 
     def insert_plan(
         self,
