@@ -188,10 +188,18 @@ def test_claim_batches_follow_priority(api, tasks):
     assert [[j.priority for j in batch] for batch in batches] == [[2, 2, 2], [1, 1, 1], [0, 0, 0]]
 
 
-def test_jobs_another_process_places_ahead_of_claimed_ones_are_claimed(ledger, tasks, db_url):
+def test_jobs_another_process_places_ahead_of_claimed_ones_are_claimed(
+    ledger, tasks, db_url, monkeypatch
+):
     """A claim may start past what its process already took (PostgreSQL: postgres/cursor.py).
     Jobs that another process then places ahead of that position — a higher priority, an
-    earlier run time, a job it released — are still claimed, by the time the rest is."""
+    earlier run time, a job it released — are still claimed, by the time the rest is, on a
+    database where a scan from the start is cheap. Whether it is cheap is timed; on a busy
+    machine it may not be, and the scan then waits for its turn (tests/test_claim_cursor.py
+    covers that), so here it counts as cheap whatever it took."""
+    from jobledger.backends.postgres import cursor
+
+    monkeypatch.setattr(cursor, "CHEAP", float("inf"))
     for n in range(6):
         enqueue(ledger, n, run_at=at(-60 + n))
     jobs = ledger.backend.jobs
