@@ -94,6 +94,18 @@ def test_fair_claiming_takes_one_job_per_group_per_round(api, work):
     assert sorted(turns) == sorted(["flood", *cold])
 
 
+def test_a_claim_over_uneven_groups_takes_every_due_job_round_by_round(api, work):
+    """A claim reads each group for its share of the claim first; groups with fewer jobs
+    than that leave room, which the others fill, still one job per group per round."""
+    deep = put(api, "deep", 8)
+    put(api, "one", 1)
+    put(api, "two", 2)
+    batch = claim(api, 9, at(1))  # a share of 3 each: 3 + 1 + 2, then the deep group's rest
+    assert Counter(j.group for j in batch) == {"deep": 6, "one": 1, "two": 2}
+    assert {j.id for j in batch if j.group == "deep"} == set(deep[:6])
+    assert claim(api, 9, at(1)) and not claim(api, 9, at(1))
+
+
 def test_a_cold_group_is_served_by_the_next_claim_however_busy_a_hot_group_is(api, work):
     put(api, "flood", 300)
     for _ in range(5):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -83,15 +84,28 @@ class GroupedClaim:
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
-            return c.execute(
-                self._db.statement("group_claim", limit),
-                {
-                    "queues": [r[0] for r in found],
-                    "names": [r[1] for r in found],
-                    "ord": list(range(len(found))),
-                    "worker": worker,
-                    "now": now,
-                    "lease_seconds": lease_seconds,
-                },
-                prepare=prepare,
+            groups = {
+                "queues": [r[0] for r in found],
+                "names": [r[1] for r in found],
+                "ord": list(range(len(found))),
+                "worker": worker,
+                "now": now,
+                "lease_seconds": lease_seconds,
+            }
+            # Each group's share of the claim first (``limit`` over the groups, rounded up): the
+            # claim takes one job per group per round, so when the shares give ``limit`` jobs no
+            # later one could have been chosen, and no group's rows past its share are locked.
+            share = -(-limit // len(found))
+            rows = c.execute(
+                self._db.statement("group_claim", limit), groups | {"share": share}, prepare=prepare
             ).fetchall()
+            rest = limit - len(rows)
+            if rest and share < limit and share in Counter((r[1], r[13]) for r in rows).values():
+                # A group had its whole share and may have more: the rest as the claim would
+                # have taken it (the groups' leases and buckets now count this claim's).
+                rows += c.execute(
+                    self._db.statement("group_claim", rest),
+                    groups | {"share": rest},
+                    prepare=prepare,
+                ).fetchall()
+            return rows

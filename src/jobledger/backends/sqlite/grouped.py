@@ -92,13 +92,9 @@ class GroupedClaim:
                         break
         plans.sort(key=lambda p: p[0])
         del plans[limit:]
-        picks: list[tuple[int, int, int]] = []
-        for order, (_, state, take) in enumerate(plans):
-            ids = c.execute(
-                self.sql["group_due_jobs"],
-                {"queue": state.queue, "name": state.name, "now": clock, "n": take},
-            ).fetchall()
-            picks.extend((rank, order, row[0]) for rank, row in enumerate(ids))
+        if not plans:
+            return []
+        picks = self._picks(c, plans, limit, clock)
         if not picks:
             return []
         picks.sort()
@@ -125,3 +121,35 @@ class GroupedClaim:
             ],
         )
         return rows
+
+    def _picks(
+        self,
+        c: sqlite3.Connection,
+        plans: list[tuple[tuple[bool, float, str, str], GroupState, int]],
+        limit: int,
+        clock: float,
+    ) -> list[tuple[int, int, int]]:
+        """The due jobs the claim chooses from, as (rank in its group, the group's turn, id):
+        one job per group per round, so the claim takes the first ``limit`` in that order.
+
+        Each group is read for its share of the claim first (``limit`` spread over the groups,
+        rounded up): when that gives ``limit`` jobs, no job of a later rank could be chosen.
+        Only when it gives fewer are the groups that had their whole share read again for all
+        their allowance. The choice is the same as reading every group's allowance at once;
+        with 500 groups and claims of 500, one row of each group is read, not all its due jobs."""
+        share = -(-limit // len(plans))
+        read = [self._due(c, state, min(take, share), clock) for _, state, take in plans]
+        if sum(len(ids) for ids in read) < limit:
+            for i, (_, state, take) in enumerate(plans):
+                if len(read[i]) == share < take:
+                    read[i] = self._due(c, state, take, clock)
+        return [
+            (rank, order, row[0]) for order, ids in enumerate(read) for rank, row in enumerate(ids)
+        ]
+
+    def _due(self, c: sqlite3.Connection, state: GroupState, n: int, clock: float) -> list[Any]:
+        """A group's next ``n`` due jobs' ids, in claim order."""
+        return c.execute(
+            self.sql["group_due_jobs"],
+            {"queue": state.queue, "name": state.name, "now": clock, "n": n},
+        ).fetchall()

@@ -110,8 +110,9 @@ AND (l.rate IS NULL OR w.tokens IS NULL
 -- name: group_claim
 -- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
 -- after the locks: every claim that held one of them before has committed), each group's
--- allowance (free lease slots and whole tokens, as _records.allowance counts them), up to that
--- many due jobs of each group, one per group per round in the groups' order, {limit} in all;
+-- allowance (free lease slots and whole tokens, as _records.allowance counts them) and at most
+-- %(share)s (grouped.py), up to that many due jobs of each group, one per group per round in
+-- the groups' order, {limit} in all;
 -- leased as job_claim leases; and each served group's bucket as left and its turn.
 WITH current AS (
     SELECT a.queue, a.name, a.ord, l.max_leased,
@@ -129,7 +130,7 @@ WITH current AS (
     WHERE g.paused_until IS NULL OR g.paused_until <= {now}
 ), allowed AS (
     SELECT c.queue, c.name, c.ord, c.tokens,
-           LEAST({limit}, COALESCE(floor(c.tokens)::int, {limit}),
+           LEAST({limit}, %(share)s::int, COALESCE(floor(c.tokens)::int, {limit}),
                  COALESCE(c.max_leased - (
                      SELECT count(*) FROM (
                          SELECT 1 FROM {jobs} AS j
