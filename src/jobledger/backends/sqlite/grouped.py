@@ -46,11 +46,17 @@ class GroupedClaim:
         the groups' rows, or from the index when that walk stops short (see the statements)."""
         scan = 4 * limit + 64
         seen = set()
-        for row in c.execute(
+        # Read as the claim asks (it stops once it has as many groups as it can serve); the
+        # statement is closed when the claim stops asking.
+        turns = c.execute(
             self.sql["group_candidates_turns"], {"queue": queue, "now": clock, "scan": scan}
-        ).fetchall():
-            seen.add(row[0])
-            yield row
+        )
+        try:
+            for row in turns:
+                seen.add(row[0])
+                yield row
+        finally:
+            turns.close()
         # Only when the claim wants more than those (it stops reading once it has enough).
         params = {"queue": queue, "scan": scan}
         if c.execute(self.sql["group_rows_beyond"], params).fetchone()[0]:
