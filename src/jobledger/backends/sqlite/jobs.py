@@ -46,6 +46,12 @@ from .grouped import GroupedClaim
 
 __all__ = ["SqliteJobs"]
 
+#: The values ``job_insert_rows`` binds per job, and the most jobs it inserts in one statement.
+#: A statement of 250 jobs binds 2,751 values: far fewer than SQLite's default limit (32,766),
+#: and each size of statement is compiled once and kept in the connection's statement cache.
+_ROW_VALUES = 11
+_MAX_ROWS = 250
+
 
 class SqliteJobs(Jobs):
     """``Jobs`` for SQLite."""
@@ -56,6 +62,7 @@ class SqliteJobs(Jobs):
         self._history = history
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
+        self._row_statements: dict[int, str] = {}
 
     # -- inserting -------------------------------------------------------------------------------
 
@@ -103,35 +110,44 @@ class SqliteJobs(Jobs):
     def _insert_new(
         self, c: sqlite3.Connection, jobs: Sequence[NewJob], clock: float
     ) -> range | None:
-        """A batch whose keys are all new, in one ``executemany``; the jobs' ids. None, and
-        nothing written, when a job was not inserted (its key is known or held, or named twice
-        in the batch): the caller then goes job by job."""
-        rows = [
-            (
-                j.queue,
-                j.key,
-                j.task,
-                j.payload_json,
-                j.priority,
-                clock if j.run_at is None else epoch(j.run_at),
-                j.max_attempts,
-                float(j.lease_seconds),
-                clock,
-                j.correlation_id,
-                j.group,
-                j.trace_context,
-            )
-            for j in jobs
-        ]
+        """A batch whose keys are all new, many jobs a statement (``job_insert_rows``); the
+        jobs' ids. None, and nothing written, when a job was not inserted (its key is known or
+        held, or named twice in the batch): the caller then goes job by job."""
         c.execute("SAVEPOINT jobledger_batch")
-        inserted = c.executemany(self._sql["job_insert_many"], rows).rowcount
-        if inserted == len(jobs):
-            c.execute("RELEASE jobledger_batch")
-            (last,) = c.execute("SELECT last_insert_rowid()").fetchone()
-            return range(last - len(jobs) + 1, last + 1)
-        c.execute("ROLLBACK TO jobledger_batch")
+        done = 0
+        for size in _chunks(len(jobs), _rows_per_statement(c)):
+            values: list[Any] = [clock]
+            for j in jobs[done : done + size]:
+                values += (
+                    j.queue,
+                    j.key,
+                    j.task,
+                    j.payload_json,
+                    j.priority,
+                    clock if j.run_at is None else epoch(j.run_at),
+                    j.max_attempts,
+                    float(j.lease_seconds),
+                    j.correlation_id,
+                    j.group,
+                    j.trace_context,
+                )
+            done += size
+            if c.execute(self._rows_statement(size), values).rowcount < size:
+                c.execute("ROLLBACK TO jobledger_batch")
+                c.execute("RELEASE jobledger_batch")
+                return None
         c.execute("RELEASE jobledger_batch")
-        return None
+        (last,) = c.execute("SELECT last_insert_rowid()").fetchone()
+        return range(last - len(jobs) + 1, last + 1)
+
+    def _rows_statement(self, rows: int) -> str:
+        """``job_insert_rows`` for a chunk of ``rows`` jobs (made once per size)."""
+        text = self._row_statements.get(rows)
+        if text is None:
+            row = "(" + ", ".join("?" * _ROW_VALUES) + ")"
+            text = self._sql["job_insert_rows"].replace("{rows}", ", ".join([row] * rows))
+            self._row_statements[rows] = text
+        return text
 
     def _publish(self, items: Sequence[PublishItem], now: Now) -> list[PublishOutcome]:
         clock = epoch(now)
@@ -428,3 +444,24 @@ class SqliteJobs(Jobs):
 
 def _same_digest(digest: str) -> Any:
     return lambda job: payload_digest(job.payload_json) == digest
+
+
+def _rows_per_statement(c: sqlite3.Connection) -> int:
+    """How many jobs one ``job_insert_rows`` may carry on this connection: at most
+    ``_MAX_ROWS``, and fewer when the connection allows fewer bound values (its
+    ``SQLITE_LIMIT_VARIABLE_NUMBER``; the insert's time is one more)."""
+    limit = c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return max(1, min(_MAX_ROWS, (limit - 1) // _ROW_VALUES))
+
+
+def _chunks(jobs: int, most: int) -> list[int]:
+    """The sizes of the statements that insert ``jobs`` jobs: as many of ``most`` as fit, then
+    the rest in powers of two. A batch of any size uses a few statement texts (at most one per
+    power of two below ``most``), which the statement cache keeps compiled."""
+    sizes = [most] * (jobs // most)
+    rest = jobs % most
+    while rest:
+        size = 1 << (rest.bit_length() - 1)
+        sizes.append(size)
+        rest -= size
+    return sizes
