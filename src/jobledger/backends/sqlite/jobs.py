@@ -28,6 +28,7 @@ from ..._records import (
     PublishItem,
     PublishOutcome,
     RescueResult,
+    created_results,
     payload_digest,
 )
 from ...errors import BackendUnavailable
@@ -77,7 +78,7 @@ class SqliteJobs(Jobs):
             if len(jobs) > 1:
                 ids = self._insert_new(c, jobs, clock)
                 if ids is not None:
-                    return [InsertResult(job_id, True) for job_id in ids]
+                    return created_results(ids)
             insert, lookup = self._sql["job_insert"], self._sql["job_existing"]
             traced = self._sql["job_insert_traced"]
             for job in jobs:
