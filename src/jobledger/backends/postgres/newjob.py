@@ -169,7 +169,7 @@ def new_job_copy(jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime) ->
     }
     times = [when] * n
     columns = [list(ids), *fields.values(), fields["max_attempts"], times, times]
-    return "".join(["\t".join(row) + "\n" for row in zip(*columns, strict=True)])
+    return "\n".join(map("\t".join, zip(*columns, strict=True))) + "\n"
 
 
 def _copy_column(
