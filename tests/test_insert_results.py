@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobledger import ConfigError, JobSpec, KeyConflict, PayloadError
+from jobledger import ConfigError, JobSpec, KeyConflict, Ledger, PayloadError
 from jobledger._ledger import _one_spec, _specs
 from jobledger._records import InsertResult, NewJob, created_results
 from jobledger.backends.common import resolve_inserts
@@ -89,3 +89,31 @@ def test_specs_are_the_same_tuples_from_a_jobspec_and_from_a_dict():
         _specs([{"payload": {}, "colour": "red"}])
     with pytest.raises(PayloadError, match="delay"):
         _specs([{"payload": {}, "delay": float("nan")}])
+
+
+@pytest.mark.parametrize(
+    "key", ["k", "a b", "é🚀", "nbsp\xa0", "line\u2028sep", "x" * 512, "\x85next"]
+)
+def test_a_key_without_a_control_character_is_taken_as_it_is(tmp_path, key):
+    """Printable keys skip the full check; the valid ones that are not printable (U+00A0,
+    U+2028, U+0085: not among the refused control characters) pass the full check."""
+    ledger = Ledger(f"sqlite:///{tmp_path}/l.db")
+    [job] = ledger._new_jobs("t", _specs([{"key": key}]), queue=None, now=None, priority_given=True)
+    assert job.key == key
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        ("", "must not be empty"),
+        ("x" * 513, "the limit is 512"),
+        ("tab\there", "control character"),
+        ("del\x7f", "control character"),
+        (42, "must be a string"),
+    ],
+)
+def test_a_bad_key_in_a_batch_is_refused(tmp_path, key, message):
+    ledger = Ledger(f"sqlite:///{tmp_path}/l.db")
+    specs = _specs([{"key": "fine"}, {"key": key}])
+    with pytest.raises(PayloadError, match=message):
+        ledger._new_jobs("t", specs, queue=None, now=None, priority_given=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, overload
 
 from ._connections import raw_connection
 from ._records import (
+    MAX_KEY_LENGTH,
     Attempt,
     Enqueued,
     Event,
@@ -610,6 +611,10 @@ class Ledger:
                     f"a key is required: pass key=... (the business identity of this job, e.g. "
                     f"'4187:2026-W33') or give task {name!r} a key rule"
                 )
+            if type(key) is not str or not 0 < len(key) <= MAX_KEY_LENGTH or not key.isprintable():
+                # A common key (printable, so without a control character) needs no more; any
+                # other is checked in full (some keys that are not printable are valid).
+                key = validate_key(key)
             if task_priority is not None:
                 priority = task_priority
             if type(priority) is not int or not -_INT32 <= priority <= _INT32:
@@ -620,7 +625,7 @@ class Ledger:
             new_jobs.append(
                 NewJob(
                     target_queue,
-                    validate_key(key),
+                    key,
                     name,
                     payload_json,
                     priority,
