@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jobledger import KeyConflict, Ledger
-from jobledger._records import Lease
+from jobledger._records import Lease, NewJob
 from jobledger.backends.sqlite.jobs import _MAX_ROWS, _chunks
 
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
@@ -200,3 +200,35 @@ def test_a_batch_in_the_callers_transaction(ledger, path):
         conn.close()
     ids = _ids_by_key(path)
     assert [r.id for r in results] == [ids[f"k{i}"] for i in range(600)]
+
+
+def _new_job(i: int, group: str | None = None, trace: str | None = None) -> NewJob:
+    return NewJob("q", f"n{i}", "work", f'{{"n":{i}}}', 0, None, 3, 30.0, f"c{i}", group, trace)
+
+
+def test_groups_and_trace_contexts_are_bound_only_in_the_chunks_that_have_them(
+    ledger, path, inserts
+):
+    """A chunk without groups and trace contexts writes them as NULL in its statement; a chunk
+    with one binds both columns for all its jobs (None for the others)."""
+    jobs = [_new_job(i) for i in range(600)]
+    jobs[260] = _new_job(260, group="tenant-1")  # the second chunk
+    jobs[599] = _new_job(599, trace='{"traceparent": "00-ab-cd-01"}')  # the last one
+    results = ledger.backend.jobs.insert(jobs, T0)
+    assert [_rows(s) for s in inserts] == [250, 250, 64, 32, 4]
+    # The statements made (by size, and whether plain); a trace shows bound NULLs as NULL too.
+    made = set(ledger.backend.jobs._row_statements)
+    assert made == {(250, True), (250, False), (64, True), (32, True), (4, False)}
+    with sqlite3.connect(path) as conn:
+        stored = {
+            key: (job_id, group, trace)
+            for key, job_id, group, trace in conn.execute(
+                "SELECT key, id, group_name, trace_context FROM jobledger_jobs"
+            )
+        }
+    assert [r.id for r in results] == [stored[f"n{i}"][0] for i in range(600)]
+    assert {k: v[1:] for k, v in stored.items() if v[1:] != (None, None)} == {
+        "n260": ("tenant-1", None),
+        "n599": (None, '{"traceparent": "00-ab-cd-01"}'),
+    }
+    assert ledger.job(results[0].id).correlation_id == "c0"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from ..._faults import fault_point
@@ -47,11 +48,16 @@ from .grouped import GroupedClaim
 
 __all__ = ["SqliteJobs"]
 
-#: The values ``job_insert_rows`` binds per job, and the most jobs it inserts in one statement.
-#: A statement of 250 jobs binds 2,751 values: far fewer than SQLite's default limit (32,766),
-#: and each size of statement is compiled once and kept in the connection's statement cache.
+#: The values of a job in ``job_insert_rows``, and the most jobs it inserts in one statement.
+#: A statement of 250 jobs binds at most 2,751 values: far fewer than SQLite's default limit
+#: (32,766), and each size of statement is compiled once and kept in the connection's
+#: statement cache. A plain row (no group, no trace context) writes those two as NULL.
 _ROW_VALUES = 11
+_FULL_ROW = "(" + ", ".join("?" * _ROW_VALUES) + ")"
+_PLAIN_ROW = "(" + ", ".join("?" * (_ROW_VALUES - 2)) + ", NULL, NULL)"
 _MAX_ROWS = 250
+_group_of = attrgetter("group")
+_trace_of = attrgetter("trace_context")
 
 
 class SqliteJobs(Jobs):
@@ -63,7 +69,7 @@ class SqliteJobs(Jobs):
         self._history = history
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
-        self._row_statements: dict[int, str] = {}
+        self._row_statements: dict[tuple[int, bool], str] = {}
 
     # -- inserting -------------------------------------------------------------------------------
 
@@ -117,23 +123,45 @@ class SqliteJobs(Jobs):
         c.execute("SAVEPOINT jobledger_batch")
         done = 0
         for size in _chunks(len(jobs), _rows_per_statement(c)):
+            chunk = jobs[done : done + size]
             values: list[Any] = [clock]
-            for j in jobs[done : done + size]:
-                values += (
-                    j.queue,
-                    j.key,
-                    j.task,
-                    j.payload_json,
-                    j.priority,
-                    clock if j.run_at is None else epoch(j.run_at),
-                    j.max_attempts,
-                    float(j.lease_seconds),
-                    j.correlation_id,
-                    j.group,
-                    j.trace_context,
-                )
+            # Binding None costs the sqlite3 module a failed adapter lookup (two attribute
+            # errors) per value: a chunk without groups and trace contexts, the common one,
+            # writes those two columns as NULL in its statement instead.
+            plain = (
+                list(map(_group_of, chunk)).count(None) == size
+                and list(map(_trace_of, chunk)).count(None) == size
+            )
+            if plain:
+                for j in chunk:
+                    values += (
+                        j.queue,
+                        j.key,
+                        j.task,
+                        j.payload_json,
+                        j.priority,
+                        clock if j.run_at is None else epoch(j.run_at),
+                        j.max_attempts,
+                        float(j.lease_seconds),
+                        j.correlation_id,
+                    )
+            else:
+                for j in chunk:
+                    values += (
+                        j.queue,
+                        j.key,
+                        j.task,
+                        j.payload_json,
+                        j.priority,
+                        clock if j.run_at is None else epoch(j.run_at),
+                        j.max_attempts,
+                        float(j.lease_seconds),
+                        j.correlation_id,
+                        j.group,
+                        j.trace_context,
+                    )
             done += size
-            if c.execute(self._rows_statement(size), values).rowcount < size:
+            if c.execute(self._rows_statement(size, plain), values).rowcount < size:
                 c.execute("ROLLBACK TO jobledger_batch")
                 c.execute("RELEASE jobledger_batch")
                 return None
@@ -141,13 +169,14 @@ class SqliteJobs(Jobs):
         (last,) = c.execute("SELECT last_insert_rowid()").fetchone()
         return range(last - len(jobs) + 1, last + 1)
 
-    def _rows_statement(self, rows: int) -> str:
-        """``job_insert_rows`` for a chunk of ``rows`` jobs (made once per size)."""
-        text = self._row_statements.get(rows)
+    def _rows_statement(self, rows: int, plain: bool) -> str:
+        """``job_insert_rows`` for a chunk of ``rows`` jobs, ``plain``: without a group or a
+        trace context (made once per size and kind)."""
+        text = self._row_statements.get((rows, plain))
         if text is None:
-            row = "(" + ", ".join("?" * _ROW_VALUES) + ")"
+            row = _PLAIN_ROW if plain else _FULL_ROW
             text = self._sql["job_insert_rows"].replace("{rows}", ", ".join([row] * rows))
-            self._row_statements[rows] = text
+            self._row_statements[rows, plain] = text
         return text
 
     def _publish(self, items: Sequence[PublishItem], now: Now) -> list[PublishOutcome]:

@@ -31,7 +31,8 @@ RETURNING id
 -- name: job_insert_rows
 -- A batch of new jobs, many in one statement: {rows} is one "(?, …)" of 11 values per job
 -- (queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id,
--- group, trace_context: job_insert_traced's), after ?1, the insert's time. No RETURNING:
+-- group, trace_context: job_insert_traced's), after ?1, the insert's time; a chunk in which
+-- no job has a group or a trace context has NULL for those two in its rows. No RETURNING:
 -- under the write lock the jobs of one transaction get consecutive ids, in the order of the
 -- rows, so when every job was inserted the last id says them all; when one was not (a known
 -- key, a live tombstone, a key twice in the batch) the caller rolls the batch back and goes
