@@ -130,8 +130,9 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
 
 
 def _rows_insert(sql: dict[str, str], rows: int) -> str:
-    """``job_insert_rows`` for ``rows`` jobs (11 values each, after the insert's time)."""
-    row = "(" + ", ".join("?" * 11) + ")"
+    """``job_insert_rows`` for ``rows`` jobs without a group or a trace context, as
+    ``enqueue_many`` sends it: 9 values each (after the insert's time), then NULL, NULL."""
+    row = "(" + ", ".join("?" * 9) + ", NULL, NULL)"
     return sql["job_insert_rows"].replace("{rows}", ", ".join([row] * rows))
 
 
@@ -159,7 +160,7 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
             chunk = keys[first : first + 250]
             values: list[Any] = [now]
             for key in chunk:
-                values += ("bench", key, "noop", payload, 0, now, 3, 60.0, None, None, None)
+                values += ("bench", key, "noop", payload, 0, now, 3, 60.0, f"corr-{key}")
             conn.execute(_rows_insert(sql, len(chunk)), values)
         conn.execute("COMMIT")
     inserted = time.perf_counter() - started
