@@ -3,7 +3,7 @@ from one connection in batches (no queue library, no worker, no threads).
 
 Enqueue as ``enqueue_many`` does with batches of 1,000 new keys (PostgreSQL: a ``COPY`` into the
 jobs table in a transaction, after its ids, then the tombstone check; SQLite: one
-``executemany`` in one transaction), then drain: claim a batch
+``INSERT`` of 250 rows a statement in one transaction), then drain: claim a batch
 (attempt rows opened), complete it (fenced by token, attempt rows closed), until nothing is left.
 
 Before that, the floor of the single enqueue: a bare ``INSERT`` of one job row per call in
@@ -129,6 +129,13 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
     }
 
 
+def _rows_insert(sql: dict[str, str], rows: int) -> str:
+    """``job_insert_rows`` for ``rows`` jobs without a group or a trace context, as
+    ``enqueue_many`` sends it: 9 values each (after the insert's time), then NULL, NULL."""
+    row = "(" + ", ".join("?" * 9) + ", NULL, NULL)"
+    return sql["job_insert_rows"].replace("{rows}", ", ".join([row] * rows))
+
+
 def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[str, float]:
     Ledger(dsn).migrate()
     sql = queries("sqlite")
@@ -148,11 +155,13 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
     for start in range(0, jobs, 1000):
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
-        rows = [
-            ("bench", f"k{i}", "noop", payload, 0, now, 3, 60.0, now, None, None, None)
-            for i in range(start, min(jobs, start + 1000))
-        ]
-        conn.executemany(sql["job_insert_many"], rows)
+        keys = [f"k{i}" for i in range(start, min(jobs, start + 1000))]
+        for first in range(0, len(keys), 250):
+            chunk = keys[first : first + 250]
+            values: list[Any] = [now]
+            for key in chunk:
+                values += ("bench", key, "noop", payload, 0, now, 3, 60.0, f"corr-{key}")
+            conn.execute(_rows_insert(sql, len(chunk)), values)
         conn.execute("COMMIT")
     inserted = time.perf_counter() - started
     claim = sql["job_claim"].replace("{queues}", ":q0").replace("{limit}", str(batch))

@@ -34,7 +34,7 @@ from typing import (
 )
 
 from ._connections import raw_async_connection
-from ._ledger import Ledger, _DictSpec, _one_spec, _specs
+from ._ledger import Ledger, _one_spec, _Spec, _specs
 from ._records import Enqueued, InsertResult, JobSpec, NewJob
 from ._task import Task
 from .backends import DatabaseURL
@@ -235,7 +235,7 @@ class AsyncLedger:
     async def _insert(
         self,
         task: Task | str,
-        specs: list[JobSpec | _DictSpec],
+        specs: list[_Spec],
         *,
         queue: str | None,
         conn: Any,

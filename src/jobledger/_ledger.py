@@ -12,10 +12,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, Unpack, overload
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, overload
 
 from ._connections import raw_connection
 from ._records import (
+    MAX_KEY_LENGTH,
     Attempt,
     Enqueued,
     Event,
@@ -542,7 +544,7 @@ class Ledger:
     def _insert(
         self,
         task_ref: Task | str,
-        specs: Sequence[JobSpec | _DictSpec],
+        specs: Sequence[_Spec],
         *,
         queue: str | None,
         conn: Any,
@@ -568,7 +570,7 @@ class Ledger:
     def _new_jobs(
         self,
         task_ref: Task | str,
-        specs: Sequence[JobSpec | _DictSpec],
+        specs: Sequence[_Spec],
         *,
         queue: str | None,
         now: datetime | None,
@@ -598,12 +600,10 @@ class Ledger:
         # The batch is one enqueue: its jobs share the caller's trace context (None, the
         # common case, without OpenTelemetry or outside a span).
         trace_context = current_trace_context()
-        for n, spec in enumerate(specs):
-            payload = spec.payload
+        for n, (payload, key, delay, run_at, priority, correlation_id, group) in enumerate(specs):
             payload_json = encode_payload(payload)
             if check is not None:
                 check(payload)
-            key = spec.key
             if key is None and key_rule is not None:
                 key = key_rule(payload)
             if key is None:
@@ -611,28 +611,28 @@ class Ledger:
                     f"a key is required: pass key=... (the business identity of this job, e.g. "
                     f"'4187:2026-W33') or give task {name!r} a key rule"
                 )
-            priority = spec.priority if task_priority is None else task_priority
+            if type(key) is not str or not 0 < len(key) <= MAX_KEY_LENGTH or not key.isprintable():
+                # A common key (printable, so without a control character) needs no more; any
+                # other is checked in full (some keys that are not printable are valid).
+                key = validate_key(key)
+            if task_priority is not None:
+                priority = task_priority
             if type(priority) is not int or not -_INT32 <= priority <= _INT32:
                 priority = _priority(priority)  # the common case above; this one says why not
-            group = spec.group
             if group is None and group_rule is not None:
                 group = group_rule(payload)
-            run_at = (
-                now
-                if spec.delay is None and spec.run_at is None
-                else _run_at(spec.delay, spec.run_at, clock, now)
-            )
+            run_at = now if delay is None and run_at is None else _run_at(delay, run_at, clock, now)
             new_jobs.append(
                 NewJob(
                     target_queue,
-                    validate_key(key),
+                    key,
                     name,
                     payload_json,
                     priority,
                     run_at,
                     max_attempts,
                     lease_seconds,
-                    spec.correlation_id or random_ids[32 * n : 32 * n + 32],
+                    correlation_id or random_ids[32 * n : 32 * n + 32],
                     None if group is None else validate_group(group),
                     trace_context,
                 )
@@ -1162,17 +1162,14 @@ _SPEC_FIELDS = frozenset(
 )
 
 
-class _DictSpec(NamedTuple):
-    """A ``JobSpec`` given as a dict: the same fields, without a frozen dataclass's cost per
-    job (``enqueue_many`` of thousands of dicts)."""
+#: One job of an enqueue as ``_new_jobs`` reads it: a plain tuple of ``JobSpec``'s fields in
+#: their order (payload, key, delay, run_at, priority, correlation_id, group), whether it was
+#: given as a ``JobSpec`` or as a dict. Made and unpacked in a few C steps: no object per job.
+_Spec = tuple[Any, str | None, float | None, datetime | None, Any, str | None, str | None]
 
-    payload: Any
-    key: str | None
-    delay: float | None
-    run_at: datetime | None
-    priority: Any
-    correlation_id: str | None
-    group: str | None
+_spec_fields = attrgetter(
+    "payload", "key", "delay", "run_at", "priority", "correlation_id", "group"
+)
 
 
 def _one_spec(
@@ -1183,9 +1180,9 @@ def _one_spec(
     priority: int | None,
     correlation_id: str | None,
     group: str | None,
-) -> JobSpec:
+) -> _Spec:
     """The job of ``enqueue``'s arguments."""
-    return JobSpec(
+    return (
         payload if payload is not None else {},
         key,
         _seconds(delay),
@@ -1196,26 +1193,26 @@ def _one_spec(
     )
 
 
-def _specs(jobs: Iterable[JobSpec | dict[str, Any]]) -> list[JobSpec | _DictSpec]:
+def _specs(jobs: Iterable[JobSpec | dict[str, Any]]) -> list[_Spec]:
     """The jobs of ``enqueue_many``'s items."""
-    return [j if isinstance(j, JobSpec) else _spec_from_dict(j) for j in jobs]
+    return [_spec_fields(j) if isinstance(j, JobSpec) else _spec_from_dict(j) for j in jobs]
 
 
-def _spec_from_dict(item: dict[str, Any]) -> _DictSpec:
-    unknown = () if _SPEC_FIELDS.issuperset(item) else set(item) - _SPEC_FIELDS
-    if unknown:
+def _spec_from_dict(item: dict[str, Any]) -> _Spec:
+    if not _SPEC_FIELDS.issuperset(item):
         raise ConfigError(
-            f"unknown job fields {sorted(unknown)}; expected payload, key, delay, run_at, priority, correlation_id, group"
+            f"unknown job fields {sorted(set(item) - _SPEC_FIELDS)}; expected payload, key, delay, run_at, priority, correlation_id, group"
         )
-    delay = item.get("delay")
-    return _DictSpec(
-        item.get("payload", {}),
-        item.get("key"),
-        _seconds(delay),
-        item.get("run_at"),
-        item.get("priority", 0),
-        item.get("correlation_id"),
-        item.get("group"),
+    get = item.get
+    delay = get("delay")
+    return (
+        get("payload", {}),
+        get("key"),
+        None if delay is None else _seconds(delay),
+        get("run_at"),
+        get("priority", 0),
+        get("correlation_id"),
+        get("group"),
     )
 
 

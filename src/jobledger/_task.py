@@ -108,7 +108,8 @@ class Task:
     def check_payload(self, payload: dict[str, Any]) -> None:
         """Raise ``PayloadError`` when the payload's fields do not fit the handler's arguments."""
         required, allowed, context = self._fits
-        if required.issubset(payload) and (
+        # (An empty set's issubset of a dict still builds a set of the dict's keys: skipped.)
+        if (not required or required.issubset(payload)) and (
             allowed.issuperset(payload) if allowed is not None else context not in payload
         ):
             return  # the common case, without building a BoundArguments per job

@@ -18,6 +18,7 @@ from .._records import (
     PublishItem,
     PublishStatus,
     QueueDepth,
+    created_results,
 )
 from ..errors import KeyConflict
 
@@ -165,6 +166,9 @@ def resolve_inserts(
     Within one batch the first job with a key creates it; later ones with the same key are
     duplicates of it.
     """
+    if len(created) == len(jobs):
+        # Every job created (so no key was named twice): each result is its own job's.
+        return created_results([created[(job.queue, job.key)] for job in jobs])
     pruned = pruned or {}
     results: list[InsertResult] = []
     first: dict[tuple[str, str], NewJob] = {}

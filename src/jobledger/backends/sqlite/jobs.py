@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 
 from ..._faults import fault_point
@@ -28,6 +29,7 @@ from ..._records import (
     PublishItem,
     PublishOutcome,
     RescueResult,
+    created_results,
     payload_digest,
 )
 from ...errors import BackendUnavailable
@@ -46,6 +48,17 @@ from .grouped import GroupedClaim
 
 __all__ = ["SqliteJobs"]
 
+#: The values of a job in ``job_insert_rows``, and the most jobs it inserts in one statement.
+#: A statement of 250 jobs binds at most 2,751 values: far fewer than SQLite's default limit
+#: (32,766), and each size of statement is compiled once and kept in the connection's
+#: statement cache. A plain row (no group, no trace context) writes those two as NULL.
+_ROW_VALUES = 11
+_FULL_ROW = "(" + ", ".join("?" * _ROW_VALUES) + ")"
+_PLAIN_ROW = "(" + ", ".join("?" * (_ROW_VALUES - 2)) + ", NULL, NULL)"
+_MAX_ROWS = 250
+_group_of = attrgetter("group")
+_trace_of = attrgetter("trace_context")
+
 
 class SqliteJobs(Jobs):
     """``Jobs`` for SQLite."""
@@ -56,6 +69,7 @@ class SqliteJobs(Jobs):
         self._history = history
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
+        self._row_statements: dict[tuple[int, bool], str] = {}
 
     # -- inserting -------------------------------------------------------------------------------
 
@@ -70,7 +84,7 @@ class SqliteJobs(Jobs):
             if len(jobs) > 1:
                 ids = self._insert_new(c, jobs, clock)
                 if ids is not None:
-                    return [InsertResult(job_id, True) for job_id in ids]
+                    return created_results(ids)
             insert, lookup = self._sql["job_insert"], self._sql["job_existing"]
             traced = self._sql["job_insert_traced"]
             for job in jobs:
@@ -103,35 +117,67 @@ class SqliteJobs(Jobs):
     def _insert_new(
         self, c: sqlite3.Connection, jobs: Sequence[NewJob], clock: float
     ) -> range | None:
-        """A batch whose keys are all new, in one ``executemany``; the jobs' ids. None, and
-        nothing written, when a job was not inserted (its key is known or held, or named twice
-        in the batch): the caller then goes job by job."""
-        rows = [
-            (
-                j.queue,
-                j.key,
-                j.task,
-                j.payload_json,
-                j.priority,
-                clock if j.run_at is None else epoch(j.run_at),
-                j.max_attempts,
-                float(j.lease_seconds),
-                clock,
-                j.correlation_id,
-                j.group,
-                j.trace_context,
-            )
-            for j in jobs
-        ]
+        """A batch whose keys are all new, many jobs a statement (``job_insert_rows``); the
+        jobs' ids. None, and nothing written, when a job was not inserted (its key is known or
+        held, or named twice in the batch): the caller then goes job by job."""
         c.execute("SAVEPOINT jobledger_batch")
-        inserted = c.executemany(self._sql["job_insert_many"], rows).rowcount
-        if inserted == len(jobs):
-            c.execute("RELEASE jobledger_batch")
-            (last,) = c.execute("SELECT last_insert_rowid()").fetchone()
-            return range(last - len(jobs) + 1, last + 1)
-        c.execute("ROLLBACK TO jobledger_batch")
+        done = 0
+        for size in _chunks(len(jobs), _rows_per_statement(c)):
+            chunk = jobs[done : done + size]
+            values: list[Any] = [clock]
+            # Binding None costs the sqlite3 module a failed adapter lookup (two attribute
+            # errors) per value: a chunk without groups and trace contexts, the common one,
+            # writes those two columns as NULL in its statement instead.
+            plain = (
+                list(map(_group_of, chunk)).count(None) == size
+                and list(map(_trace_of, chunk)).count(None) == size
+            )
+            if plain:
+                for j in chunk:
+                    values += (
+                        j.queue,
+                        j.key,
+                        j.task,
+                        j.payload_json,
+                        j.priority,
+                        clock if j.run_at is None else epoch(j.run_at),
+                        j.max_attempts,
+                        float(j.lease_seconds),
+                        j.correlation_id,
+                    )
+            else:
+                for j in chunk:
+                    values += (
+                        j.queue,
+                        j.key,
+                        j.task,
+                        j.payload_json,
+                        j.priority,
+                        clock if j.run_at is None else epoch(j.run_at),
+                        j.max_attempts,
+                        float(j.lease_seconds),
+                        j.correlation_id,
+                        j.group,
+                        j.trace_context,
+                    )
+            done += size
+            if c.execute(self._rows_statement(size, plain), values).rowcount < size:
+                c.execute("ROLLBACK TO jobledger_batch")
+                c.execute("RELEASE jobledger_batch")
+                return None
         c.execute("RELEASE jobledger_batch")
-        return None
+        (last,) = c.execute("SELECT last_insert_rowid()").fetchone()
+        return range(last - len(jobs) + 1, last + 1)
+
+    def _rows_statement(self, rows: int, plain: bool) -> str:
+        """``job_insert_rows`` for a chunk of ``rows`` jobs, ``plain``: without a group or a
+        trace context (made once per size and kind)."""
+        text = self._row_statements.get((rows, plain))
+        if text is None:
+            row = _PLAIN_ROW if plain else _FULL_ROW
+            text = self._sql["job_insert_rows"].replace("{rows}", ", ".join([row] * rows))
+            self._row_statements[rows, plain] = text
+        return text
 
     def _publish(self, items: Sequence[PublishItem], now: Now) -> list[PublishOutcome]:
         clock = epoch(now)
@@ -428,3 +474,24 @@ class SqliteJobs(Jobs):
 
 def _same_digest(digest: str) -> Any:
     return lambda job: payload_digest(job.payload_json) == digest
+
+
+def _rows_per_statement(c: sqlite3.Connection) -> int:
+    """How many jobs one ``job_insert_rows`` may carry on this connection: at most
+    ``_MAX_ROWS``, and fewer when the connection allows fewer bound values (its
+    ``SQLITE_LIMIT_VARIABLE_NUMBER``; the insert's time is one more)."""
+    limit = c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    return max(1, min(_MAX_ROWS, (limit - 1) // _ROW_VALUES))
+
+
+def _chunks(jobs: int, most: int) -> list[int]:
+    """The sizes of the statements that insert ``jobs`` jobs: as many of ``most`` as fit, then
+    the rest in powers of two. A batch of any size uses a few statement texts (at most one per
+    power of two below ``most``), which the statement cache keeps compiled."""
+    sizes = [most] * (jobs // most)
+    rest = jobs % most
+    while rest:
+        size = 1 << (rest.bit_length() - 1)
+        sizes.append(size)
+        rest -= size
+    return sizes

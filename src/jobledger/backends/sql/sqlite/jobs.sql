@@ -28,19 +28,24 @@ WHERE NOT EXISTS (
 ON CONFLICT (queue, key) DO NOTHING
 RETURNING id
 
--- name: job_insert_many
--- A batch in one executemany, each job's values by position: job_insert_traced for each (its
--- parameters ?1 queue, ?2 key, ?3 task, ?4 payload, ?5 priority, ?6 run_at, ?7 max_attempts,
--- ?8 lease_seconds, ?9 now, ?10 correlation_id, ?11 group, ?12 trace_context), without a
--- RETURNING: under the write lock the jobs of one transaction get consecutive ids, so when
--- every job was inserted the last id says them all; when one was not (a known key, a live
--- tombstone, a key twice in the batch) the caller rolls the batch back and goes job by job.
+-- name: job_insert_rows
+-- A batch of new jobs, many in one statement: {rows} is one "(?, …)" of 11 values per job
+-- (queue, key, task, payload, priority, run_at, max_attempts, lease_seconds, correlation_id,
+-- group, trace_context: job_insert_traced's), after ?1, the insert's time; a chunk in which
+-- no job has a group or a trace context has NULL for those two in its rows. No RETURNING:
+-- under the write lock the jobs of one transaction get consecutive ids, in the order of the
+-- rows, so when every job was inserted the last id says them all; when one was not (a known
+-- key, a live tombstone, a key twice in the batch) the caller rolls the batch back and goes
+-- job by job.
 INSERT INTO jobledger_jobs (queue, key, task, payload, priority, run_at, max_attempts,
                             attempt_limit, lease_seconds, created_at, updated_at, correlation_id,
                             group_name, trace_context)
-SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, ?9, ?10, ?11, ?12
+SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, v.column7, v.column7,
+       v.column8, ?1, ?1, v.column9, v.column10, v.column11
+FROM (VALUES {rows}) AS v
 WHERE NOT EXISTS (
-    SELECT 1 FROM jobledger_tombstones WHERE queue = ?1 AND key = ?2 AND expires_at > ?9
+    SELECT 1 FROM jobledger_tombstones AS t
+    WHERE t.queue = v.column1 AND t.key = v.column2 AND t.expires_at > ?1
 )
 ON CONFLICT (queue, key) DO NOTHING
 
