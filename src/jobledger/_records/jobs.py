@@ -149,9 +149,12 @@ class JobRow:
         return max(0, self.attempt_limit - self.attempts)
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a claim builds one per job, and a frozen init (one ``object.__setattr__`` per
+# field) costs several times a plain one. Equality and hashing are those of a frozen dataclass.
+@dataclass(slots=True, unsafe_hash=True)
 class ClaimedJob:
-    """A job just claimed by a worker: what the worker needs to run it, and its lease."""
+    """A job just claimed by a worker: what the worker needs to run it, and its lease. Treat it
+    as read-only: the runtime's records of the attempt are built from it."""
 
     id: int
     queue: str
@@ -277,9 +280,10 @@ def created_results(ids: Iterable[int]) -> list[InsertResult]:
     return results
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # not frozen, as ClaimedJob: one per claimed job
 class Lease:
-    """A worker's hold on one job: the job, its lease token, and the attempt it opened."""
+    """A worker's hold on one job: the job, its lease token, and the attempt it opened. Treat
+    it as read-only."""
 
     job_id: int
     token: str
