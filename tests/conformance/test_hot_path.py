@@ -80,6 +80,40 @@ def test_completing_the_same_lease_twice_in_one_batch_completes_it_once(ledger, 
     assert attempt.outcome is AttemptOutcome.DONE and attempt.finished_at == at(1)
 
 
+def test_a_stale_lease_in_a_large_completion_changes_nothing_and_the_others_complete(ledger, tasks):
+    """600 leases in one call (more than one statement's chunk), one of them the token of an
+    attempt that expired: 599 jobs done with their attempts closed, the stale one reported and
+    left as it was (leased by its new attempt, which stays open)."""
+    specs = [JobSpec({"n": n}, key=f"k{n}") for n in range(600)]
+    ledger.enqueue_many("work", specs, now=T0)
+    [first] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    assert [r.job_id for r in ledger.backend.jobs.rescue(now=at(31))] == [first.id]
+    jobs = ledger.backend.jobs.claim(["q"], "w", 600, now=at(32))
+    assert len(jobs) == 600 and first.id in {j.id for j in jobs}
+    again = next(j for j in jobs if j.id == first.id)
+    leases = [lease_of(first) if j.id == first.id else lease_of(j) for j in jobs]
+    assert ledger.backend.jobs.complete(leases, now=at(33)) == [first.id]
+    states = {j.id: j.state for j in ledger.jobs()}
+    assert states.pop(first.id) is JobState.LEASED
+    assert set(states.values()) == {JobState.DONE} and len(states) == 599
+    row = ledger.job(first.id)
+    assert (row.lease_token, row.attempts, row.finished_at) == (again.lease_token, 2, None)
+    expired, current = ledger.backend.history.attempts(first.id)
+    assert expired.outcome is AttemptOutcome.LEASE_EXPIRED
+    assert (current.lease_token, current.outcome, current.finished_at) == (
+        again.lease_token,
+        None,
+        None,
+    )
+    for job in jobs[:3] + jobs[-3:]:
+        if job.id != first.id:
+            [attempt] = ledger.backend.history.attempts(job.id)
+            assert (attempt.outcome, attempt.finished_at) == (AttemptOutcome.DONE, at(33))
+    # The current lease still completes it.
+    assert ledger.backend.jobs.complete([lease_of(again)], now=at(34)) == []
+    assert ledger.job(first.id).state is JobState.DONE
+
+
 def test_prefetched_jobs_keep_their_leases_while_they_wait(ledger):
     release = threading.Event()
 

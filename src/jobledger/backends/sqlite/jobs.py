@@ -12,7 +12,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from operator import attrgetter
+from itertools import chain
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from ..._faults import fault_point
@@ -70,6 +71,7 @@ class SqliteJobs(Jobs):
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
         self._row_statements: dict[tuple[int, bool], str] = {}
+        self._texts: dict[tuple[str, int], str] = {}
 
     # -- inserting -------------------------------------------------------------------------------
 
@@ -263,10 +265,11 @@ class SqliteJobs(Jobs):
                 rows = self._turns.claim(plain, grouped, limit)
             else:
                 rows = plain(limit)
-            if rows:
-                c.executemany(
-                    self._sql["attempt_open"], [(r[0], r[5], r[6], worker, clock) for r in rows]
-                )
+            for start in range(0, len(rows), CHUNK):
+                part = rows[start : start + CHUNK]
+                values: list[Any] = [worker, clock]
+                values.extend(chain.from_iterable(map(_attempt_opened, part)))
+                c.execute(self._chunked("attempt_open_many", len(part)), values)
         # A batch shares its lease end, and often its run times: each is converted once.
         times: dict[float, datetime | None] = {}
 
@@ -358,43 +361,44 @@ class SqliteJobs(Jobs):
         self, leases: Sequence[Lease], now: Now, conn: Any, results: Mapping[int, str] | None
     ) -> set[int]:
         clock = epoch(now)
+        # Statements and their values are made before the write lock is taken: one statement
+        # per chunk, each fenced by the (id, token) pairs it names.
+        chunks = []
+        for start in range(0, len(leases), CHUNK):
+            part = leases[start : start + CHUNK]
+            values: list[Any] = [clock]
+            values.extend(chain.from_iterable(map(_lease_pair, part)))
+            chunks.append((self._chunked("job_complete", len(part)), values))
         with self._db.transaction(conn) as c:
-            # The tokens are checked here, under the write lock: nothing can change them before
-            # the updates below, which then go by id (and ``state = 'leased'``) in one statement
-            # per chunk, and close the attempts with positional parameters.
-            held = self._held(c, leases)
-            for start in range(0, len(held), 500):
-                ids = [lease.job_id for lease in held[start : start + 500]]
-                text = self._sql["job_complete"].replace("{ids}", ",".join("?" * len(ids)))
-                c.execute(text, [clock, clock, *ids])
+            done: set[tuple[int, str]] = set()
+            for text, values in chunks:
+                done.update(c.execute(text, values).fetchall())
+            # Each job is completed at most once, so as many jobs as leases means that every
+            # lease was current (and named another job); otherwise, which ones were.
+            held = leases if len(done) == len(leases) else _held(leases, done)
             if results:
                 stored = [(results[h.job_id], h.job_id) for h in held if h.job_id in results]
                 c.executemany(self._sql["job_result"], stored)
-            c.executemany(
-                self._sql["attempt_done"], [(clock, lease.job_id, lease.attempt) for lease in held]
-            )
+            for start in range(0, len(held), CHUNK):
+                part = held[start : start + CHUNK]
+                values = [clock]
+                values.extend(chain.from_iterable(map(_lease_attempt, part)))
+                c.execute(self._chunked("attempt_done", len(part)), values)
         return {lease.job_id for lease in held}
+
+    def _chunked(self, name: str, n: int) -> str:
+        """The text of statement ``name`` for ``n`` rows (see ``_CHUNKED``), made once per size."""
+        key = (name, n)
+        text = self._texts.get(key)
+        if text is None:
+            slot, row = _CHUNKED[name]
+            text = self._texts[key] = self._sql[name].replace(slot, ", ".join([row] * n))
+        return text
 
     def store_result(self, lease: Lease, result: str | None) -> bool:
         params = {"id": lease.job_id, "token": lease.token, "result": result}
         with self._db.transaction() as c:
             return c.execute(self._sql["job_result_store"], params).rowcount > 0
-
-    def _held(self, c: sqlite3.Connection, leases: Sequence[Lease]) -> list[Lease]:
-        """The leases that are current, read in the caller's write transaction (which holds
-        the database's write lock, so they stay current until it commits). Each job once."""
-        tokens: dict[int, str] = {}
-        ids = list(dict.fromkeys(lease.job_id for lease in leases))
-        for start in range(0, len(ids), 500):
-            chunk = ids[start : start + 500]
-            text = self._sql["job_lease_tokens"].replace("{ids}", ",".join("?" * len(chunk)))
-            tokens.update(c.execute(text, chunk).fetchall())
-        held = []
-        for lease in leases:
-            if tokens.get(lease.job_id) == lease.token:
-                held.append(lease)
-                del tokens[lease.job_id]
-        return held
 
     def _fail(self, failures: Sequence[Failure], now: Now) -> list[FailResult]:
         clock = epoch(now)
@@ -470,6 +474,35 @@ class SqliteJobs(Jobs):
                     },
                 )
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
+
+
+#: The most rows one statement of the hot path names (a claim or completion of more goes in
+#: several statements of the same transaction).
+CHUNK = 500
+
+#: The statements written for a number of rows: what stands for the rows, and one row.
+_CHUNKED = {
+    "attempt_open_many": ("{rows}", "(?1, ?2, ?, ?, ?)"),
+    "job_complete": ("{leases}", "(?, ?)"),
+    "attempt_done": ("{attempts}", "(?, ?)"),
+}
+
+#: The values of one attempt a claim opens, from its row: the job's id, attempt and token.
+_attempt_opened = itemgetter(0, 5, 6)
+#: A lease as job_complete names it, and as attempt_done does.
+_lease_pair = attrgetter("job_id", "token")
+_lease_attempt = attrgetter("job_id", "attempt")
+
+
+def _held(leases: Sequence[Lease], done: set[tuple[int, str]]) -> list[Lease]:
+    """The leases whose (job, token) pair was completed, each job once."""
+    held = []
+    for lease in leases:
+        pair = (lease.job_id, lease.token)
+        if pair in done:
+            held.append(lease)
+            done.discard(pair)
+    return held
 
 
 def _same_digest(digest: str) -> Any:

@@ -83,6 +83,12 @@ WHERE id IN (
 INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at)
 VALUES (?, ?, ?, ?, ?)
 
+-- name: attempt_open_many
+-- The attempts a claim opened, in one statement per chunk: ?1 the worker, ?2 the time, then
+-- {rows}, one "(?1, ?2, ?, ?, ?)" per job (its id, attempt and lease token).
+INSERT INTO jobledger_attempts (worker, started_at, job_id, attempt, lease_token)
+VALUES {rows}
+
 -- name: job_heartbeat
 UPDATE jobledger_jobs
 SET lease_until = :now + COALESCE(:lease_seconds, lease_seconds), updated_at = :now
@@ -90,11 +96,15 @@ WHERE id = :id AND lease_token = :token AND state = 'leased'
 RETURNING lease_until
 
 -- name: job_complete
--- The batch completion: leases whose tokens job_lease_tokens just read in the same write
--- transaction ({ids}: a list of ? placeholders).
+-- The batch completion, fenced in the statement: ?1 the time, then {leases}, one "(?, ?)" per
+-- lease (the job's id and the lease's token). A job is done only if it is leased under that
+-- token; the jobs it completed come back, so a stale lease is told from a current one.
 UPDATE jobledger_jobs
-SET state = 'done', lease_until = NULL, finished_at = ?, updated_at = ?
-WHERE state = 'leased' AND id IN ({ids})
+SET state = 'done', lease_until = NULL, finished_at = ?1, updated_at = ?1
+FROM (VALUES {leases}) AS held
+WHERE jobledger_jobs.id = held.column1 AND jobledger_jobs.lease_token = held.column2
+  AND jobledger_jobs.state = 'leased'
+RETURNING jobledger_jobs.id, jobledger_jobs.lease_token
 
 -- name: job_result
 -- The result of a job just completed in the same write transaction (only for handlers that
@@ -108,8 +118,12 @@ UPDATE jobledger_jobs SET result = :result
 WHERE id = :id AND lease_token = :token AND state = 'done'
 
 -- name: attempt_done
-UPDATE jobledger_attempts SET finished_at = ?, outcome = 'done'
-WHERE job_id = ? AND attempt = ? AND outcome IS NULL
+-- The attempts of the jobs job_complete just completed: ?1 the time, then {attempts}, one
+-- "(?, ?)" per job (its id and the attempt).
+UPDATE jobledger_attempts SET finished_at = ?1, outcome = 'done'
+FROM (VALUES {attempts}) AS done
+WHERE jobledger_attempts.job_id = done.column1 AND jobledger_attempts.attempt = done.column2
+  AND jobledger_attempts.outcome IS NULL
 
 -- name: attempt_close
 UPDATE jobledger_attempts
@@ -183,11 +197,6 @@ WHERE queue = :queue AND key = :key AND state = 'pending' AND run_at <= :now
                   WHERE jobledger_jobs.group_name IS NOT NULL AND g.queue = jobledger_jobs.queue
                     AND g.name = jobledger_jobs.group_name AND g.paused_until > :now)
 {@leased}
-
--- name: job_lease_tokens
--- The current tokens of leased jobs among {ids} (a list of ? placeholders), read inside the
--- write transaction that then completes them: nothing can change in between.
-SELECT id, lease_token FROM jobledger_jobs WHERE state = 'leased' AND id IN ({ids})
 
 -- name: group_paused_until
 SELECT paused_until FROM jobledger_groups
