@@ -8,6 +8,7 @@ batch is kept and written again, with backoff.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,10 @@ log = logging.getLogger("jobledger.worker")
 
 
 class Completer:
-    """Batches ``Finished`` items for ``write`` (the recorder's), then ``after(batch)``."""
+    """Batches ``Finished`` items for ``write`` (the recorder's), then ``after(batch)``.
+
+    Items come in through a ``SimpleQueue``: ``submit`` is its ``put``, one call in C per
+    finished job, with no lock or condition taken in Python."""
 
     def __init__(
         self,
@@ -32,8 +36,11 @@ class Completer:
         self._write = write
         self._after = after
         self._max_batch = max_batch
-        self._items: list[Finished] = []
-        self._cond = threading.Condition()
+        self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
+        self.submit: Callable[[Finished], None] = self._queue.put
+        """Hand one item to the completer (written in the next batch)."""
+        self._again: list[Finished] = []
+        """Items whose write failed, written again first (only the completer's thread)."""
         self._stopping = False
         self._busy = False
         self._thread = threading.Thread(target=self._loop, name="jobledger-completer", daemon=True)
@@ -45,51 +52,59 @@ class Completer:
     def thread(self) -> threading.Thread:
         return self._thread
 
-    def submit(self, item: Finished) -> None:
-        with self._cond:
-            self._items.append(item)
-            self._cond.notify()
-
     def pending(self) -> int:
-        with self._cond:
-            return len(self._items) + (1 if self._busy else 0)
+        """Items not written yet (a snapshot: the completer may be taking some right now)."""
+        return self._queue.qsize() + len(self._again) + (1 if self._busy else 0)
 
     def stop(self, deadline: float) -> None:
         """Write what is left (until ``deadline``, a ``time.monotonic()``), then end."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
+        self._stopping = True
+        self._queue.put(None)  # wakes the loop, which then sees that it is stopping
         if self._thread.is_alive():
             self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _take(self) -> list[Finished]:
+        """The next batch: items to write again first, then what waits in the queue (waiting
+        for one if there is none). Empty once stopping and nothing is left."""
+        queue_, most = self._queue, self._max_batch
+        batch = self._again[:most]
+        del self._again[:most]
+        while not batch:
+            if self._stopping and not queue_.qsize():
+                return []
+            first = queue_.get()
+            if first is not None:
+                batch.append(first)
+        # One consumer: what ``qsize`` counts is there to take without waiting.
+        more = min(queue_.qsize(), most - len(batch))
+        if more > 0:
+            get = queue_.get_nowait
+            batch += [get() for _ in range(more)]  # type: ignore[misc]
+            if self._stopping:  # the wake-up of ``stop`` may be among them
+                batch = [item for item in batch if item is not None]
+        return batch
 
     def _loop(self) -> None:
         backoff = 0.05
         while True:
-            with self._cond:
-                while not self._items and not self._stopping:
-                    self._cond.wait()
-                if not self._items and self._stopping:
-                    return
-                batch = self._items[: self._max_batch]
-                del self._items[: self._max_batch]
-                self._busy = True
+            batch = self._take()
+            if not batch:
+                return
+            self._busy = True
             try:
                 self._write(batch)
                 backoff = 0.05
             except BackendUnavailable as exc:
                 log.warning("could not write %d outcomes, will retry: %s", len(batch), exc)
-                with self._cond:
-                    self._items[:0] = batch
+                self._again[:0] = batch
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
             except Exception:  # a bug: keep the runtime alive, say so loudly
                 log.exception("unexpected error writing %d outcomes", len(batch))
-                with self._cond:
-                    self._items[:0] = batch
+                self._again[:0] = batch
                 time.sleep(1.0)
                 continue
             finally:
-                with self._cond:
-                    self._busy = False
+                self._busy = False
             self._after(batch)

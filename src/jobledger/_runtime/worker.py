@@ -564,7 +564,9 @@ class Worker(Runtime):
                             self._busy <= self.concurrency
                             or self.concurrency + self.prefetch - self._busy >= self._claim_at_least
                         )
-                if wake:
+                # ``set`` takes the event's lock and wakes its waiters even when it is set
+                # already: only the first runner after the fetch loop cleared it sets it.
+                if wake and not self._slot_free.is_set():
                     self._slot_free.set()
             if abandoned:
                 return
