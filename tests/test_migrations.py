@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from jobledger import Ledger, SchemaMismatch
+from jobledger._records import Lease
 from jobledger.backends import open_backend
 from jobledger.backends.sqlfiles import migrations
 from jobledger.backends.sqlite.database import split_statements
@@ -172,3 +173,54 @@ def test_a_newer_schema_is_refused(db_url):
     ledger.close()
     with pytest.raises(SchemaMismatch, match="newer jobledger"):
         Ledger(db_url).jobs()
+
+
+def test_sqlite_checks_without_lists_keep_rows_ids_and_constraints(tmp_path):
+    """013 rebuilds the jobs and attempts tables (their CHECKs without IN lists): every row and
+    the jobs' id sequence survive it (no pruned job's id is given again), and the CHECKs still
+    refuse a state or outcome that does not exist."""
+    path = tmp_path / "ledger.db"
+    ledger = Ledger(f"sqlite:///{path}")
+
+    @ledger.task(queue="q", max_attempts=3)
+    def work(ctx, n: int = 0) -> None:
+        pass
+
+    ledger.migrate()
+    ids = [ledger.enqueue(work, {"n": n}, key=f"k{n}").id for n in range(3)]
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1)
+    ledger.backend.jobs.complete([Lease(job.id, job.lease_token, job.attempt)])
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DELETE FROM jobledger_jobs WHERE id = ?", (ids[-1],))  # as a prune would
+    before = [
+        conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+        for table in ("jobledger_jobs", "jobledger_attempts", "sqlite_sequence")
+    ]
+    [rebuild] = [m for m in migrations("sqlite") if m.version == 13]
+    conn.execute("BEGIN IMMEDIATE")
+    for statement in split_statements(rebuild.sql):
+        conn.execute(statement)
+    conn.execute("COMMIT")
+    after = [
+        conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+        for table in ("jobledger_jobs", "jobledger_attempts", "sqlite_sequence")
+    ]
+    assert after == before
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE jobledger_jobs SET state = 'gone' WHERE id = ?", (ids[0],))
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE jobledger_attempts SET outcome = 'gone'")
+    conn.close()
+    assert ledger.enqueue(work, {"n": 9}, key="k9").id == ids[-1] + 1
+    assert sqlite_catalog(path) == sqlite_catalog(_canonical(tmp_path))
+    ledger.close()
+
+
+def _canonical(tmp_path: Path) -> Path:
+    canonical = tmp_path / "canonical.db"
+    conn = sqlite3.connect(canonical)
+    for statement in split_statements(canonical_sql("sqlite")):
+        conn.execute(statement)
+    conn.commit()
+    conn.close()
+    return canonical

@@ -12,7 +12,8 @@ CREATE TABLE jobledger_jobs (
     task             TEXT    NOT NULL,
     payload          TEXT    NOT NULL,
     state            TEXT    NOT NULL DEFAULT 'pending'
-        CHECK (state IN ('pending', 'leased', 'done', 'dead', 'cancelled')),
+        CHECK (state = 'pending' OR state = 'leased' OR state = 'done' OR state = 'dead'
+               OR state = 'cancelled'),
     priority         INTEGER NOT NULL DEFAULT 0,
     run_at           REAL    NOT NULL,
     attempts         INTEGER NOT NULL DEFAULT 0,
@@ -62,8 +63,9 @@ CREATE TABLE jobledger_attempts (
     worker        TEXT    NOT NULL,
     started_at    REAL    NOT NULL,
     finished_at   REAL,
-    outcome       TEXT CHECK (outcome IN ('done', 'retry', 'dead', 'lease_expired', 'released',
-                                          'timed_out')),
+    outcome       TEXT CHECK (outcome = 'done' OR outcome = 'retry' OR outcome = 'dead'
+                          OR outcome = 'lease_expired' OR outcome = 'released'
+                          OR outcome = 'timed_out'),
     error_class   TEXT,
     error_message TEXT,
     traceback     TEXT,

@@ -1,0 +1,4 @@
+-- Checks without lists (013): nothing to change on PostgreSQL. SQLite's migration of the same
+-- number rewrites the CHECK constraints on a job's state and an attempt's outcome, whose IN
+-- lists SQLite evaluated row by row through a temporary b-tree; PostgreSQL compares a value
+-- with a constant list directly.
