@@ -173,23 +173,36 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
         rows = conn.execute(
             claim, {"q0": "bench", "now": now, "worker": "floor", "lease_seconds": None}
         ).fetchall()
-        conn.executemany(sql["attempt_open"], [(r[0], r[5], r[6], "floor", now) for r in rows])
+        # As the backend claims: the attempts opened in one statement per chunk of 500.
+        for first in range(0, len(rows), 500):
+            part = rows[first : first + 500]
+            opened: list[Any] = ["floor", now]
+            for r in part:
+                opened += (r[0], r[5], r[6])
+            text = sql["attempt_open_many"].replace(
+                "{rows}", ", ".join(["(?1, ?2, ?, ?, ?)"] * len(part))
+            )
+            conn.execute(text, opened)
         conn.execute("COMMIT")
         if not rows:
             break
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
-        # As the backend completes: the current tokens read in the write transaction, then the
-        # jobs whose token matched marked done by id, their attempts closed.
-        ids = [r[0] for r in rows]
-        marks = ",".join("?" * len(ids))
-        current = dict(conn.execute(sql["job_lease_tokens"].replace("{ids}", marks), ids))
-        held = [r for r in rows if current.get(r[0]) == r[6]]
-        held_marks = ",".join("?" * len(held))
-        conn.execute(
-            sql["job_complete"].replace("{ids}", held_marks), [now, now, *[r[0] for r in held]]
-        )
-        conn.executemany(sql["attempt_done"], [(now, r[0], r[5]) for r in held])
+        # As the backend completes: the jobs marked done fenced by their (id, token) pairs in
+        # the statement, which returns those it completed; their attempts closed.
+        for first in range(0, len(rows), 500):
+            part = rows[first : first + 500]
+            pairs: list[Any] = [now]
+            for r in part:
+                pairs += (r[0], r[6])
+            text = sql["job_complete"].replace("{leases}", ", ".join(["(?, ?)"] * len(part)))
+            held = conn.execute(text, pairs).fetchall()
+            closed: list[Any] = [now]
+            attempt = {r[0]: r[5] for r in part}
+            for job_id, _ in held:
+                closed += (job_id, attempt[job_id])
+            text = sql["attempt_done"].replace("{attempts}", ", ".join(["(?, ?)"] * len(held)))
+            conn.execute(text, closed)
         conn.execute("COMMIT")
         done += len(rows)
     drained = time.perf_counter() - started
