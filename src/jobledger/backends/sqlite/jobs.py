@@ -134,34 +134,20 @@ class SqliteJobs(Jobs):
                 list(map(_group_of, chunk)).count(None) == size
                 and list(map(_trace_of, chunk)).count(None) == size
             )
-            if plain:
-                for j in chunk:
-                    values += (
-                        j.queue,
-                        j.key,
-                        j.task,
-                        j.payload_json,
-                        j.priority,
-                        clock if j.run_at is None else epoch(j.run_at),
-                        j.max_attempts,
-                        float(j.lease_seconds),
-                        j.correlation_id,
-                    )
-            else:
-                for j in chunk:
-                    values += (
-                        j.queue,
-                        j.key,
-                        j.task,
-                        j.payload_json,
-                        j.priority,
-                        clock if j.run_at is None else epoch(j.run_at),
-                        j.max_attempts,
-                        float(j.lease_seconds),
-                        j.correlation_id,
-                        j.group,
-                        j.trace_context,
-                    )
+            for j in chunk:
+                values += (
+                    j.queue,
+                    j.key,
+                    j.task,
+                    j.payload_json,
+                    j.priority,
+                    clock if j.run_at is None else epoch(j.run_at),
+                    j.max_attempts,
+                    float(j.lease_seconds),
+                    j.correlation_id,
+                )
+                if not plain:
+                    values += (j.group, j.trace_context)
             done += size
             if c.execute(self._rows_statement(size, plain), values).rowcount < size:
                 c.execute("ROLLBACK TO jobledger_batch")
