@@ -63,14 +63,6 @@ def test_what_this_process_places_ahead_of_a_position_sends_the_next_claim_to_th
     cursor.scanned_from_start(0.5, 1)
     cursor.placed([_new("q", 1, T0 - timedelta(seconds=1))])  # an earlier run time
     assert cursor.after(["q"]) is None
-    cursor.scanned_from_start(0.5, 1)
-    cursor.placed_at(T0 + timedelta(seconds=1))  # a retry after the position's run time
-    assert cursor.after(["q"]) is not None
-    cursor.placed_at(T0 - timedelta(seconds=1))
-    assert cursor.after(["q"]) is None
-    cursor.scanned_from_start(0.5, 1)
-    cursor.placed_at(T0)  # the position's own job, retried at once
-    assert cursor.after(["q"]) is None
 
 
 def test_a_job_due_at_the_callers_own_now_counts_as_placed_at_that_time():
@@ -221,6 +213,37 @@ def test_an_async_enqueue_ahead_of_the_position_is_claimed_at_once(pg, monkeypat
 
         ahead = asyncio.run(enqueue_ahead())
         assert [j.id for j in jobs.claim(["q"], "w", 10)] == [ahead]
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)
+
+
+def test_a_retry_of_a_higher_priority_than_the_position_is_claimed_next(pg, monkeypatch):
+    """A retry due after the position's run time, but of a higher priority than the position,
+    is claimed by the next claim: a claim from the position never looks at higher priorities,
+    so a retry (or a rescue) through this process sends the next claim to the start."""
+    from jobledger._records import Failure
+    from jobledger.backends.postgres import cursor
+
+    monkeypatch.setattr(cursor, "CHEAP", 0.0)  # a claim that finds nothing never looks back
+    monkeypatch.setattr(cursor, "WORSE", 0.0)
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    try:
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        jobs = ledger.backend.jobs
+        jobs._cursor = ClaimCursor(Clock())  # type: ignore[attr-defined]
+        high = ledger.enqueue("t", {"n": 0}, key="high", priority=1, now=T0).id
+        for n in range(3):
+            ledger.enqueue("t", {"n": n}, key=f"low{n}", now=T0)
+        [first] = jobs.claim(["q"], "w", 1, now=T0)
+        assert first.id == high
+        assert [j.id for j in jobs.claim(["q"], "w", 1, now=T0)] != [high]  # position: priority 0
+        retry_at = T0 + timedelta(seconds=5)
+        lease = Lease(first.id, first.lease_token, first.attempt)
+        jobs.fail([Failure(lease, True, retry_at, "E", "again")], now=T0)
+        later = T0 + timedelta(seconds=10)
+        assert [j.id for j in jobs.claim(["q"], "w", 1, now=later)] == [high]
     finally:
         ledger.close()
         pg.drop_schema(schema)

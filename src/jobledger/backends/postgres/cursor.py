@@ -153,11 +153,3 @@ class ClaimCursor:
             if job.priority > position[0] or (job.priority == position[0] and when <= position[1]):
                 self.rewind()
                 return
-
-    def placed_at(self, run_at: datetime | None) -> None:
-        """A job of unknown queue and priority became pending at ``run_at`` (``None``: now):
-        rewind if that is before any queue's position."""
-        when = run_at if run_at is not None else datetime.now(UTC)
-        # At the position's run time too: a job retried at once may be the position's own.
-        if any(when <= at[1] for at in self._at.values()):
-            self.rewind()

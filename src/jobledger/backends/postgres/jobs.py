@@ -350,9 +350,10 @@ class PostgresJobs(Jobs):
                             },
                         )
         moved = {r[0]: JobState(r[1]) for r in rows}
-        retried = [f.run_at for f in sent if moved.get(f.lease.job_id) == JobState.PENDING]
-        for run_at in retried:
-            self._cursor.placed_at(run_at)
+        if any(state == JobState.PENDING for state in moved.values()):
+            # A retry may be of a higher priority than a position, which a claim from the
+            # position never looks at, whatever its run time: the next claim looks from the start.
+            self._cursor.rewind()
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
@@ -364,7 +365,7 @@ class PostgresJobs(Jobs):
     def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         rows = self._db.run("job_rescue", {"now": now}, limit=limit)
         if any(r[3] == "pending" for r in rows):
-            self._cursor.placed_at(now)
+            self._cursor.rewind()  # pending again, of any priority (see _fail)
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
 
     def _claim_keys(
