@@ -5,12 +5,14 @@ claimed since the transaction began; and what it skips is still claimed."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
+import pytest
 
 from jobledger import Ledger
-from jobledger._records import Lease, NewJob
+from jobledger._records import Failure, Lease, NewJob
 from jobledger.backends.postgres.cursor import LONGEST, SPREAD, ClaimCursor
 
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
@@ -186,64 +188,61 @@ def test_a_burst_ends_only_when_a_claim_from_the_start_finds_nothing(pg, monkeyp
         pg.drop_schema(schema)
 
 
-def test_an_async_enqueue_ahead_of_the_position_is_claimed_at_once(pg, monkeypatch):
+@pytest.fixture
+def still(pg, monkeypatch) -> Iterator[Ledger]:
+    """A ledger on a schema of its own whose claim position never looks from the start by
+    itself: its clock stands still, and a claim that finds nothing does not look back."""
+    from jobledger.backends.postgres import cursor
+
+    monkeypatch.setattr(cursor, "CHEAP", 0.0)
+    monkeypatch.setattr(cursor, "WORSE", 0.0)
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    try:
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.backend.jobs._cursor = ClaimCursor(Clock())  # type: ignore[attr-defined]
+        yield ledger
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)
+
+
+def test_an_async_enqueue_ahead_of_the_position_is_claimed_at_once(still):
     """``AsyncLedger.enqueue`` in the process of a worker that claims from its position tells
     the position, as the sync enqueue does: the job is claimed by the next claim, not when a
     scan from the start is next due."""
     import asyncio
 
     from jobledger import AsyncLedger
-    from jobledger.backends.postgres import cursor
 
-    monkeypatch.setattr(cursor, "CHEAP", 0.0)  # a claim that finds nothing never looks back
-    monkeypatch.setattr(cursor, "WORSE", 0.0)
-    schema, url = pg.new_schema_url()
-    ledger = Ledger(url)
-    try:
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        jobs = ledger.backend.jobs
-        jobs._cursor = ClaimCursor(Clock())  # type: ignore[attr-defined]
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5)])
-        assert len(jobs.claim(["q"], "w", 10)) == 5
-        assert jobs._cursor.after(["q"]) is not None  # type: ignore[attr-defined]
+    ledger = still
+    jobs = ledger.backend.jobs
+    ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5)])
+    assert len(jobs.claim(["q"], "w", 10)) == 5
+    assert jobs._cursor.after(["q"]) is not None  # type: ignore[attr-defined]
 
-        async def enqueue_ahead() -> int:
-            async with AsyncLedger.of(ledger) as aledger:
-                return (await aledger.enqueue("t", {"n": -1}, key="ahead", priority=5)).id
+    async def enqueue_ahead() -> int:
+        async with AsyncLedger.of(ledger) as aledger:
+            return (await aledger.enqueue("t", {"n": -1}, key="ahead", priority=5)).id
 
-        ahead = asyncio.run(enqueue_ahead())
-        assert [j.id for j in jobs.claim(["q"], "w", 10)] == [ahead]
-    finally:
-        ledger.close()
-        pg.drop_schema(schema)
+    ahead = asyncio.run(enqueue_ahead())
+    assert [j.id for j in jobs.claim(["q"], "w", 10)] == [ahead]
 
 
-def test_a_retry_of_a_higher_priority_than_the_position_is_claimed_next(pg, monkeypatch):
+def test_a_retry_of_a_higher_priority_than_the_position_is_claimed_next(still):
     """A retry due after the position's run time, but of a higher priority than the position,
     is claimed by the next claim: a claim from the position never looks at higher priorities,
     so a retry (or a rescue) through this process sends the next claim to the start."""
-    from jobledger._records import Failure
-    from jobledger.backends.postgres import cursor
-
-    monkeypatch.setattr(cursor, "CHEAP", 0.0)  # a claim that finds nothing never looks back
-    monkeypatch.setattr(cursor, "WORSE", 0.0)
-    schema, url = pg.new_schema_url()
-    ledger = Ledger(url)
-    try:
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        jobs = ledger.backend.jobs
-        jobs._cursor = ClaimCursor(Clock())  # type: ignore[attr-defined]
-        high = ledger.enqueue("t", {"n": 0}, key="high", priority=1, now=T0).id
-        for n in range(3):
-            ledger.enqueue("t", {"n": n}, key=f"low{n}", now=T0)
-        [first] = jobs.claim(["q"], "w", 1, now=T0)
-        assert first.id == high
-        assert [j.id for j in jobs.claim(["q"], "w", 1, now=T0)] != [high]  # position: priority 0
-        retry_at = T0 + timedelta(seconds=5)
-        lease = Lease(first.id, first.lease_token, first.attempt)
-        jobs.fail([Failure(lease, True, retry_at, "E", "again")], now=T0)
-        later = T0 + timedelta(seconds=10)
-        assert [j.id for j in jobs.claim(["q"], "w", 1, now=later)] == [high]
-    finally:
-        ledger.close()
-        pg.drop_schema(schema)
+    ledger = still
+    jobs = ledger.backend.jobs
+    high = ledger.enqueue("t", {"n": 0}, key="high", priority=1, now=T0).id
+    for n in range(3):
+        ledger.enqueue("t", {"n": n}, key=f"low{n}", now=T0)
+    [first] = jobs.claim(["q"], "w", 1, now=T0)
+    assert first.id == high
+    assert [j.id for j in jobs.claim(["q"], "w", 1, now=T0)] != [high]  # position: priority 0
+    retry_at = T0 + timedelta(seconds=5)
+    lease = Lease(first.id, first.lease_token, first.attempt)
+    jobs.fail([Failure(lease, True, retry_at, "E", "again")], now=T0)
+    later = T0 + timedelta(seconds=10)
+    assert [j.id for j in jobs.claim(["q"], "w", 1, now=later)] == [high]
