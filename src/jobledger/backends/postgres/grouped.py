@@ -11,7 +11,9 @@ both prepared (unless through a pooler in transaction mode) with the batch size 
    claim that held one of them before has committed: the count of leased jobs and the bucket
    are exact, and no two claims spend the same group's slots or tokens. In the same statement
    it leases up to each group's allowance, one job per group per round, and writes each
-   served group's bucket and its turn.
+   served group's bucket and its turn. It reads (and locks) each group's rows only for its
+   share of the batch; when the shares fall short and a group had its whole share, a second
+   ``group_claim`` in the same transaction takes the rest.
 """
 
 from __future__ import annotations
