@@ -30,6 +30,7 @@ __all__ = [
     "MAX_GROUP_LENGTH",
     "MIN_RATE",
     "allowance",
+    "claim_share",
     "group_status",
     "tokens_now",
     "validate_group",
@@ -192,6 +193,13 @@ def tokens_now(
         return size
     elapsed = max(0.0, (now - refilled_at).total_seconds())
     return min(size, tokens + elapsed * float(limits.rate))
+
+
+def claim_share(limit: int, groups: int) -> int:
+    """How many of each group's jobs a claim of ``limit`` over ``groups`` groups reads first:
+    the batch spread over them, rounded up. A claim takes one job per group per round, so when
+    the shares give ``limit`` jobs no job of a later round could have been chosen."""
+    return -(-limit // groups)
 
 
 def allowance(state: GroupState, now: datetime, cap: int) -> int:

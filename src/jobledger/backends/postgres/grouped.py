@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from ..._records import claim_share
 from .database import PostgresDatabase
 
 __all__ = ["GROUPS_RECHECK_SECONDS", "GroupedClaim"]
@@ -94,10 +95,9 @@ class GroupedClaim:
                 "now": now,
                 "lease_seconds": lease_seconds,
             }
-            # Each group's share of the claim first (``limit`` over the groups, rounded up): the
-            # claim takes one job per group per round, so when the shares give ``limit`` jobs no
-            # later one could have been chosen, and no group's rows past its share are locked.
-            share = -(-limit // len(found))
+            # Each group's share of the claim first (``claim_share``): no group's rows past its
+            # share are locked.
+            share = claim_share(limit, len(found))
             rows = c.execute(
                 self._db.statement("group_claim", limit), groups | {"share": share}, prepare=prepare
             ).fetchall()

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from ..._records import GroupLimits, GroupState, allowance, tokens_now
+from ..._records import GroupLimits, GroupState, allowance, claim_share, tokens_now
 from .database import SqliteDatabase, to_time
 
 __all__ = ["GroupedClaim"]
@@ -138,12 +138,11 @@ class GroupedClaim:
         """The due jobs the claim chooses from, as (rank in its group, the group's turn, id):
         one job per group per round, so the claim takes the first ``limit`` in that order.
 
-        Each group is read for its share of the claim first (``limit`` spread over the groups,
-        rounded up): when that gives ``limit`` jobs, no job of a later rank could be chosen.
-        Only when it gives fewer are the groups that had their whole share read again for all
+        Each group is read for its share of the claim first (``claim_share``). Only when that
+        gives fewer than ``limit`` are the groups that had their whole share read again for all
         their allowance. The choice is the same as reading every group's allowance at once;
         with 500 groups and claims of 500, one row of each group is read, not all its due jobs."""
-        share = -(-limit // len(plans))
+        share = claim_share(limit, len(plans))
         read = [self._due(c, state, min(take, share), clock) for _, state, take in plans]
         if sum(len(ids) for ids in read) < limit:
             for i, (_, state, take) in enumerate(plans):
