@@ -74,7 +74,9 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
             "tombstones": "public.jobledger_tombstones",
         }
     )
+    # One queue, as PostgresDatabase.statement writes the claim for one.
     claim = sql["job_claim"].replace("{limit}", str(batch))
+    claim = claim.replace("{queue_rows}", "(VALUES (%(queue_0)s::text))")
     payload = json.dumps({"n": 0})
     # As the backend sends them: never prepared but the claim (a generic plan of a statement
     # that carries arrays is quadratic in their length; see PostgresBackend._configure).
@@ -100,7 +102,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
                 ).fetchall()
         inserted = time.perf_counter() - started
         params: dict[str, Any] = {
-            "queues": ["bench"],
+            "queue_0": "bench",
             "worker": "floor",
             "now": None,
             "lease_seconds": None,

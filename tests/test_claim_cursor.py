@@ -39,9 +39,12 @@ def test_a_claim_starts_from_the_position_until_a_scan_from_the_start_is_due():
     after = cursor.after(["q", "idle"])
     # The last in claim order: the lowest priority, then the latest run time, then the id.
     assert after == {
-        "after_priority": [0, 2**31],
-        "after_run_at": [T0 + timedelta(seconds=1), datetime(1970, 1, 1, tzinfo=UTC)],
-        "after_id": [3, 0],
+        "after_priority_0": 0,
+        "after_run_at_0": T0 + timedelta(seconds=1),
+        "after_id_0": 3,
+        "after_priority_1": 2**31,
+        "after_run_at_1": datetime(1970, 1, 1, tzinfo=UTC),
+        "after_id_1": 0,
     }
     assert cursor.after(["idle"]) is None  # no queue with a position
     clock.t += SPREAD * 0.002
@@ -124,7 +127,7 @@ def test_under_a_held_xmin_the_claim_reads_a_few_pages_and_skips_nothing(pg):
         after = jobs._cursor.after(["q"])  # type: ignore[attr-defined]
         assert after is not None
         db = ledger.backend.db
-        params = {"queues": ["q"], "worker": "w", "now": None, "lease_seconds": None}
+        params = {"queue_0": "q", "worker": "w", "now": None, "lease_seconds": None}
         with psycopg.connect(url.split("?")[0]) as conn:
             conn.execute(f"SET search_path = {schema}")
             full = _scan_buffers(conn, db.statement("job_claim", 10), params)

@@ -70,20 +70,22 @@ class ClaimCursor:
         """Whether the last claim scanned from the start (False: from the positions only)."""
         self._lock = threading.Lock()
 
-    def after(self, queues: Sequence[str]) -> dict[str, list[Any]] | None:
-        """The parameters of ``job_claim_after`` for a claim of ``queues``, or None when this
-        claim scans from the start (one is due, or no queue has a position yet)."""
+    def after(self, queues: Sequence[str]) -> dict[str, Any] | None:
+        """The positions' parameters of ``job_claim_after`` for a claim of ``queues`` (with
+        the queues' own, ``queue_params``), or None when this claim scans from the start (one
+        is due, or no queue has a position yet)."""
         if self._clock() >= self._from_start_at:
             return None
         at = self._at
         if not any(q in at for q in queues):
             return None
-        positions = [at.get(q, (_BEFORE_ALL, _EPOCH, 0)) for q in queues]
-        return {
-            "after_priority": [p[0] for p in positions],
-            "after_run_at": [p[1] for p in positions],
-            "after_id": [p[2] for p in positions],
-        }
+        params: dict[str, Any] = {}
+        for i, queue in enumerate(queues):
+            priority, run_at, job_id = at.get(queue, (_BEFORE_ALL, _EPOCH, 0))
+            params[f"after_priority_{i}"] = priority
+            params[f"after_run_at_{i}"] = run_at
+            params[f"after_id_{i}"] = job_id
+        return params
 
     def scanned_from_start(self, seconds: float, claimed: int) -> None:
         """A claim scanned from the start in ``seconds`` and took ``claimed`` jobs: the next

@@ -88,6 +88,30 @@ def _fill(text: str, tables: dict[str, str], finish_channel: str, waiters_lock: 
     return text
 
 
+#: A claim's queues as rows of scalar parameters, ``queue_0``, ``queue_1``…: one row of
+#: ``{queue_rows}``, and of ``{position_rows}`` (each queue with its position: see
+#: ``job_claim_after`` and cursor.py), as (parameter, type).
+_QUEUE_ROW = (("queue", "text"),)
+_POSITION_ROW = (
+    *_QUEUE_ROW,
+    ("after_priority", "bigint"),
+    ("after_run_at", "timestamptz"),
+    ("after_id", "bigint"),
+)
+
+
+def _values(rows: int, row: tuple[tuple[str, str], ...]) -> str:
+    cells = (
+        "(" + ", ".join(f"%({name}_{i})s::{kind}" for name, kind in row) + ")" for i in range(rows)
+    )
+    return "(VALUES " + ", ".join(cells) + ")"
+
+
+def queue_params(queues: Sequence[str]) -> dict[str, str]:
+    """The parameters of a claim's ``{queue_rows}`` (``statement(…, queues=len(queues))``)."""
+    return {f"queue_{i}": queue for i, queue in enumerate(queues)}
+
+
 #: psycopg prepares a statement after this many runs unless told otherwise: never, here.
 NEVER_BY_COUNT = 2**62
 
@@ -141,7 +165,7 @@ class PostgresDatabase:
         self._probe()
         self._closed = False
         self._lock = threading.Lock()
-        self._statements: dict[tuple[str, int], str] = {}
+        self._statements: dict[tuple[str, int, int], str] = {}
         self.outage = Outage(
             self._answers,
             f"PostgreSQL at {url.redacted}",
@@ -391,12 +415,17 @@ class PostgresDatabase:
         with self.transaction(conn) as c:
             return self.execute(c, name, params, **fill).rowcount
 
-    def statement(self, name: str, limit: int) -> str:
-        """A named query with ``{limit}`` written in as a literal (cached per value)."""
-        text = self._statements.get((name, limit))
+    def statement(self, name: str, limit: int, queues: int = 1) -> str:
+        """A named query with ``{limit}`` written in as a literal, and its ``{queue_rows}`` or
+        ``{position_rows}`` as a VALUES list of ``queues`` rows (see ``claim_params``); cached
+        per value."""
+        key = (name, limit, queues)
+        text = self._statements.get(key)
         if text is None:
             text = self.sql[name].replace("{limit}", str(int(limit)))
-            self._statements[(name, limit)] = text
+            text = text.replace("{queue_rows}", _values(queues, _QUEUE_ROW))
+            text = text.replace("{position_rows}", _values(queues, _POSITION_ROW))
+            self._statements[key] = text
         return text
 
     def quick(self, text: str, params: dict[str, Any], prepare: bool | None = None) -> list[Any]:

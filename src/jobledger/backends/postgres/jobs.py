@@ -53,7 +53,7 @@ from ..history import History
 from ..jobs import Jobs, LeaseSeconds, Now
 from ..rows import JOB_COLUMNS, claimed_job, job_row
 from .cursor import ClaimCursor
-from .database import PostgresDatabase
+from .database import PostgresDatabase, queue_params
 from .database import to_time as _utc
 from .grouped import GroupedClaim
 from .newjob import new_job_arrays, new_job_copy, new_job_values, text_array
@@ -245,25 +245,27 @@ class PostgresJobs(Jobs):
     def _claim(
         self, queues: Sequence[str], worker: str, limit: int, now: Now, lease_seconds: LeaseSeconds
     ) -> list[ClaimedJob]:
-        params = {
-            "queues": list(queues),
+        if not queues:
+            return []
+        params = queue_params(queues) | {
             "worker": worker,
             "now": now,
             "lease_seconds": lease_seconds,
         }
+        statement = self._db.statement
 
         def plain(n: int) -> list[Any]:
             after = self._cursor.after(queues)
             rows: list[Any] = []
             if after is not None:
                 started = time.perf_counter()
-                rows = self._db.quick(
-                    self._db.statement("job_claim_after", n), params | after, prepare=True
-                )
+                text = statement("job_claim_after", n, len(queues))
+                rows = self._db.quick(text, params | after, prepare=True)
                 self._cursor.claimed_after(time.perf_counter() - started)
             if after is None or (not rows and self._cursor.found_nothing()):
                 started = time.perf_counter()
-                rows = self._db.quick(self._db.statement("job_claim", n), params, prepare=True)
+                text = statement("job_claim", n, len(queues))
+                rows = self._db.quick(text, params, prepare=True)
                 self._cursor.scanned_from_start(time.perf_counter() - started, len(rows))
             self._cursor.advance_rows(rows, queue=1, priority=10, run_at=9, job_id=0)
             return rows
