@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..._records import claim_share
-from .database import PostgresDatabase
+from .database import PostgresDatabase, queue_params
 
 __all__ = ["GROUPS_RECHECK_SECONDS", "GroupedClaim"]
 
@@ -72,17 +72,18 @@ class GroupedClaim:
     ) -> list[Any]:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
         prepare = self._db.prepares
-        params = {"queues": list(queues), "now": now, "lock_space": self._lock_space}
+        params = queue_params(queues) | {"now": now, "lock_space": self._lock_space}
+        statement = self._db.statement
         with self._db.transaction() as c:
             rows = c.execute(
-                self._db.statement("group_candidates_turns", limit), params, prepare=prepare
+                statement("group_candidates_turns", limit, len(queues)), params, prepare=prepare
             ).fetchall()
             found = [r[:3] for r in rows if r[3]]
             if rows[0][4] and sum(1 for r in rows if r[1] is not None) < limit:
                 # The walk of the groups' rows stopped short (many rows of groups without
                 # jobs come first): find every group with due jobs, as the index has them.
                 found = c.execute(
-                    self._db.statement("group_candidates", limit), params, prepare=prepare
+                    statement("group_candidates", limit, len(queues)), params, prepare=prepare
                 ).fetchall()
             if not found:
                 return []

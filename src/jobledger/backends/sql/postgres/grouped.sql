@@ -1,6 +1,7 @@
 -- The grouped claim: jobs with a group, taken round the groups (docs/groups.md).
 -- PostgreSQL. {jobs}, {attempts}, … are the schema-qualified tables; {now} is the caller's
--- explicit time or the database clock; {limit} is written in as a literal.
+-- explicit time or the database clock; {limit} is written in as a literal, and {queue_rows}
+-- as in job_claim (one row of scalar parameters per queue: a generic plan that is kept).
 
 -- name: group_waiting
 -- Which of these queues have pending jobs with a group (one probe of the grouped index each).
@@ -19,7 +20,7 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- every group. The one row with a NULL name stands for "none kept".
 WITH viable AS MATERIALIZED (
     SELECT v.queue, v.name, v.served_at
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM {queue_rows} AS q(name)
     CROSS JOIN LATERAL (
         SELECT w.queue, w.name, w.served_at
         FROM (
@@ -43,7 +44,7 @@ WITH viable AS MATERIALIZED (
     LIMIT {limit}
 ), more AS (
     SELECT count(*) > 4 * {limit} + 64 AS more FROM (
-        SELECT 1 FROM unnest(%(queues)s::text[]) AS q(name)
+        SELECT 1 FROM {queue_rows} AS q(name)
         CROSS JOIN LATERAL (SELECT 1 FROM {groups} AS g WHERE g.queue = q.name
                             LIMIT (4 * {limit} + 65)) AS r
     ) AS x
@@ -64,7 +65,7 @@ FROM more AS m LEFT JOIN viable AS v ON true
 WITH RECURSIVE walk AS (
     -- Each step reads one index entry: the next group's first pending job by run time.
     SELECT q.name AS queue, f.group_name AS name, f.run_at
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM {queue_rows} AS q(name)
     CROSS JOIN LATERAL (
         SELECT j.group_name, j.run_at FROM {jobs} AS j
         WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = q.name
