@@ -28,11 +28,9 @@ from jobledger import (
     ResultNotReady,
 )
 
-from .support.waiting import LoadMeter, slowdown
+from .support.waiting import TIME_SLICE_MS, LoadMeter, slowdown
 
 #: The longest the loop may be held at a time, in milliseconds of an idle machine (issue 17).
-#: A Linux scheduler's time slice on a busy core (CFS's default latency target is 6 ms).
-TIME_SLICE_MS = 6.0
 MAX_LAG_MS = 20.0
 
 

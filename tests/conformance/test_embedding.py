@@ -5,6 +5,8 @@ from code — on every backend."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -14,7 +16,7 @@ import pytest
 from jobledger import AttemptOutcome, Backoff, JobState, Ledger
 
 from ..support.processes import wait_until
-from ..support.waiting import Patience, slowdown
+from ..support.waiting import TIME_SLICE_MS, LoadMeter, Patience, slowdown
 
 QUICK = Backoff(base=0.01, cap=0.01, jitter=False)
 
@@ -210,14 +212,27 @@ def test_async_handlers_run_on_the_apps_loop_and_the_worker_never_blocks_it(ledg
         assert worker.stats.completed == n_async + n_sync
         return loop
 
-    loop = asyncio.run(main())
+    # The test process's own heap (pytest's) is left out of the collector's passes: that
+    # pause is not the worker's.
+    gc.collect()
+    gc.freeze()
+    try:
+        with LoadMeter() as meter:
+            loop = asyncio.run(main())
+    finally:
+        gc.unfreeze()
     assert len(seen_loops) == n_async and all(seen is loop for seen in seen_loops)
     assert len(sync_threads) == n_sync
     assert all(name.startswith("jobledger-runner") for name in sync_threads)
-    worst = max(late, key=lambda lag: lag[0] / lag[1])
-    assert worst[0] <= 0.020 * worst[1], (
+    worst = max(late, key=lambda lag: lag[0] / max(lag[1], meter.factor()))
+    # Plus one scheduler time slice (another process holding the core) and one interpreter
+    # switch interval (a runner thread holding the GIL the loop's thread asks for): waits
+    # that are not the loop being blocked by the worker.
+    allowance = TIME_SLICE_MS / 1000 + sys.getswitchinterval()
+    bound = 0.020 * max(worst[1], meter.factor()) + allowance
+    assert worst[0] <= bound, (
         f"the loop was blocked {worst[0] * 1000:.0f} ms at a slowdown of {worst[1]:.1f} "
-        f"({len(late)} ticks)"
+        f"(bound {bound * 1000:.0f} ms, {len(late)} ticks)"
     )
 
 

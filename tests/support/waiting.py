@@ -44,6 +44,11 @@ def _cpus() -> int:
 CPUS = _cpus()
 
 
+#: A Linux scheduler's time slice on a busy core (CFS's default latency target is 6 ms): how
+#: long another process may hold the core a thread waits for, on a shared machine.
+TIME_SLICE_MS = 6.0
+
+
 def slowdown() -> float:
     """How many times slower than on an idle machine a process that wants the CPU gets it now:
     the tasks ready to run (this one among them) per core, at least 1; 1 where the kernel does
