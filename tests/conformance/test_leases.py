@@ -53,6 +53,26 @@ def test_claim_takes_only_the_named_queues_and_the_limit(ledger, tasks):
     assert [j.queue for j in ledger.backend.jobs.claim(["q", "other"], "a", 3, now=T0)] == ["other"]
 
 
+def test_a_claim_over_several_queues_takes_the_best_across_them_claim_after_claim(ledger, tasks):
+    """Each queue is scanned on its own (one row per queue in the claim), and the batch is the
+    best across them by priority, then run time, then id — the first claim from the start of
+    every queue, the next ones from the positions the first reached; what this process puts
+    ahead of a position is found by the next claim."""
+    ids = {
+        "low": [enqueue(ledger, n, queue="low", now=at(n)) for n in range(3)],
+        "high": [enqueue(ledger, 10 + n, queue="high", priority=5, now=at(n)) for n in range(2)],
+        "mid": [enqueue(ledger, 20, queue="mid", priority=1)],
+    }
+    claim = ledger.backend.jobs.claim
+    queues = ["low", "high", "mid"]
+    first = claim(queues, "a", 4, now=at(10))
+    assert [j.id for j in first] == [*ids["high"], *ids["mid"], ids["low"][0]]
+    assert [j.id for j in claim(queues, "a", 1, now=at(10))] == [ids["low"][1]]
+    urgent = enqueue(ledger, 30, queue="mid", priority=9, now=at(10))
+    assert [j.id for j in claim(queues, "a", 5, now=at(10))] == [urgent, ids["low"][2]]
+    assert claim(queues, "a", 5, now=at(10)) == []
+
+
 def test_every_claim_gets_a_new_token(ledger, tasks):
     job_id = enqueue(ledger, 1)
     tokens = set()
