@@ -8,7 +8,6 @@ run against both APIs by its ``api`` fixture (tests/conformance/conftest.py).
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
 import sqlite3
 import threading
@@ -28,7 +27,7 @@ from jobledger import (
     ResultNotReady,
 )
 
-from .support.waiting import TIME_SLICE_MS, LoadMeter, slowdown
+from .support.waiting import TIME_SLICE_MS, metered, slowdown
 
 #: The longest the loop may be held at a time, in milliseconds of an idle machine (issue 17).
 MAX_LAG_MS = 20.0
@@ -86,15 +85,7 @@ def test_a_thousand_concurrent_enqueues_never_block_the_loop(aledger):
             await aledger.close()
         return [r.created for r in results] + [r.created for batch in batches for r in batch]
 
-    # The test process's own heap (pytest's) is left out of the collector's passes, which the
-    # allocations of a thousand tasks would otherwise trigger: that pause is not the ledger's.
-    gc.collect()
-    gc.freeze()
-    try:
-        with LoadMeter() as meter:
-            created = asyncio.run(main())
-    finally:
-        gc.unfreeze()
+    created, meter = metered(lambda: asyncio.run(main()))
     assert len(created) == 2000 and all(created)
     assert len(lags) > 10, "the probe hardly ran"
     worst = max(lags, key=lambda lag: lag[0] / max(lag[1], meter.factor()))

@@ -5,7 +5,6 @@ from code — on every backend."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import sys
 import threading
 import time
@@ -16,7 +15,7 @@ import pytest
 from jobledger import AttemptOutcome, Backoff, JobState, Ledger
 
 from ..support.processes import wait_until
-from ..support.waiting import TIME_SLICE_MS, LoadMeter, Patience, slowdown
+from ..support.waiting import TIME_SLICE_MS, Patience, metered, slowdown
 
 QUICK = Backoff(base=0.01, cap=0.01, jitter=False)
 
@@ -212,15 +211,7 @@ def test_async_handlers_run_on_the_apps_loop_and_the_worker_never_blocks_it(ledg
         assert worker.stats.completed == n_async + n_sync
         return loop
 
-    # The test process's own heap (pytest's) is left out of the collector's passes: that
-    # pause is not the worker's.
-    gc.collect()
-    gc.freeze()
-    try:
-        with LoadMeter() as meter:
-            loop = asyncio.run(main())
-    finally:
-        gc.unfreeze()
+    loop, meter = metered(lambda: asyncio.run(main()))
     assert len(seen_loops) == n_async and all(seen is loop for seen in seen_loops)
     assert len(sync_threads) == n_sync
     assert all(name.startswith("jobledger-runner") for name in sync_threads)

@@ -23,12 +23,15 @@ seconds too.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 MAX_SLOWDOWN = 16.0
 """A window lasts at most this many times its length in wall-clock seconds."""
@@ -174,3 +177,17 @@ def run(
                         proc.args, timeout, output=out, stderr=err
                     ) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def metered(run: Callable[[], T]) -> tuple[T, LoadMeter]:
+    """``run()`` with the machine's slowdown sampled meanwhile (its ``LoadMeter``), for a bound
+    on how late a loop may be: the test process's own heap (pytest's) is left out of the
+    collector's passes, which many allocations would otherwise trigger, since that pause is
+    not the code under test's."""
+    gc.collect()
+    gc.freeze()
+    try:
+        with LoadMeter() as meter:
+            return run(), meter
+    finally:
+        gc.unfreeze()
