@@ -120,7 +120,7 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
                     conn.execute(f"ANALYZE {schema}.jobledger_jobs")
                 for mode in ("force_custom_plan", "force_generic_plan"):
                     conn.execute(f"SET plan_cache_mode = {mode}")
-                    first = {"queue_0": "q", "now": None, "lock_space": 1}
+                    first = {"queue_0": "q", "now": None}
                     plan = explain(conn, claim, params)
                     assert "jobledger_jobs_group_due" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan

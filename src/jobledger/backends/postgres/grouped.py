@@ -3,8 +3,8 @@ both prepared (unless through a pooler in transaction mode) with the batch size 
 
 1. ``group_candidates_turns`` walks the groups' rows in the order of their turns, least
    recently served first (every group with pending jobs has a row: migration 012), keeps the
-   first ``limit`` with a due job, and takes a transaction-scoped advisory lock on each that no
-   other claim holds (``pg_try_advisory_xact_lock``: skipped, never waited for). When the walk
+   first ``limit`` with a due job, and locks the row of each that no other claim holds
+   (``FOR NO KEY UPDATE SKIP LOCKED``: skipped, never waited for). When the walk
    stops short (many rows of groups without jobs ahead), ``group_candidates`` does the same from
    a skip scan of the grouped index, which finds every group with due jobs;
 2. ``group_claim`` reads those groups again in a new snapshot, taken after the locks, so every
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import threading
 import time
-import zlib
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -44,8 +43,6 @@ class GroupedClaim:
 
     def __init__(self, db: PostgresDatabase):
         self._db = db
-        #: The first key of the groups' advisory locks: one per schema, as a signed int4.
-        self._lock_space = zlib.crc32(f"jobledger_groups:{db.schema}".encode()) - 2**31
         self._seen: dict[tuple[str, ...], tuple[float, bool]] = {}
         self._seen_lock = threading.Lock()
 
@@ -72,14 +69,15 @@ class GroupedClaim:
     ) -> list[Any]:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
         prepare = self._db.prepares
-        params = queue_params(queues) | {"now": now, "lock_space": self._lock_space}
+        params = queue_params(queues) | {"now": now}
         statement = self._db.statement
         with self._db.transaction() as c:
             rows = c.execute(
                 statement("group_candidates_turns", limit, len(queues)), params, prepare=prepare
             ).fetchall()
-            found = [r[:3] for r in rows if r[3]]
-            if rows[0][4] and sum(1 for r in rows if r[1] is not None) < limit:
+            found = [r[:3] for r in rows if r[1] is not None]
+            more, kept = rows[0][3:5]
+            if more and kept < limit:
                 # The walk of the groups' rows stopped short (many rows of groups without
                 # jobs come first): find every group with due jobs, as the index has them.
                 found = c.execute(

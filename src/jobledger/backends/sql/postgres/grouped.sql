@@ -13,11 +13,12 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- A grouped claim, first statement (the usual way): the groups' rows in the order of their
 -- turns (every group with pending jobs has one: migration 012), each kept if it has a due job,
 -- is not paused, is under its leased limit and has a token (as of this statement's snapshot),
--- until {limit} are kept; those that no other claim holds are locked for this transaction
--- ("locked"). Each queue's walk stops after 4 * {limit} + 64 rows (rows of groups without
+-- until {limit} are kept; the rows of those that no other claim holds are locked for this
+-- transaction ({@group_lock}). Each queue's walk stops after 4 * {limit} + 64 rows (rows of groups without
 -- jobs, kept for a day, come first in the order): "more" says some queue has more rows than
 -- that, and then a claim that kept fewer than {limit} asks group_candidates, which finds
--- every group. The one row with a NULL name stands for "none kept".
+-- every group. A row per group locked ("kept" says how many were kept, locked or not); the
+-- one row with a NULL name stands for "none locked".
 WITH viable AS MATERIALIZED (
     SELECT v.queue, v.name, v.served_at
     FROM {queue_rows} AS q(name)
@@ -48,18 +49,19 @@ WITH viable AS MATERIALIZED (
         CROSS JOIN LATERAL (SELECT 1 FROM {groups} AS g WHERE g.queue = q.name
                             LIMIT (4 * {limit} + 65)) AS r
     ) AS x
+), locked AS (
+    SELECT v.queue, v.name, v.served_at FROM viable AS v
+    JOIN {groups} AS g ON g.queue = v.queue AND g.name = v.name
+    {@group_lock}
 )
-SELECT v.queue, v.name, v.served_at,
-       v.name IS NOT NULL AND pg_try_advisory_xact_lock(%(lock_space)s,
-                                                        hashtext(v.queue || '/' || v.name)),
-       m.more
-FROM more AS m LEFT JOIN viable AS v ON true
+SELECT l.queue, l.name, l.served_at, m.more, (SELECT count(*) FROM viable) AS kept
+FROM more AS m LEFT JOIN locked AS l ON true
 
 -- name: group_candidates
 -- A grouped claim, first statement when group_candidates_turns stopped short: the groups
 -- with due jobs, not paused, under their leased limit and with a token (as of this
--- statement's snapshot), least recently served first; the first {limit} of them that no
--- other claim holds are locked for this transaction. The groups
+-- statement's snapshot), least recently served first; the rows of the first {limit} of them
+-- that no other claim holds are locked for this transaction ({@group_lock}). The groups
 -- are found by a skip scan of the grouped index (one probe per group, however many jobs each
 -- has), never by reading the jobs.
 WITH RECURSIVE walk AS (
@@ -92,8 +94,18 @@ WITH RECURSIVE walk AS (
     ORDER BY w.served_at NULLS FIRST, w.queue, w.name
     LIMIT {limit}
 )
-SELECT queue, name, served_at FROM viable
-WHERE pg_try_advisory_xact_lock(%(lock_space)s, hashtext(queue || '/' || name))
+SELECT v.queue, v.name, v.served_at FROM viable AS v
+JOIN {groups} AS g ON g.queue = v.queue AND g.name = v.name
+{@group_lock}
+
+-- name: group_lock
+-- How a grouped claim holds a group until it commits: a row lock on the group's row, taken
+-- without waiting (a group another claim holds is skipped). Row locks live in the row, so a
+-- claim over 500 groups takes nothing from the server's shared lock table (advisory locks, one
+-- per group, filled it: twelve transactions of 1,000 each, and every lock in the database
+-- failed until they ended). NO KEY UPDATE: an enqueue's KEY SHARE lock on its group's row
+-- (migration 012) does not stand in the way, and two claims exclude each other.
+FOR NO KEY UPDATE OF g SKIP LOCKED
 
 -- name: group_has_room
 -- Whether the group "w" (its row's columns, NULL without one) under the limits "l" of its
