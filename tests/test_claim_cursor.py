@@ -70,6 +70,34 @@ def test_what_this_process_places_ahead_of_a_position_sends_the_next_claim_to_th
     assert cursor.after(["q"]) is None
 
 
+def test_a_job_made_pending_again_rewinds_only_when_the_position_would_not_see_it():
+    """A retry, release or rescue by this process: a claim from the position looks at the same
+    priority after the position and at every lower priority; anything else waits for a scan
+    from the start, so the next claim is sent there — and only then (under a held xmin that
+    scan is the dear one)."""
+    cursor = ClaimCursor(Clock())
+    cursor.scanned_from_start(0.5, 1)
+    cursor.advance([("q", 1, T0, 5)])
+    later = T0 + timedelta(seconds=30)
+    for seen in (
+        ("q", 1, later, 2, None),  # the same priority, due after the position (a backoff)
+        ("q", 1, T0, 6, None),  # the same priority and run time, a later id
+        ("q", 0, T0 - timedelta(days=1), 1, None),  # a lower priority, whenever due
+        ("r", 9, T0, 1, None),  # a queue without a position: claimed from its start
+        ("q", 7, T0, 1, "tenant"),  # grouped: claimed another way
+    ):
+        cursor.returned([seen])
+        assert cursor.after(["q"]) is not None, seen
+    for ahead in (
+        ("q", 2, later, 9, None),  # a higher priority, however late
+        ("q", 1, T0, 5, None),  # the position itself (released before it was run)
+        ("q", 1, T0 - timedelta(seconds=1), 9, None),  # the same priority, due before it
+    ):
+        cursor.scanned_from_start(0.5, 1)
+        cursor.returned([("q", 0, later, 1, None), ahead])
+        assert cursor.after(["q"]) is None, ahead
+
+
 def test_a_job_due_at_the_callers_own_now_counts_as_placed_at_that_time():
     """An insert at an explicit ``now`` (a job without a run time is due then) is compared with
     the position at that time, not at the clock's: a job enqueued at a ``now`` before the

@@ -139,6 +139,25 @@ class ClaimCursor:
         """Scan from the start at the next claim (something may be ahead of a position)."""
         self._from_start_at = 0.0
 
+    def returned(self, jobs: Iterable[tuple[str, int, datetime, int, str | None]]) -> None:
+        """Jobs this process made pending again (a retry, a release, a rescue), each as (queue,
+        priority, run time, id, group): rewind if one is where a claim from its queue's
+        position does not look — a higher priority, or the same one at or before the position,
+        whatever its run time (a retry later than the position is found from it when due). A
+        grouped job is claimed another way (``grouped.py``)."""
+        at = self._at
+        if not at:
+            return
+        for queue, priority, run_at, job_id, group in jobs:
+            position = at.get(queue)
+            if position is None or group is not None:
+                continue
+            if priority > position[0] or (
+                priority == position[0] and (run_at, job_id) <= (position[1], position[2])
+            ):
+                self.rewind()
+                return
+
     def placed(self, jobs: Iterable[NewJob], now: datetime | None = None) -> None:
         """``jobs`` were inserted at ``now`` (None: the clock's time; a job's run time None:
         then): rewind if one is ahead of its queue's position. A grouped job is claimed another

@@ -339,7 +339,7 @@ class PostgresJobs(Jobs):
             # the group's other jobs.
             with self._db.transaction() as c:
                 rows = c.execute(self._db.sql["job_fail"], params).fetchall()
-                for job_id, _, group, queue, _ in rows:
+                for job_id, _, group, queue, *_ in rows:
                     failure = pauses.get(job_id)
                     if failure is not None and group is not None:
                         c.execute(
@@ -352,22 +352,17 @@ class PostgresJobs(Jobs):
                             },
                         )
         moved = {r[0]: JobState(r[1]) for r in rows}
-        if any(state == JobState.PENDING for state in moved.values()):
-            # A retry may be of a higher priority than a position, which a claim from the
-            # position never looks at, whatever its run time: the next claim looks from the start.
-            self._cursor.rewind()
+        self._cursor.returned((r[3], r[5], r[6], r[0], r[2]) for r in rows if r[1] == "pending")
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
         rows = self._db.run("job_release", self._lease_params(leases) | {"now": now})
-        if rows:
-            self._cursor.rewind()  # pending again at their old run times
+        self._cursor.returned((r[1], r[2], r[3], r[0], r[4]) for r in rows)  # at their run times
         return {r[0] for r in rows}
 
     def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         rows = self._db.run("job_rescue", {"now": now}, limit=limit)
-        if any(r[3] == "pending" for r in rows):
-            self._cursor.rewind()  # pending again, of any priority (see _fail)
+        self._cursor.returned((r[1], r[6], r[7], r[0], r[8]) for r in rows if r[3] == "pending")
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
 
     def _claim_keys(

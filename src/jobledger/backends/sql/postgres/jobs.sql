@@ -231,7 +231,7 @@ WITH f AS (
     FROM f
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = f.id AND j.lease_token = f.token
       AND j.state = 'leased'
-    RETURNING j.id, j.state, j.attempts, j.group_name, j.queue
+    RETURNING j.id, j.state, j.attempts, j.group_name, j.queue, j.priority, j.run_at
 ), closed AS (
     UPDATE {attempts} AS a
     SET finished_at = {now},
@@ -244,7 +244,7 @@ WITH f AS (
     {@finished_notify}
     FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
 )
-SELECT id, state, group_name, queue, (SELECT count(*) FROM told) FROM moved
+SELECT id, state, group_name, queue, (SELECT count(*) FROM told), priority, run_at FROM moved
 
 -- name: job_release
 WITH released AS (
@@ -252,12 +252,12 @@ WITH released AS (
     SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
         updated_at = {now}
     {@held_leases}
-    RETURNING j.id, j.attempts
+    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name
 ), closed AS (
     UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
     FROM released WHERE a.job_id = released.id AND a.attempt = released.attempts
 )
-SELECT id FROM released
+SELECT id, queue, priority, run_at, group_name FROM released
 
 -- name: job_rescue
 WITH expired AS (
@@ -279,7 +279,8 @@ WITH expired AS (
         updated_at = {now}
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.state = 'leased'
       AND j.lease_until < {now}
-    RETURNING j.id, j.queue, j.key, j.state, j.attempts, j.last_error
+    RETURNING j.id, j.queue, j.key, j.state, j.attempts, j.last_error, j.priority, j.run_at,
+              j.group_name
 ), closed AS (
     UPDATE {attempts} AS a
     SET finished_at = {now}, outcome = 'lease_expired', error_class = 'LeaseExpired',
@@ -289,7 +290,8 @@ WITH expired AS (
     {@finished_notify}
     FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
 )
-SELECT id, queue, key, state, attempts, (SELECT count(*) FROM told) FROM moved
+SELECT id, queue, key, state, attempts, (SELECT count(*) FROM told), priority, run_at, group_name
+FROM moved
 
 -- name: tombstone_live
 -- Tombstones still blocking these keys. Run after the insert, in a statement of its own: under
