@@ -255,7 +255,7 @@ class SqliteJobs(Jobs):
                 rows = plain(limit)
             for part in _parts(rows):
                 values: list[Any] = [worker, clock]
-                values.extend(chain.from_iterable(map(_attempt_opened, part)))
+                values.extend(map(_job_id, part))
                 c.execute(self._chunked("attempt_open_many", len(part)), values)
         # A batch shares its lease end, and often its run times: each is converted once.
         times: dict[float, datetime | None] = {}
@@ -467,13 +467,13 @@ CHUNK = 500
 
 #: The statements written for a number of rows: what stands for the rows, and one row.
 _CHUNKED = {
-    "attempt_open_many": ("{rows}", "(?1, ?2, ?, ?, ?)"),
+    "attempt_open_many": ("{ids}", "?"),
     "job_complete": ("{leases}", "(?, ?)"),
     "attempt_done": ("{attempts}", "(?, ?)"),
 }
 
-#: The values of one attempt a claim opens, from its row: the job's id, attempt and token.
-_attempt_opened = itemgetter(0, 5, 6)
+#: The job's id in a claimed row (attempt_open_many names the jobs whose attempts it opens).
+_job_id = itemgetter(0)
 #: A lease as job_complete names it, and as attempt_done does.
 _lease_pair = attrgetter("job_id", "token")
 _lease_attempt = attrgetter("job_id", "attempt")
