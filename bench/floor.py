@@ -179,11 +179,8 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
         for first in range(0, len(rows), 500):
             part = rows[first : first + 500]
             opened: list[Any] = ["floor", now]
-            for r in part:
-                opened += (r[0], r[5], r[6])
-            text = sql["attempt_open_many"].replace(
-                "{rows}", ", ".join(["(?1, ?2, ?, ?, ?)"] * len(part))
-            )
+            opened += [r[0] for r in part]
+            text = sql["attempt_open_many"].replace("{ids}", ", ".join(["?"] * len(part)))
             conn.execute(text, opened)
         conn.execute("COMMIT")
         if not rows:

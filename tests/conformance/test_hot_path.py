@@ -114,6 +114,25 @@ def test_a_stale_lease_in_a_large_completion_changes_nothing_and_the_others_comp
     assert ledger.job(first.id).state is JobState.DONE
 
 
+def test_a_claim_and_a_completion_of_any_count_open_and_close_every_attempt(ledger, tasks):
+    """437 jobs: SQLite opens and closes their attempts in statements of several sizes (256,
+    128, 32, 16, 4 and 1 rows); none is left out or written twice."""
+    specs = [JobSpec({"n": n}, key=f"k{n}") for n in range(437)]
+    ledger.enqueue_many("work", specs, now=T0)
+    jobs = ledger.backend.jobs.claim(["q"], "w", 437, now=at(1))
+    assert len({j.id for j in jobs}) == 437
+    assert ledger.backend.jobs.complete([lease_of(j) for j in jobs], now=at(2)) == []
+    assert {j.state for j in ledger.jobs()} == {JobState.DONE}
+    for job in jobs:
+        [attempt] = ledger.backend.history.attempts(job.id)
+        assert (attempt.lease_token, attempt.started_at, attempt.outcome, attempt.finished_at) == (
+            job.lease_token,
+            at(1),
+            AttemptOutcome.DONE,
+            at(2),
+        )
+
+
 def test_prefetched_jobs_keep_their_leases_while_they_wait(ledger):
     release = threading.Event()
 

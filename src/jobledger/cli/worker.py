@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -27,6 +30,12 @@ from .params import (
 # jobledger.testing.history.ENV (a test checks it): written here so that the worker's options
 # cost no import of the history recorder.
 HISTORY_ENV = "JOBLEDGER_HISTORY"
+
+#: Python's default collection thresholds (3.11 and 3.12: a later Python's, which differ, are
+#: left alone), and the first generation's that a worker process uses instead (see
+#: ``fewer_young_collections``).
+DEFAULT_GC_THRESHOLD = (700, 10, 10)
+WORKER_GC_YOUNG = 10_000
 
 
 @click.command()
@@ -191,7 +200,8 @@ def worker(
         recorder = install_history(ledger, history_path)
     if no_scheduler:
         ledger.schedules.run_in_workers = False
-    stats = ledger.run_worker(split_csv(queues) or None, **running, name=name)
+    with fewer_young_collections():
+        stats = ledger.run_worker(split_csv(queues) or None, **running, name=name)
     if recorder is not None:
         recorder.close()
     counts = {
@@ -205,3 +215,24 @@ def worker(
     }
     summary = ", ".join(f"{what.replace('_', ' ')} {n}" for what, n in counts.items())
     announce(f"worker done: {summary}", log_format, "jobledger.worker", **counts)
+
+
+@contextmanager
+def fewer_young_collections() -> Iterator[None]:
+    """While the worker runs, collect the first generation every 10,000 allocations rather
+    than 700.
+
+    A worker holds a few objects for each job from its claim until its outcome is written (the
+    claimed job, its lease, the finished item), hundreds of jobs at a time. With Python's
+    default, a young collection runs every hundred-odd jobs and walks every job still in
+    flight, and the next one walks them again in the older generation they were moved to
+    (callgrind, `jobledger worker --burst` on 20,000 no-op SQLite jobs: 169.5k -> 163.9k
+    instructions per job). Cycles are still collected, a few thousand jobs' worth of
+    allocations later. An application that set its own thresholds keeps them."""
+    before = gc.get_threshold()
+    if before == DEFAULT_GC_THRESHOLD:
+        gc.set_threshold(WORKER_GC_YOUNG, *DEFAULT_GC_THRESHOLD[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)

@@ -42,7 +42,8 @@ MAX_BACKLOG_MINUTES = 120
 def claim_wait(job: ClaimedJob) -> float:
     """Seconds from when ``job`` was due to its claim, both by the database's clock (the claim
     set ``lease_until`` to its time plus the lease)."""
-    return max(0.0, (job.lease_until - job.run_at).total_seconds() - job.lease_seconds)
+    wait = (job.lease_until - job.run_at).total_seconds() - job.lease_seconds
+    return wait if wait > 0.0 else 0.0  # (not max(): this runs once per claimed job)
 
 
 class _Sums:
@@ -118,7 +119,7 @@ class MinuteStatsRecorder(WorkerObserver):
             return
         values: dict[str, Any] = {field: count}
         if durations:
-            runs = [max(0.0, d) for d in durations]
+            runs = [d if d > 0.0 else 0.0 for d in durations]
             values.update(run_count=len(runs), run_sum=sum(runs), run_max=max(runs))
         self._add(self._minute(), queue, task, values)
 

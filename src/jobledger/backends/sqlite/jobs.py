@@ -10,11 +10,11 @@ it waits for it and finds its job.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from itertools import chain
 from operator import attrgetter, itemgetter
-from typing import Any
+from typing import Any, TypeVar
 
 from ..._faults import fault_point
 from ..._records import (
@@ -48,6 +48,8 @@ from .database import SqliteDatabase, epoch, to_db, to_time
 from .grouped import GroupedClaim
 
 __all__ = ["SqliteJobs"]
+
+T = TypeVar("T")
 
 #: The values of a job in ``job_insert_rows``, and the most jobs it inserts in one statement.
 #: A statement of 250 jobs binds at most 2,751 values: far fewer than SQLite's default limit
@@ -251,10 +253,9 @@ class SqliteJobs(Jobs):
                 rows = self._turns.claim(plain, grouped, limit)
             else:
                 rows = plain(limit)
-            for start in range(0, len(rows), CHUNK):
-                part = rows[start : start + CHUNK]
+            for part in _parts(rows):
                 values: list[Any] = [worker, clock]
-                values.extend(chain.from_iterable(map(_attempt_opened, part)))
+                values.extend(map(_job_id, part))
                 c.execute(self._chunked("attempt_open_many", len(part)), values)
         # A batch shares its lease end, and often its run times: each is converted once.
         times: dict[float, datetime | None] = {}
@@ -350,8 +351,7 @@ class SqliteJobs(Jobs):
         # Statements and their values are made before the write lock is taken: one statement
         # per chunk, each fenced by the (id, token) pairs it names.
         chunks = []
-        for start in range(0, len(leases), CHUNK):
-            part = leases[start : start + CHUNK]
+        for part in _parts(leases):
             values: list[Any] = [clock]
             values.extend(chain.from_iterable(map(_lease_pair, part)))
             chunks.append((self._chunked("job_complete", len(part)), values))
@@ -365,8 +365,7 @@ class SqliteJobs(Jobs):
             if results:
                 stored = [(results[h.job_id], h.job_id) for h in held if h.job_id in results]
                 c.executemany(self._sql["job_result"], stored)
-            for start in range(0, len(held), CHUNK):
-                part = held[start : start + CHUNK]
+            for part in _parts(held):
                 values = [clock]
                 values.extend(chain.from_iterable(map(_lease_attempt, part)))
                 c.execute(self._chunked("attempt_done", len(part)), values)
@@ -468,13 +467,13 @@ CHUNK = 500
 
 #: The statements written for a number of rows: what stands for the rows, and one row.
 _CHUNKED = {
-    "attempt_open_many": ("{rows}", "(?1, ?2, ?, ?, ?)"),
+    "attempt_open_many": ("{ids}", "?"),
     "job_complete": ("{leases}", "(?, ?)"),
     "attempt_done": ("{attempts}", "(?, ?)"),
 }
 
-#: The values of one attempt a claim opens, from its row: the job's id, attempt and token.
-_attempt_opened = itemgetter(0, 5, 6)
+#: The job's id in a claimed row (attempt_open_many names the jobs whose attempts it opens).
+_job_id = itemgetter(0)
 #: A lease as job_complete names it, and as attempt_done does.
 _lease_pair = attrgetter("job_id", "token")
 _lease_attempt = attrgetter("job_id", "attempt")
@@ -491,6 +490,17 @@ def _held(leases: Sequence[Lease], done: set[tuple[int, str]]) -> list[Lease]:
     return held
 
 
+def _parts(items: Sequence[T]) -> Iterator[Sequence[T]]:
+    """``items`` in the sizes the hot path's statements are written for (``_chunks`` of
+    ``CHUNK``). Each size is compiled once and kept in the connection's statement cache; a
+    statement for every other count would be parsed afresh, and the completer's batches come
+    in all sizes (parsing a statement of a few hundred rows costs more than running it)."""
+    start = 0
+    for size in _chunks(len(items), CHUNK):
+        yield items[start : start + size]
+        start += size
+
+
 def _same_digest(digest: str) -> Any:
     return lambda job: payload_digest(job.payload_json) == digest
 
@@ -504,9 +514,10 @@ def _rows_per_statement(c: sqlite3.Connection) -> int:
 
 
 def _chunks(jobs: int, most: int) -> list[int]:
-    """The sizes of the statements that insert ``jobs`` jobs: as many of ``most`` as fit, then
-    the rest in powers of two. A batch of any size uses a few statement texts (at most one per
-    power of two below ``most``), which the statement cache keeps compiled."""
+    """The sizes of the statements for ``jobs`` rows (jobs inserted, attempts opened, leases
+    completed): as many of ``most`` as fit, then the rest in powers of two. A batch of any size
+    uses a few statement texts (at most one per power of two below ``most``), which the
+    statement cache keeps compiled."""
     sizes = [most] * (jobs // most)
     rest = jobs % most
     while rest:

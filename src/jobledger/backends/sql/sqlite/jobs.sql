@@ -85,9 +85,10 @@ VALUES (?, ?, ?, ?, ?)
 
 -- name: attempt_open_many
 -- The attempts a claim opened, in one statement per chunk: ?1 the worker, ?2 the time, then
--- {rows}, one "(?1, ?2, ?, ?, ?)" per job (its id, attempt and lease token).
-INSERT INTO jobledger_attempts (worker, started_at, job_id, attempt, lease_token)
-VALUES {rows}
+-- {ids}, one "?" per job claimed. Each attempt and token is read from the job's row, leased a
+-- moment ago in the same transaction: one value bound per job rather than three.
+INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at)
+SELECT id, attempts, lease_token, ?1, ?2 FROM jobledger_jobs WHERE id IN ({ids})
 
 -- name: job_heartbeat
 UPDATE jobledger_jobs
