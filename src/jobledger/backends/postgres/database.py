@@ -417,7 +417,7 @@ class PostgresDatabase:
 
     def statement(self, name: str, limit: int, queues: int = 1) -> str:
         """A named query with ``{limit}`` written in as a literal, and its ``{queue_rows}`` or
-        ``{position_rows}`` as a VALUES list of ``queues`` rows (see ``claim_params``); cached
+        ``{position_rows}`` as a VALUES list of ``queues`` rows (see ``queue_params``); cached
         per value."""
         key = (name, limit, queues)
         text = self._statements.get(key)

@@ -14,11 +14,11 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- turns (every group with pending jobs has one: migration 012), each kept if it has a due job,
 -- is not paused, is under its leased limit and has a token (as of this statement's snapshot),
 -- until {limit} are kept; the rows of those that no other claim holds are locked for this
--- transaction ({@group_lock}). Each queue's walk stops after 4 * {limit} + 64 rows (rows of groups without
--- jobs, kept for a day, come first in the order): "more" says some queue has more rows than
--- that, and then a claim that kept fewer than {limit} asks group_candidates, which finds
--- every group. A row per group locked ("kept" says how many were kept, locked or not); the
--- one row with a NULL name stands for "none locked".
+-- transaction (group_lock). Each queue's walk stops after 4 * {limit} + 64 rows (rows of
+-- groups without jobs, kept for a day, come first in the order): "more" says some queue has
+-- more rows than that, and then a claim that kept fewer than {limit} asks group_candidates,
+-- which finds every group. A row per group locked ("kept" says how many were kept, locked
+-- or not); the one row with a NULL name stands for "none locked".
 WITH viable AS MATERIALIZED (
     SELECT v.queue, v.name, v.served_at
     FROM {queue_rows} AS q(name)
@@ -61,7 +61,7 @@ FROM more AS m LEFT JOIN locked AS l ON true
 -- A grouped claim, first statement when group_candidates_turns stopped short: the groups
 -- with due jobs, not paused, under their leased limit and with a token (as of this
 -- statement's snapshot), least recently served first; the rows of the first {limit} of them
--- that no other claim holds are locked for this transaction ({@group_lock}). The groups
+-- that no other claim holds are locked for this transaction (group_lock). The groups
 -- are found by a skip scan of the grouped index (one probe per group, however many jobs each
 -- has), never by reading the jobs.
 WITH RECURSIVE walk AS (
