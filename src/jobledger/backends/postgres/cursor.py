@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..._records import NewJob
+from .database import position_params
 
 __all__ = ["ClaimCursor"]
 
@@ -79,13 +80,7 @@ class ClaimCursor:
         at = self._at
         if not any(q in at for q in queues):
             return None
-        params: dict[str, Any] = {}
-        for i, queue in enumerate(queues):
-            priority, run_at, job_id = at.get(queue, (_BEFORE_ALL, _EPOCH, 0))
-            params[f"after_priority_{i}"] = priority
-            params[f"after_run_at_{i}"] = run_at
-            params[f"after_id_{i}"] = job_id
-        return params
+        return position_params([at.get(q, (_BEFORE_ALL, _EPOCH, 0)) for q in queues])
 
     def scanned_from_start(self, seconds: float, claimed: int) -> None:
         """A claim scanned from the start in ``seconds`` and took ``claimed`` jobs: the next

@@ -109,7 +109,19 @@ def _values(rows: int, row: tuple[tuple[str, str], ...]) -> str:
 
 def queue_params(queues: Sequence[str]) -> dict[str, str]:
     """The parameters of a claim's ``{queue_rows}`` (``statement(…, queues=len(queues))``)."""
-    return {f"queue_{i}": queue for i, queue in enumerate(queues)}
+    (name, _), *_ = _QUEUE_ROW
+    return {f"{name}_{i}": queue for i, queue in enumerate(queues)}
+
+
+def position_params(positions: Sequence[tuple[int, datetime, int]]) -> dict[str, Any]:
+    """The rest of ``{position_rows}``, beside ``queue_params``: each queue's position
+    (priority, run time, id), in the order of its queues."""
+    names = [name for name, _ in _POSITION_ROW[len(_QUEUE_ROW) :]]
+    return {
+        f"{name}_{i}": value
+        for i, position in enumerate(positions)
+        for name, value in zip(names, position, strict=True)
+    }
 
 
 #: psycopg prepares a statement after this many runs unless told otherwise: never, here.
