@@ -125,9 +125,8 @@ class SqliteJobs(Jobs):
         jobs' ids. None, and nothing written, when a job was not inserted (its key is known or
         held, or named twice in the batch): the caller then goes job by job."""
         c.execute("SAVEPOINT jobledger_batch")
-        done = 0
-        for size in _chunks(len(jobs), _rows_per_statement(c)):
-            chunk = jobs[done : done + size]
+        for chunk in _parts(jobs, _rows_per_statement(c)):
+            size = len(chunk)
             values: list[Any] = [clock]
             # Binding None costs the sqlite3 module a failed adapter lookup (two attribute
             # errors) per value: a chunk without groups and trace contexts, the common one,
@@ -150,7 +149,6 @@ class SqliteJobs(Jobs):
                 )
                 if not plain:
                     values += (j.group, j.trace_context)
-            done += size
             if c.execute(self._rows_statement(size, plain), values).rowcount < size:
                 c.execute("ROLLBACK TO jobledger_batch")
                 c.execute("RELEASE jobledger_batch")
@@ -490,13 +488,14 @@ def _held(leases: Sequence[Lease], done: set[tuple[int, str]]) -> list[Lease]:
     return held
 
 
-def _parts(items: Sequence[T]) -> Iterator[Sequence[T]]:
-    """``items`` in the sizes the hot path's statements are written for (``_chunks`` of
-    ``CHUNK``). Each size is compiled once and kept in the connection's statement cache; a
-    statement for every other count would be parsed afresh, and the completer's batches come
-    in all sizes (parsing a statement of a few hundred rows costs more than running it)."""
+def _parts(items: Sequence[T], most: int = CHUNK) -> Iterator[Sequence[T]]:
+    """``items`` in the sizes the batch's statements are written for (``_chunks`` of ``most``:
+    ``CHUNK`` on the hot path, what ``_rows_per_statement`` allows for an insert). Each size
+    is compiled once and kept in the connection's statement cache; a statement for every
+    other count would be parsed afresh, and the completer's batches come in all sizes
+    (parsing a statement of a few hundred rows costs more than running it)."""
     start = 0
-    for size in _chunks(len(items), CHUNK):
+    for size in _chunks(len(items), most):
         yield items[start : start + size]
         start += size
 
