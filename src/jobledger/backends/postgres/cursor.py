@@ -156,16 +156,12 @@ class ClaimCursor:
     def placed(self, jobs: Iterable[NewJob], now: datetime | None = None) -> None:
         """``jobs`` were inserted at ``now`` (None: the clock's time; a job's run time None:
         then): rewind if one is ahead of its queue's position. A grouped job is claimed another
-        way (``grouped.py``)."""
-        at = self._at
-        if not at:
+        way (``grouped.py``). A new job's id is not known here: at the position's own run time
+        it counts as ahead (id 0)."""
+        if not self._at:
             return
         now = now if now is not None else datetime.now(UTC)
-        for job in jobs:
-            position = at.get(job.queue)
-            if position is None or job.group is not None:
-                continue
-            when = job.run_at if job.run_at is not None else now
-            if job.priority > position[0] or (job.priority == position[0] and when <= position[1]):
-                self.rewind()
-                return
+        self.returned(
+            (j.queue, j.priority, j.run_at if j.run_at is not None else now, 0, j.group)
+            for j in jobs
+        )
