@@ -176,6 +176,13 @@ class Recorder:
             states = {r.job_id: r.state for r in results}
         if released:
             stale.update(backend.jobs.release([f.hold.lease for f in released], now))
+        refused = [
+            f
+            for f in batch
+            if (f.hold.job.id in stale if f.failure is None else states.get(f.hold.job.id) is None)
+        ]
+        if refused:
+            self._own_writes(backend, refused, stale, states)
         counts = {"completed": 0, "dead": 0, "retried": 0, "released": 0}
         # Outcome lines are built only when someone reads them, and observers hear of the
         # batch at once: at 30k jobs/s per-job records would cost more than the writes.
@@ -223,6 +230,31 @@ class Recorder:
                     item.on_recorded(item, item.outcome)
                 except Exception:  # a transport's callback must never lose the others
                     log.exception("handling the outcome of job %d failed", item.hold.job.id)
+
+    @staticmethod
+    def _own_writes(
+        backend: Backend,
+        refused: list[Finished],
+        stale: set[int],
+        states: dict[int, JobState | None],
+    ) -> None:
+        """Take back the refusals of writes that were these leases' own.
+
+        A batch whose commit lost its answer (the server went away at the commit, or failed
+        over to a replica that had it) is written again, and the fence refuses each write of
+        it: its job is no longer leased — because this write is already there. An attempt
+        closed under its own token, as this item would have closed it, was closed by this
+        write: it counts as written (nobody else holds the token; the rescuer closes an
+        attempt as ``lease_expired``), not as a lost lease."""
+        settled = backend.jobs.settled([f.hold.lease for f in refused])
+        for item in refused:
+            job_id = item.hold.job.id
+            came_to = settled.get(job_id)
+            if item.released or item.failure is None:
+                if came_to == ("released" if item.released else "done"):
+                    stale.discard(job_id)
+            elif came_to in ("retry", "dead"):
+                states[job_id] = JobState.DEAD if came_to == "dead" else JobState.PENDING
 
     def _complete(self, backend: Backend, done: list[Finished], now: datetime | None) -> list[int]:
         """Complete the done items (with their results); the ids whose lease was stale.

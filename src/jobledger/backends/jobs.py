@@ -128,6 +128,17 @@ class Jobs(abc.ABC):
         ids whose lease was stale."""
         return _stale(leases, self._release(leases, now)) if leases else []
 
+    def settled(self, leases: Sequence[records.Lease]) -> dict[int, str]:
+        """What the attempts of ``leases`` came to, for those closed under their own tokens: job
+        id to ``done``, ``retry``, ``dead``, ``released`` or ``lease_expired`` (a timed-out
+        attempt as ``retry`` or ``dead``, as its job went). An attempt still open is absent.
+
+        A write that the fence refused may have been the lease's own: an earlier try committed
+        it and lost the answer (the server went away at the commit, or failed over), and the
+        write, tried again, finds its job no longer leased. The recorder asks here before it
+        calls such a write refused."""
+        return self._settled(leases) if leases else {}
+
     def rewind(self) -> bool:
         """Make the next claim look at every due job from the start of each queue's order.
         A dialect whose claims start where the last one got to (PostgreSQL's claim from a
@@ -191,6 +202,9 @@ class Jobs(abc.ABC):
 
     @abc.abstractmethod
     def _rescue(self, now: Now, limit: int) -> list[records.RescueResult]: ...
+
+    @abc.abstractmethod
+    def _settled(self, leases: Sequence[records.Lease]) -> dict[int, str]: ...
 
 
 def _stale(leases: Sequence[records.Lease], done: set[int]) -> list[int]:

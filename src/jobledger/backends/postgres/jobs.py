@@ -355,6 +355,9 @@ class PostgresJobs(Jobs):
         self._cursor.returned((r[3], r[5], r[6], r[0], r[2]) for r in rows if r[1] == "pending")
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
+    def _settled(self, leases: Sequence[Lease]) -> dict[int, str]:
+        return dict(self._db.run("attempt_settled", self._lease_params(leases)))
+
     def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
         rows = self._db.run("job_release", self._lease_params(leases) | {"now": now})
         self._cursor.returned((r[1], r[2], r[3], r[0], r[4]) for r in rows)  # at their run times

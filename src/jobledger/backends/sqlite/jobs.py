@@ -438,6 +438,17 @@ class SqliteJobs(Jobs):
                     released.add(lease.job_id)
         return released
 
+    def _settled(self, leases: Sequence[Lease]) -> dict[int, str]:
+        settled = {}
+        with self._db.reading() as c:
+            for lease in leases:
+                row = c.execute(
+                    self._sql["attempt_settled"], {"id": lease.job_id, "token": lease.token}
+                ).fetchone()
+                if row is not None:
+                    settled[lease.job_id] = row[0]
+        return settled
+
     def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         clock = epoch(now)
         text = self._sql["job_rescue"].replace("{limit}", str(limit))

@@ -259,6 +259,19 @@ WITH released AS (
 )
 SELECT id, queue, priority, run_at, group_name FROM released
 
+-- name: attempt_settled
+-- What the attempts of these leases came to, for those closed under their own tokens: the
+-- recorder asks when a write by a lease was refused, for the write may be its own, committed
+-- before an earlier try lost its answer (the server went away at the commit). A timed-out
+-- attempt says whether its job was retried or is dead (while the job is still at it).
+SELECT a.job_id,
+       CASE WHEN a.outcome <> 'timed_out' THEN a.outcome
+            WHEN j.attempts = a.attempt AND j.state = 'dead' THEN 'dead' ELSE 'retry' END
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
+JOIN {attempts} AS a ON a.job_id = l.id AND a.lease_token = l.token
+JOIN {jobs} AS j ON j.id = a.job_id
+WHERE a.finished_at IS NOT NULL
+
 -- name: job_rescue
 WITH expired AS (
     SELECT id FROM {jobs}

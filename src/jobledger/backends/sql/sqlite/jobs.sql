@@ -151,6 +151,15 @@ UPDATE jobledger_jobs
 SET state = 'pending', lease_until = NULL, attempt_limit = attempt_limit + 1, updated_at = :now
 WHERE id = :id AND lease_token = :token AND state = 'leased'
 
+-- name: attempt_settled
+-- What the attempt of one lease came to, if it was closed under its own token (the recorder
+-- asks when a write by the lease was refused: the write may be its own, committed before an
+-- earlier try lost its answer). A timed-out attempt says whether its job was retried or is dead.
+SELECT CASE WHEN a.outcome <> 'timed_out' THEN a.outcome
+            WHEN j.attempts = a.attempt AND j.state = 'dead' THEN 'dead' ELSE 'retry' END
+FROM jobledger_attempts AS a JOIN jobledger_jobs AS j ON j.id = a.job_id
+WHERE a.job_id = :id AND a.lease_token = :token AND a.finished_at IS NOT NULL
+
 -- name: job_rescue
 UPDATE jobledger_jobs
 SET state = CASE WHEN attempts < attempt_limit THEN 'pending' ELSE 'dead' END,
