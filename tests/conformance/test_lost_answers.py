@@ -11,7 +11,8 @@ tests/faults/test_failover.py, meets the same thing for real, when the timing fa
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -197,17 +198,50 @@ def test_a_write_made_stale_by_someone_else_is_still_refused(ledger, tasks):
     assert refusals(ledger, job.id) == ["lease_lost", "lease_lost"]
 
 
-def test_a_failure_after_the_handler_completed_its_job_itself_is_refused(ledger, tasks):
-    """The job is done under this very token (the handler's own transaction completed it), but
-    not as a failure would have closed it: the failure is refused, not taken for written."""
+def test_a_failure_after_the_handler_completed_its_job_itself_counts_as_done(ledger, tasks):
+    """The job is done under this very token — the handler's own transaction completed it — and
+    the handler raised afterwards: the failure is not taken for written, nor for a lost lease;
+    the attempt is done (as the ledger has it)."""
     job = claimed(ledger)
     assert ledger.backend.jobs.complete([lease_of(job)], now=at(2)) == []
     heard = Heard()
     recorder = Recorder(lambda: ledger.backend, "w", Observers(heard), lambda: at(3))
     item = failed(job, retry=True)
     recorder.write([item])
-    assert item.outcome == "lease_lost" and heard.lost == [(job.id, "fail")]
-    assert ledger.job(job.id).state is JobState.DONE
+    assert item.outcome == "done" and heard.lost == [] and heard.outcomes == [(job.id, "done")]
+    assert ledger.job(job.id).state is JobState.DONE and refusals(ledger, job.id) == []
+
+
+def test_a_handler_whose_own_transaction_lost_its_commit_answer_is_done_once(ledger, monkeypatch):
+    """``ctx.transaction()`` commits the handler's write and the completion together; the answer
+    is lost, so the block raises and the handler with it. The job is done, once, and nothing
+    in its history says a lease was lost."""
+
+    @ledger.task(queue="w", lease_seconds=30)
+    def book(ctx) -> None:
+        losing.append(True)
+        with ctx.transaction():
+            pass
+
+    losing: list[bool] = []
+    backend = ledger.backend
+    real = backend.transaction
+
+    @contextmanager
+    def transaction(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        lose = bool(losing) and losing.pop()
+        with real(*args, **kwargs) as conn:
+            yield conn
+        if lose:
+            raise BackendUnavailable("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(backend, "transaction", transaction)
+    job_id, _ = ledger.enqueue(book, {}, key="booked")
+    stats = ledger.run_worker(["w"], burst=True, handle_signals=False)
+    assert stats.completed == 1 and stats.lease_lost == 0 and stats.retried == 0
+    assert ledger.job(job_id).state is JobState.DONE
+    assert [a.outcome for a in backend.history.attempts(job_id)] == [AttemptOutcome.DONE]
+    assert refusals(ledger, job_id) == []
 
 
 def test_a_worker_whose_completion_lost_its_answer_records_it_done_once(ledger, monkeypatch):

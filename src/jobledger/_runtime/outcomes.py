@@ -207,6 +207,14 @@ class Recorder:
                 state = states.get(job_id)
                 if state is None:
                     item.outcome = "lease_lost"
+                elif state is JobState.DONE:
+                    # The handler's own transaction completed the job (ctx.transaction), and
+                    # its commit lost its answer: the job is done by this attempt all the same.
+                    item.outcome = "done"
+                    counts["completed"] += 1
+                    observed.append((item.hold.job, "done", item.duration or 0.0, None))
+                    if lines:
+                        self._line(item, None)
                 else:
                     dead = state is JobState.DEAD
                     outcome = "dead" if dead else "retry"
@@ -245,7 +253,9 @@ class Recorder:
         it: its job is no longer leased — because this write is already there. An attempt
         closed under its own token, as this item would have closed it, was closed by this
         write: it counts as written (nobody else holds the token; the rescuer closes an
-        attempt as ``lease_expired``), not as a lost lease."""
+        attempt as ``lease_expired``), not as a lost lease. A failure whose attempt is closed
+        ``done`` under its token is a handler whose own transaction completed the job
+        (``ctx.transaction``) and lost the commit's answer, then raised it: done."""
         settled = backend.jobs.settled([f.hold.lease for f in refused])
         for item in refused:
             job_id = item.hold.job.id
@@ -253,8 +263,10 @@ class Recorder:
             if item.released or item.failure is None:
                 if came_to == ("released" if item.released else "done"):
                     stale.discard(job_id)
-            elif came_to in ("retry", "dead"):
-                states[job_id] = JobState.DEAD if came_to == "dead" else JobState.PENDING
+            elif came_to in ("retry", "dead", "done"):
+                states[job_id] = {"retry": JobState.PENDING, "dead": JobState.DEAD}.get(
+                    came_to, JobState.DONE
+                )
 
     def _complete(self, backend: Backend, done: list[Finished], now: datetime | None) -> list[int]:
         """Complete the done items (with their results); the ids whose lease was stale.
