@@ -7,6 +7,7 @@ by CI) a skipped PostgreSQL case fails the run instead of passing unnoticed.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -51,6 +52,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _server is not None:
         _server.close()
+
+
+def _drop_closed_log_streams() -> None:
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        if getattr(getattr(handler, "stream", None), "closed", False):
+            root.removeHandler(handler)
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A CLI command run in-process (click's runner) sets up logging as the real one does: the
+    root logger's level, and one handler on the stderr of the moment — the runner's capture,
+    closed when the command ends. Later tests' threads logging there printed "Logging error"
+    tracebacks into whatever failed next. Put the level back and drop handlers whose streams
+    are closed."""
+    _drop_closed_log_streams()
+    level = logging.getLogger().level
+    yield
+    logging.getLogger().setLevel(level)
+    _drop_closed_log_streams()
 
 
 @pytest.fixture(scope="session")
