@@ -103,19 +103,21 @@ class ConnectionSampler:
             servers = _rows(bouncer, "SHOW SERVERS")
             pids = {int(s["remote_pid"]) for s in servers if s.get("database") == self.dbname}
         rows = conn.execute(
-            "SELECT pid, application_name FROM pg_stat_activity"
+            "SELECT pid, application_name, state IS NULL FROM pg_stat_activity"
             " WHERE datname = %s AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
             " AND application_name <> %s",
             (self.dbname, self.ignore),
         ).fetchall()
-        for pid, name in rows:
+        for pid, name, starting in rows:
             now.server[name or "-"] += 1
             # An unnamed session is one PgBouncer is opening (not yet in SHOW SERVERS): the
             # processes name all of theirs.
             if pid in pids or (bouncer is not None and not name):
                 now.pooler_servers += 1
-            else:
+            elif name or not starting:
                 now.own[name or "-"] += 1
+            # else: a session still starting up (no state yet) has no application_name yet:
+            # counted in the totals, named by its role once it is ready.
         return now
 
     def _run(self) -> None:
