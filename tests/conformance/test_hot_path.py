@@ -320,7 +320,8 @@ def test_postgres_hot_path_reconnects_after_sessions_are_cut(pg):
         ledger.task(lambda ctx, n: None, name="t", queue="q")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"a{n}"} for n in range(3)])
         ledger.backend.jobs.claim(["q"], "w", 1)  # every pool has a connection now
-        for step in ("enqueue", "enqueue_many", "claim"):
+        claimed = []
+        for step in ("enqueue", "enqueue_many", "claim", "complete", "fail"):
             with psycopg.connect(pg.url, autocommit=True) as admin:
                 admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
@@ -333,8 +334,23 @@ def test_postgres_hot_path_reconnects_after_sessions_are_cut(pg):
             elif step == "enqueue_many":
                 results = ledger.enqueue_many("t", [{"payload": {"n": 8}, "key": "c"}] * 2)
                 assert results[0].created and results[1].id == results[0].id
+            elif step == "claim":
+                claimed = ledger.backend.jobs.claim(["q"], "w", 10)
+                assert len(claimed) == 4
+            elif step == "complete":  # an outcome: its batch too, on the main pool
+                done = [Lease(j.id, j.lease_token, j.attempt) for j in claimed[:2]]
+                assert ledger.backend.jobs.complete(done) == []
+                assert {ledger.job(j.id).state for j in claimed[:2]} == {JobState.DONE}
             else:
-                assert len(ledger.backend.jobs.claim(["q"], "w", 10)) == 4
+                failure = Failure(
+                    Lease(claimed[2].id, claimed[2].lease_token, claimed[2].attempt),
+                    True,
+                    None,
+                    "E",
+                    "boom",
+                )
+                [result] = ledger.backend.jobs.fail([failure])
+                assert result.state is JobState.PENDING
     finally:
         ledger.close()
         pg.drop_schema(schema)

@@ -441,13 +441,12 @@ class PostgresDatabase:
         return text
 
     def quick(self, text: str, params: dict[str, Any], prepare: bool | None = None) -> list[Any]:
-        """A statement that is safe to send twice, on a connection handed out without the round
-        trip that proves it alive. If the server closed the connection (a restart, a terminated
-        session) the statement goes again on another (twice at most). Safe to send twice: an enqueue by key
-        (the second finds the first), a lease renewal, a claim (had the first committed before
-        its reply was lost, its jobs wait for their leases to expire, as after a worker crash;
-        they are never run twice). Completions and failures are not sent here: a second one
-        would be refused and reported as a lost lease."""
+        """A statement that is safe to send twice, on a connection of the quick pool handed out
+        without the round trip that proves it alive. If the server closed the connection (a
+        restart, a terminated session) the statement goes again on another (twice at most).
+        Safe to send twice: an enqueue by key (the second finds the first), a lease renewal, a
+        claim (had the first committed before its reply was lost, its jobs wait for their
+        leases to expire, as after a worker crash; they are never run twice)."""
 
         if not self.prepares:
             prepare = False
@@ -458,10 +457,15 @@ class PostgresDatabase:
 
         return self.quickly(run)
 
-    def quickly(self, run: Callable[[psycopg.Connection[Any]], _T]) -> _T:
-        """``run`` on a connection of the quick pool, as ``quick`` runs its statement."""
+    def quickly(
+        self,
+        run: Callable[[psycopg.Connection[Any]], _T],
+        pool: psycopg_pool.ConnectionPool[psycopg.Connection[Any]] | None = None,
+    ) -> _T:
+        """``run`` on a connection of the quick pool (or ``pool``), as ``quick`` runs its
+        statement."""
         with self.translate():
-            pool = self._quick_pool
+            pool = pool or self._quick_pool
             for attempt in range(3):
                 with pool.connection() as c:
                     try:
@@ -473,11 +477,20 @@ class PostgresDatabase:
         raise AssertionError("unreachable")
 
     def hot(self, text: str, params: dict[str, Any]) -> list[Any]:
-        """One statement as its own transaction on a pooled autocommit connection (no BEGIN and
-        COMMIT round trips), planned for its parameters each time (see ``_configure``)."""
-        with self.translate(), self._connection() as c:
+        """An outcome statement (a batch's completion or failure) as its own transaction on a
+        pooled autocommit connection of the main pool (no BEGIN and COMMIT round trips),
+        planned for its parameters each time (see ``_configure``), and sent as ``quick`` sends
+        its statements: without the round trip that proves the connection alive, again on
+        another if the server closed it. Safe to send twice: a second completion or failure
+        of a batch whose first committed is refused by the fence, and the recorder finds each
+        attempt closed under its own token as this write closes it (``Jobs.settled``): written,
+        not a lost lease."""
+
+        def run(c: psycopg.Connection[Any]) -> list[Any]:
             cur = c.execute(text, params)
             return cur.fetchall() if cur.description else []
+
+        return self.quickly(run, self._pool)
 
     def close(self) -> None:
         with self._lock:
