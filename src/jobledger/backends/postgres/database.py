@@ -465,7 +465,7 @@ class PostgresDatabase:
         """``run`` on a connection of the quick pool (or ``pool``), as ``quick`` runs its
         statement."""
         with self.translate():
-            pool = pool or self._quick_pool
+            pool = self._quick_pool if pool is None else pool
             for attempt in range(3):
                 with pool.connection() as c:
                     try:
