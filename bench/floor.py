@@ -106,6 +106,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
             "worker": "floor",
             "now": None,
             "lease_seconds": None,
+            "claim": "0" * 32,
         }
         done = 0
         started = time.perf_counter()

@@ -98,7 +98,13 @@ def _generic_plan_uses_index(dsn: str, backend: Any, batch: int) -> bool:
             r[0]
             for r in conn.execute(
                 "EXPLAIN " + claim,
-                {"queue_0": "bench", "worker": "w", "now": None, "lease_seconds": None},
+                {
+                    "queue_0": "bench",
+                    "worker": "w",
+                    "now": None,
+                    "lease_seconds": None,
+                    "claim": "0" * 32,
+                },
             )
         )
         conn.rollback()

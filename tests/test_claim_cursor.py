@@ -155,7 +155,13 @@ def test_under_a_held_xmin_the_claim_reads_a_few_pages_and_skips_nothing(pg):
         after = jobs._cursor.after(["q"])  # type: ignore[attr-defined]
         assert after is not None
         db = ledger.backend.db
-        params = {"queue_0": "q", "worker": "w", "now": None, "lease_seconds": None}
+        params = {
+            "queue_0": "q",
+            "worker": "w",
+            "now": None,
+            "lease_seconds": None,
+            "claim": "0" * 32,
+        }
         with psycopg.connect(url.split("?")[0]) as conn:
             conn.execute(f"SET search_path = {schema}")
             full = _scan_buffers(conn, db.statement("job_claim", 10), params)

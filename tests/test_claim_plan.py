@@ -37,7 +37,13 @@ def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
                     r[0]
                     for r in conn.execute(
                         "EXPLAIN " + claim,
-                        {"queue_0": "q", "worker": "w", "now": None, "lease_seconds": None},
+                        {
+                            "queue_0": "q",
+                            "worker": "w",
+                            "now": None,
+                            "lease_seconds": None,
+                            "claim": "0" * 32,
+                        },
                     )
                 )
                 assert "jobledger_jobs_due" in plan, plan
@@ -70,6 +76,7 @@ def test_a_claim_from_a_position_starts_its_index_scan_there(pg):
             "worker": "w",
             "now": None,
             "lease_seconds": None,
+            "claim": "0" * 32,
             "after_priority_0": 0,
             "after_priority_1": 2**31,
             "after_run_at_0": datetime(2026, 8, 10, tzinfo=UTC),
@@ -112,6 +119,7 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
             "worker": "w",
             "now": None,
             "lease_seconds": None,
+            "claim": "0" * 32,
         }
         with psycopg.connect(pg.url) as conn:
             # Before the statistics know the group has grown (no ANALYZE yet), and after.

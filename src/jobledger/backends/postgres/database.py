@@ -159,6 +159,9 @@ class PostgresDatabase:
         #: False through a pooler in transaction mode: a statement prepared on one server
         #: session would be executed on another (``pooler=transaction``, see backends/url.py).
         self.prepares = not url.pooled_transactions
+        self.resent = 0
+        """How many statements ``quick`` has sent a second time (a claim that was may have
+        committed the first time: see ``PostgresJobs._claim``)."""
         #: Told when jobs finish (done, or dead by a worker's failure or the rescuer), once per
         #: batch, with their queue: waiters for results LISTEN here. At most 63 characters
         #: (a schema's name has at most 48).
@@ -445,8 +448,8 @@ class PostgresDatabase:
         without the round trip that proves it alive. If the server closed the connection (a
         restart, a terminated session) the statement goes again on another (twice at most).
         Safe to send twice: an enqueue by key (the second finds the first), a lease renewal, a
-        claim (had the first committed before its reply was lost, its jobs wait for their
-        leases to expire, as after a worker crash; they are never run twice)."""
+        claim (had the first committed before its reply was lost, nobody holds its jobs'
+        tokens: the claimer gives them back, ``PostgresJobs._claim``)."""
 
         if not self.prepares:
             prepare = False
@@ -474,6 +477,7 @@ class PostgresDatabase:
                         if attempt == 2 or not c.broken:
                             raise
                 self._broken(pool)  # fail now if the server is down, else drop the others
+                self.resent += 1
         raise AssertionError("unreachable")
 
     def hot(self, text: str, params: dict[str, Any]) -> list[Any]:

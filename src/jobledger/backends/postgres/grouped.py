@@ -66,8 +66,10 @@ class GroupedClaim:
         limit: int,
         now: datetime | None,
         lease_seconds: float | None,
+        claim: str,
     ) -> list[Any]:
-        """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``)."""
+        """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``), their
+        tokens drawn from ``claim`` (``lease_set``)."""
         prepare = self._db.prepares
         params = queue_params(queues) | {"now": now}
         statement = self._db.statement
@@ -93,6 +95,7 @@ class GroupedClaim:
                 "worker": worker,
                 "now": now,
                 "lease_seconds": lease_seconds,
+                "claim": claim,
             }
             # Each group's share of the claim first (``claim_share``): no group's rows past its
             # share are locked.

@@ -14,8 +14,12 @@ leaves a key stuck.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 import time
+import uuid
+from collections import deque
 from collections.abc import Generator, Mapping, Sequence
 from datetime import datetime
 from operator import attrgetter
@@ -62,6 +66,8 @@ from .prepared import PreparedStatement
 
 __all__ = ["PostgresJobs"]
 
+log = logging.getLogger("jobledger.worker")
+
 #: From this many jobs a batch of new keys goes in by ``COPY`` (``_copy_fresh``); smaller ones as
 #: one statement over array literals (``job_insert_fresh``). Measured on one connection, jobs
 #: built beforehand, 5 alternating rounds (docs/benchmarks.md): COPY 1.09× the arrays at 100
@@ -86,6 +92,10 @@ class PostgresJobs(Jobs):
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
         self._cursor = ClaimCursor()
+        self._unanswered: deque[tuple[str, str, list[int]]] = deque()
+        """Claims that may have committed without their answer reaching this process: the
+        claim's token source, the worker, the ids it did get (see ``_give_back_unanswered``)."""
+        self._unanswered_lock = threading.Lock()
         self._insert_one_text = db.sql["job_insert_one"]
         self._insert_one_statement = PreparedStatement(
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
@@ -247,12 +257,17 @@ class PostgresJobs(Jobs):
     ) -> list[ClaimedJob]:
         if not queues:
             return []
+        if self._unanswered:
+            self._give_back_unanswered(now)
+        claim = uuid.uuid4().hex
         params = queue_params(queues) | {
             "worker": worker,
             "now": now,
             "lease_seconds": lease_seconds,
+            "claim": claim,
         }
         statement = self._db.statement
+        resent = self._db.resent
 
         def plain(n: int) -> list[Any]:
             after = self._cursor.after(queues)
@@ -271,13 +286,43 @@ class PostgresJobs(Jobs):
             return rows
 
         def grouped(n: int) -> list[Any]:
-            return self._grouped.claim(queues, worker, n, now, lease_seconds)
+            return self._grouped.claim(queues, worker, n, now, lease_seconds, claim)
 
-        if self._grouped.waiting(queues):
-            rows = self._turns.claim(plain, grouped, limit)
-        else:
-            rows = plain(limit)
+        try:
+            if self._grouped.waiting(queues):
+                rows = self._turns.claim(plain, grouped, limit)
+            else:
+                rows = plain(limit)
+        except BackendUnavailable:
+            self._unanswered.append((claim, worker, []))
+            raise
+        if self._db.resent != resent:
+            # A statement was sent again (perhaps another thread's): this claim's first send
+            # may have committed, its jobs leased under tokens nobody got.
+            self._unanswered.append((claim, worker, [r[0] for r in rows]))
+            self._give_back_unanswered(now)
         return [claimed_job(r, _utc) for r in rows]
+
+    def _give_back_unanswered(self, now: Now) -> None:
+        """Give back the jobs of claims whose answer was lost (``job_claim_unanswered``):
+        pending again, their attempts not charged, instead of leased to nobody until their
+        leases expire. Kept to try again while the database is unavailable."""
+        with self._unanswered_lock:
+            while self._unanswered:
+                claim, worker, returned = self._unanswered[0]
+                rows = self._db.run(
+                    "job_claim_unanswered",
+                    {"claim": claim, "worker": worker, "returned": returned, "now": now},
+                )
+                self._unanswered.popleft()
+                if rows:
+                    self._cursor.returned((r[1], r[2], r[3], r[0], r[4]) for r in rows)
+                    log.warning(
+                        "gave back %d jobs that a claim by %s leased but whose answer was lost "
+                        "(the connection failed at its commit): pending again, not charged",
+                        len(rows),
+                        worker,
+                    )
 
     @staticmethod
     def _lease_params(leases: Sequence[Lease]) -> dict[str, Any]:
@@ -371,8 +416,25 @@ class PostgresJobs(Jobs):
     def _claim_keys(
         self, wanted: Sequence[tuple[str, str]], worker: str, now: Now, lease_seconds: LeaseSeconds
     ) -> list[KeyClaim]:
+        if self._unanswered:
+            self._give_back_unanswered(now)
         pairs = {"queues": [q for q, _ in wanted], "keys": [k for _, k in wanted]}
-        params = pairs | {"worker": worker, "now": now, "lease_seconds": lease_seconds}
+        claim = uuid.uuid4().hex
+        params = pairs | {
+            "worker": worker,
+            "now": now,
+            "lease_seconds": lease_seconds,
+            "claim": claim,
+        }
+        try:
+            return self._claim_keys_in(wanted, params)
+        except BackendUnavailable:
+            self._unanswered.append((claim, worker, []))
+            raise
+
+    def _claim_keys_in(
+        self, wanted: Sequence[tuple[str, str]], params: dict[str, Any]
+    ) -> list[KeyClaim]:
         with self._db.transaction() as c:
             rows = c.execute(self._db.sql["job_claim_keys"], params).fetchall()
             claimed = {(r[1], r[2]): claimed_job(r, _utc) for r in rows}
@@ -396,7 +458,7 @@ class PostgresJobs(Jobs):
                         {
                             "queues": [q for q, _ in grouped],
                             "names": [n for _, n in grouped],
-                            "now": now,
+                            "now": params["now"],
                         },
                     ).fetchall()
                 }

@@ -87,10 +87,12 @@ WITH picked AS (
 
 -- name: lease_set
 -- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
--- (job_claim, group_claim, job_claim_keys) includes it.
+-- (job_claim, group_claim, job_claim_keys) includes it. The token is drawn from the claim's
+-- own random %(claim)s and the job's id: should the claim commit and its answer be lost, the
+-- claimer can still tell its jobs (job_claim_unanswered) — and nobody else can name a token.
 SET state = 'leased',
     attempts = j.attempts + 1,
-    lease_token = gen_random_uuid(),
+    lease_token = md5(%(claim)s || j.id::text)::uuid,
     lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
     leased_by = %(worker)s,
     updated_at = {now}
@@ -258,6 +260,27 @@ WITH released AS (
     FROM released WHERE a.job_id = released.id AND a.attempt = released.attempts
 )
 SELECT id, queue, priority, run_at, group_name FROM released
+
+-- name: job_claim_unanswered
+-- The jobs a claim leased whose answer never reached the claimer (the server went away at the
+-- commit; or the claim was sent again on another connection, and the first had committed):
+-- leased by %(worker)s under the tokens of %(claim)s, and not among %(returned)s (what the
+-- claimer did get). Nobody holds their tokens, so nobody can run them: they are given back
+-- as a release gives them back (pending, the attempt not charged, closed as 'released')
+-- instead of waiting for their leases to expire and being charged an attempt.
+WITH lost AS (
+    UPDATE {jobs} AS j
+    SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
+        updated_at = {now}
+    WHERE j.state = 'leased' AND j.leased_by = %(worker)s
+      AND j.lease_token = md5(%(claim)s || j.id::text)::uuid
+      AND NOT j.id = ANY(%(returned)s::bigint[])
+    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name
+), closed AS (
+    UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
+    FROM lost WHERE a.job_id = lost.id AND a.attempt = lost.attempts
+)
+SELECT id, queue, priority, run_at, group_name FROM lost
 
 -- name: attempt_settled
 -- What the attempts of these leases came to, for those closed under their own tokens: the
