@@ -140,3 +140,43 @@ def test_the_give_back_never_touches_a_lease_someone_holds(ledger, monkeypatch):
         row = ledger.job(job.id)
         assert row.state is JobState.LEASED and row.lease_token == job.lease_token
         assert row.attempts == 1
+
+
+def test_the_failed_claims_of_an_outage_do_not_pile_up(ledger, monkeypatch):
+    """Every claim of a long outage fails. The first, caught at its commit, committed; the
+    others never reached the server. Each claim first tries to give back what is kept, which
+    fails while the database is away, so nothing more is kept (and at most MAX_UNANSWERED in
+    any case): after the outage one statement gives the first claim's jobs back."""
+    from jobledger.backends.postgres.jobs import MAX_UNANSWERED
+
+    ids = fill(ledger, 3)
+    jobs = ledger.backend.jobs
+    db = ledger.backend.db
+    lose_the_answer_of_the_next(db, monkeypatch, "quick")
+    with pytest.raises(BackendUnavailable):
+        jobs.claim(["q"], "w", 2)  # committed, the answer lost
+    real_quick, real_run = db.quick, db.run
+    calls: list[str] = []
+
+    def quick_away(text: str, params: dict[str, Any], prepare: bool | None = None) -> Any:
+        raise BackendUnavailable("connection refused")
+
+    def run(name: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(name)
+        if away:
+            raise BackendUnavailable("connection refused")
+        return real_run(name, *args, **kwargs)
+
+    away = True
+    monkeypatch.setattr(db, "quick", quick_away)
+    monkeypatch.setattr(db, "run", run)
+    for _ in range(3 * MAX_UNANSWERED):
+        with pytest.raises(BackendUnavailable):
+            jobs.claim(["q"], "w", 2)
+    assert len(jobs._unanswered) == 1  # type: ignore[attr-defined]
+    away = False
+    monkeypatch.setattr(db, "quick", real_quick)
+    calls.clear()
+    claimed = jobs.claim(["q"], "w", 10)
+    assert calls.count("job_claim_unanswered") == 1
+    assert sorted(j.id for j in claimed) == ids  # the first claim's two jobs, given back

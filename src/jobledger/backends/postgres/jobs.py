@@ -66,6 +66,11 @@ from .prepared import PreparedStatement
 
 __all__ = ["PostgresJobs"]
 
+#: Claims kept to give back (``PostgresJobs._give_back_unanswered``): a claim that commits
+#: without its answer is one that the connection's end caught at its commit — the first of an
+#: outage's failed claims; those after it never reach the server. The first ones are kept.
+MAX_UNANSWERED = 32
+
 log = logging.getLogger("jobledger.worker")
 
 #: From this many jobs a batch of new keys goes in by ``COPY`` (``_copy_fresh``); smaller ones as
@@ -267,7 +272,7 @@ class PostgresJobs(Jobs):
             "claim": claim,
         }
         statement = self._db.statement
-        resent = self._db.resent
+        resent, down = self._db.resent, self._db.outage.down
 
         def plain(n: int) -> list[Any]:
             after = self._cursor.after(queues)
@@ -294,14 +299,20 @@ class PostgresJobs(Jobs):
             else:
                 rows = plain(limit)
         except BackendUnavailable:
-            self._unanswered.append((claim, worker, []))
+            if not down:  # known down before: the claim was never sent
+                self._may_have_committed(claim, worker, [])
             raise
         if self._db.resent != resent:
             # A statement was sent again (perhaps another thread's): this claim's first send
             # may have committed, its jobs leased under tokens nobody got.
-            self._unanswered.append((claim, worker, [r[0] for r in rows]))
+            self._may_have_committed(claim, worker, [r[0] for r in rows])
             self._give_back_unanswered(now)
         return [claimed_job(r, _utc) for r in rows]
+
+    def _may_have_committed(self, claim: str, worker: str, returned: list[int]) -> None:
+        """Keep a claim whose answer may have been lost, to give its jobs back."""
+        if len(self._unanswered) < MAX_UNANSWERED:
+            self._unanswered.append((claim, worker, returned))
 
     def _give_back_unanswered(self, now: Now) -> None:
         """Give back the jobs of claims whose answer was lost (``job_claim_unanswered``):
@@ -426,10 +437,12 @@ class PostgresJobs(Jobs):
             "lease_seconds": lease_seconds,
             "claim": claim,
         }
+        down = self._db.outage.down
         try:
             return self._claim_keys_in(wanted, params)
         except BackendUnavailable:
-            self._unanswered.append((claim, worker, []))
+            if not down:
+                self._may_have_committed(claim, worker, [])
             raise
 
     def _claim_keys_in(
