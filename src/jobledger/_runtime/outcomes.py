@@ -31,6 +31,10 @@ __all__ = ["Finished", "Recorder", "failure", "returned", "timed_out"]
 
 log = logging.getLogger("jobledger.worker")
 
+#: A failure's attempt, found closed under its own token (``Recorder._own_writes``): the job's
+#: state that this failure (retried, or dead) or the handler's own transaction (done) left.
+_FAILURE_CAME_TO = {"retry": JobState.PENDING, "dead": JobState.DEAD, "done": JobState.DONE}
+
 MAX_MESSAGE = 4000
 MAX_TRACEBACK = 16000
 
@@ -194,7 +198,9 @@ class Recorder:
                 item.outcome = "lease_lost" if job_id in stale else "released"
                 if item.outcome == "released":
                     counts["released"] += 1
-            elif item.failure is None:
+            elif item.failure is None or states.get(job_id) is JobState.DONE:
+                # Done; or a failure whose attempt its handler's own transaction completed
+                # (ctx.transaction), the commit's answer lost: done by this attempt all the same.
                 item.outcome = "lease_lost" if job_id in stale else "done"
                 if item.outcome == "done":
                     counts["completed"] += 1
@@ -207,14 +213,6 @@ class Recorder:
                 state = states.get(job_id)
                 if state is None:
                     item.outcome = "lease_lost"
-                elif state is JobState.DONE:
-                    # The handler's own transaction completed the job (ctx.transaction), and
-                    # its commit lost its answer: the job is done by this attempt all the same.
-                    item.outcome = "done"
-                    counts["completed"] += 1
-                    observed.append((item.hold.job, "done", item.duration or 0.0, None))
-                    if lines:
-                        self._line(item, None)
                 else:
                     dead = state is JobState.DEAD
                     outcome = "dead" if dead else "retry"
@@ -263,10 +261,8 @@ class Recorder:
             if item.released or item.failure is None:
                 if came_to == ("released" if item.released else "done"):
                     stale.discard(job_id)
-            elif came_to in ("retry", "dead", "done"):
-                states[job_id] = {"retry": JobState.PENDING, "dead": JobState.DEAD}.get(
-                    came_to, JobState.DONE
-                )
+            elif came_to in _FAILURE_CAME_TO:
+                states[job_id] = _FAILURE_CAME_TO[came_to]
 
     def _complete(self, backend: Backend, done: list[Finished], now: datetime | None) -> list[int]:
         """Complete the done items (with their results); the ids whose lease was stale.
