@@ -160,7 +160,7 @@ class PostgresDatabase:
         #: session would be executed on another (``pooler=transaction``, see backends/url.py).
         self.prepares = not url.pooled_transactions
         self.resent = 0
-        """How many statements ``quick`` has sent a second time (a claim that was may have
+        """How many statements ``quick`` has sent a second time (a claim sent again may have
         committed the first time: see ``PostgresJobs._claim``)."""
         #: Told when jobs finish (done, or dead by a worker's failure or the rescuer), once per
         #: batch, with their queue: waiters for results LISTEN here. At most 63 characters

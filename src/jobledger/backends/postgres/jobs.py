@@ -20,7 +20,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -262,9 +263,18 @@ class PostgresJobs(Jobs):
     ) -> list[ClaimedJob]:
         if not queues:
             return []
-        if self._unanswered:
-            self._give_back_unanswered(now)
-        claim = uuid.uuid4().hex
+        with self._claiming(worker, now) as claim:
+            return self._claim_as(claim, queues, worker, limit, now, lease_seconds)
+
+    def _claim_as(
+        self,
+        claim: str,
+        queues: Sequence[str],
+        worker: str,
+        limit: int,
+        now: Now,
+        lease_seconds: LeaseSeconds,
+    ) -> list[ClaimedJob]:
         params = queue_params(queues) | {
             "worker": worker,
             "now": now,
@@ -272,7 +282,7 @@ class PostgresJobs(Jobs):
             "claim": claim,
         }
         statement = self._db.statement
-        resent, down = self._db.resent, self._db.outage.down
+        resent = self._db.resent
 
         def plain(n: int) -> list[Any]:
             after = self._cursor.after(queues)
@@ -293,21 +303,32 @@ class PostgresJobs(Jobs):
         def grouped(n: int) -> list[Any]:
             return self._grouped.claim(queues, worker, n, now, lease_seconds, claim)
 
-        try:
-            if self._grouped.waiting(queues):
-                rows = self._turns.claim(plain, grouped, limit)
-            else:
-                rows = plain(limit)
-        except BackendUnavailable:
-            if not down:  # known down before: the claim was never sent
-                self._may_have_committed(claim, worker, [])
-            raise
+        if self._grouped.waiting(queues):
+            rows = self._turns.claim(plain, grouped, limit)
+        else:
+            rows = plain(limit)
         if self._db.resent != resent:
             # A statement was sent again (perhaps another thread's): this claim's first send
             # may have committed, its jobs leased under tokens nobody got.
             self._may_have_committed(claim, worker, [r[0] for r in rows])
             self._give_back_unanswered(now)
         return [claimed_job(r, _utc) for r in rows]
+
+    @contextmanager
+    def _claiming(self, worker: str, now: Now) -> Iterator[str]:
+        """Around every claim (``claim``, ``claim_keys``): first give back the jobs of claims
+        whose answer was lost; then the random value this claim draws its tokens from
+        (``lease_set``), kept should the claim fail without knowing whether it committed."""
+        if self._unanswered:
+            self._give_back_unanswered(now)
+        claim = uuid.uuid4().hex
+        down = self._db.outage.down
+        try:
+            yield claim
+        except BackendUnavailable:
+            if not down:  # known down before: the claim was never sent
+                self._may_have_committed(claim, worker, [])
+            raise
 
     def _may_have_committed(self, claim: str, worker: str, returned: list[int]) -> None:
         """Keep a claim whose answer may have been lost, to give its jobs back."""
@@ -427,28 +448,10 @@ class PostgresJobs(Jobs):
     def _claim_keys(
         self, wanted: Sequence[tuple[str, str]], worker: str, now: Now, lease_seconds: LeaseSeconds
     ) -> list[KeyClaim]:
-        if self._unanswered:
-            self._give_back_unanswered(now)
         pairs = {"queues": [q for q, _ in wanted], "keys": [k for _, k in wanted]}
-        claim = uuid.uuid4().hex
-        params = pairs | {
-            "worker": worker,
-            "now": now,
-            "lease_seconds": lease_seconds,
-            "claim": claim,
-        }
-        down = self._db.outage.down
-        try:
-            return self._claim_keys_in(wanted, params)
-        except BackendUnavailable:
-            if not down:
-                self._may_have_committed(claim, worker, [])
-            raise
-
-    def _claim_keys_in(
-        self, wanted: Sequence[tuple[str, str]], params: dict[str, Any]
-    ) -> list[KeyClaim]:
-        with self._db.transaction() as c:
+        params = pairs | {"worker": worker, "now": now, "lease_seconds": lease_seconds}
+        with self._claiming(worker, now) as claim, self._db.transaction() as c:
+            params["claim"] = claim
             rows = c.execute(self._db.sql["job_claim_keys"], params).fetchall()
             claimed = {(r[1], r[2]): claimed_job(r, _utc) for r in rows}
             # The others as they are now (and a pair named twice: claimed for its first mention).
@@ -471,7 +474,7 @@ class PostgresJobs(Jobs):
                         {
                             "queues": [q for q, _ in grouped],
                             "names": [n for _, n in grouped],
-                            "now": params["now"],
+                            "now": now,
                         },
                     ).fetchall()
                 }
