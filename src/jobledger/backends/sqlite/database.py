@@ -10,8 +10,10 @@ own role classes (the jobs, the grouped claim, what a prune deletes) use the sam
 A file that cannot be read (not a database any more, an I/O error, gone) is an outage (see
 ``jobledger.backends.outage``): every use fails at once until a fresh connection reads it
 again, and then every thread's connection is opened afresh — a connection that met a broken
-file does not recover by itself. A lock held by another connection is not an outage: it waits
-for the busy timeout, as before.
+file does not recover by itself. Such a connection is also dropped at once, whatever the probe
+finds: a probe that met a lock counts the file as readable, and a thread's connection must not
+stay broken after the file is whole again. A lock held by another connection is not an outage:
+it waits for the busy timeout, as before.
 """
 
 from __future__ import annotations
@@ -170,9 +172,11 @@ class SqliteDatabase:
                     f"({exc}); run `jobledger migrate`"
                 ) from None
             if not self._locked(exc):
+                self._drop_connection()
                 self.outage.suspect()
             raise self.unavailable(exc) from None
         except sqlite3.DatabaseError as exc:
+            self._drop_connection()
             self.outage.suspect()
             raise self.unavailable(exc) from None
 
@@ -291,6 +295,20 @@ class SqliteDatabase:
         except sqlite3.Error as exc:
             if not self._locked(exc):
                 raise
+
+    def _drop_connection(self) -> None:
+        """Close this thread's connection after it met a file it could not read: the next use
+        opens a fresh one. Left to the outer block while a transaction of ours is still open
+        (its rollback runs first, then its own ``translate`` drops the connection)."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or conn.in_transaction:
+            return
+        self._local.conn = None
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        with suppress(sqlite3.Error):
+            conn.close()
 
     def _reset_connections(self) -> None:
         """Close every thread's connection: each opens a fresh one at its next use."""
