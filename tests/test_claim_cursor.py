@@ -111,6 +111,54 @@ def test_a_job_due_at_the_callers_own_now_counts_as_placed_at_that_time():
     assert cursor.after(["q"]) is None
 
 
+def test_a_job_of_this_process_that_becomes_due_ahead_of_the_position_rewinds_then():
+    """A retry due later at the position's own priority is after the position when it is made;
+    once nothing of that priority is due the position drops to a lower one, and a claim from it
+    never looks up again. The first claim whose ``now`` reaches the retry's run time compares
+    it with the position then, and scans from the start."""
+    cursor = ClaimCursor(Clock())
+    cursor.scanned_from_start(0.5, 1)
+    cursor.advance([("q", 1, T0, 5)])
+    retry_at = T0 + timedelta(seconds=5)
+    cursor.returned([("q", 1, retry_at, 5, None)], T0)
+    assert cursor.after(["q"], T0) is not None  # after the position: no rewind now
+    cursor.advance([("q", 0, T0, 7)])  # nothing of priority 1 was due: priority 0 next
+    assert cursor.after(["q"], T0 + timedelta(seconds=1)) is not None
+    assert cursor.after(["r"], retry_at) is None  # another queue without a position
+    assert cursor.after(["q"], retry_at) is None  # the retry is due, ahead of the position
+    cursor.scanned_from_start(0.5, 1)
+    assert cursor.after(["q"], retry_at) is not None  # once
+
+
+def test_a_job_due_later_is_kept_even_before_a_position_and_only_rewinds_when_ahead():
+    cursor = ClaimCursor(Clock())
+    cursor.placed([_new("q", 2, T0 + timedelta(seconds=5))], T0)  # no position yet
+    cursor.placed([_new("q", 0, T0 + timedelta(seconds=6))], T0)
+    cursor.placed([_new("q", 9, None)], T0)  # due at once: found by any claim before lower ones
+    cursor.scanned_from_start(0.5, 1)
+    cursor.advance([("q", 1, T0, 3)])
+    assert cursor.after(["q"], T0 + timedelta(seconds=4)) is not None
+    assert cursor.after(["q"], T0 + timedelta(seconds=5)) is None  # priority 2 > 1
+    cursor.scanned_from_start(0.5, 1)
+    assert cursor.after(["q"], T0 + timedelta(seconds=7)) is not None  # priority 0: seen
+    cursor.returned([("q", 5, T0 + timedelta(seconds=9), 4, "tenant")], T0)  # grouped
+    assert cursor.after(["q"], T0 + timedelta(seconds=10)) is not None
+
+
+def test_the_jobs_kept_for_later_are_bounded_and_keep_the_earliest(monkeypatch):
+    from jobledger.backends.postgres import cursor as module
+
+    monkeypatch.setattr(module, "WATCHED", 8)
+    cursor = ClaimCursor(Clock())
+    cursor.scanned_from_start(0.5, 1)
+    cursor.advance([("q", 0, T0, 3)])
+    cursor.returned([("q", 1, T0 + timedelta(seconds=s), s, None) for s in range(20, 0, -1)], T0)
+    kept = cursor._later["q"]  # type: ignore[attr-defined]
+    assert len(kept) <= 8
+    assert min(kept)[0] == T0 + timedelta(seconds=1)
+    assert cursor.after(["q"], T0 + timedelta(seconds=1)) is None
+
+
 def test_a_claim_that_finds_nothing_looks_from_the_start_only_while_that_is_cheap():
     cursor = ClaimCursor(Clock())
     cursor.scanned_from_start(0.002, 1)
@@ -283,3 +331,22 @@ def test_a_retry_of_a_higher_priority_than_the_position_is_claimed_next(still):
     jobs.fail([Failure(lease, True, retry_at, "E", "again")], now=T0)
     later = T0 + timedelta(seconds=10)
     assert [j.id for j in jobs.claim(["q"], "w", 1, now=later)] == [high]
+
+
+def test_a_retry_that_becomes_due_after_the_position_dropped_a_priority_is_claimed_next(still):
+    """The counter-example the model test found: the high job fails with a retry due after the
+    position (same priority, later), the claims in between drop the position to the low
+    priority, and the claim at the retry's run time must take it, not another low job."""
+    ledger = still
+    jobs = ledger.backend.jobs
+    high = ledger.enqueue("t", {"n": 0}, key="high", priority=1, now=T0).id
+    for n in range(4):
+        ledger.enqueue("t", {"n": n}, key=f"low{n}", now=T0)
+    [first] = jobs.claim(["q"], "w", 1, now=T0)
+    assert first.id == high
+    lease = Lease(first.id, first.lease_token, first.attempt)
+    jobs.fail([Failure(lease, True, T0 + timedelta(seconds=5), "E", "again")], now=T0)
+    for s in (1, 2):
+        [low] = jobs.claim(["q"], "w", 1, now=T0 + timedelta(seconds=s))
+        assert low.id != high
+    assert [j.id for j in jobs.claim(["q"], "w", 1, now=T0 + timedelta(seconds=10))] == [high]

@@ -19,14 +19,26 @@ it may cost a second, and a job placed ahead of the position by another process 
 ``LONGEST`` seconds. A claim from the positions that finds nothing looks from the start at once
 while that is cheap (under ``CHEAP`` per job it claimed, or within ``WORSE`` times what
 the claim from the positions cost): on a healthy database an idle worker sees everything
-another process placed ahead of it as soon as it claims. What this process itself places ahead of its position (an enqueue, a
-retry, a release, a rescue through the same backend) sends its next claim back to the start.
+another process placed ahead of it as soon as it claims.
+
+What this process itself places ahead of its position (an enqueue, a retry, a release, a
+rescue through the same backend) sends its next claim back to the start. So does a job of its
+own that *becomes* due ahead of the position: a retry due later at the position's priority is
+after the position when it is made, but the position drops to a lower priority once nothing of
+its own is due, and a claim from it then never looks up. Each job this process makes pending
+for a later run time is kept (its run time and priority, at most ``WATCHED`` a queue, the
+earliest first), and the first claim whose ``now`` reaches its run time compares it with the
+position then (``after``): ahead, that claim scans from the start. Jobs of other processes
+that become due ahead of the position wait for the next scan from the start (at most
+``LONGEST`` seconds), as those placed ahead of it do.
+
 A burst worker (``--burst``: drain what is due, then return) ends only after a claim from the
 start found nothing (``Jobs.rewind``).
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -52,8 +64,21 @@ WORSE = 4.0
 #: the start of the queue (see ``job_claim_after``).
 _BEFORE_ALL = 2**31
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Jobs due later kept per queue (``returned``): past this, the earliest half is kept and the
+#: rest is found by the scans from the start (at most ``LONGEST`` seconds late).
+WATCHED = 1024
 
 Position = tuple[int, datetime, int]
+#: A job of this process due later, as the cursor keeps it: (run time, priority, id).
+_Later = tuple[datetime, int, int]
+
+
+def _ahead(priority: int, run_at: datetime, job_id: int, position: Position) -> bool:
+    """Whether a claim from ``position`` does not look at a job (it sees the same priority
+    after the position, and every lower priority)."""
+    return priority > position[0] or (
+        priority == position[0] and (run_at, job_id) <= (position[1], position[2])
+    )
 
 
 class ClaimCursor:
@@ -70,12 +95,16 @@ class ClaimCursor:
         self.last_from_start = True
         """Whether the last claim scanned from the start (False: from the positions only)."""
         self._lock = threading.Lock()
+        self._later: dict[str, list[_Later]] = {}
+        """Each queue's jobs of this process due later (a heap, the earliest first)."""
 
-    def after(self, queues: Sequence[str]) -> dict[str, Any] | None:
-        """The positions' parameters of ``job_claim_after`` for a claim of ``queues`` (with
-        the queues' own, ``queue_params``), or None when this claim scans from the start (one
-        is due, or no queue has a position yet)."""
-        if self._clock() >= self._from_start_at:
+    def after(self, queues: Sequence[str], now: datetime | None = None) -> dict[str, Any] | None:
+        """The positions' parameters of ``job_claim_after`` for a claim of ``queues`` at
+        ``now`` (None: the clock's time; with the queues' own, ``queue_params``), or None when
+        this claim scans from the start: one is due, no queue has a position yet, or a job of
+        this process became due ahead of a position."""
+        became_due = self._later and self._became_due_ahead(queues, now)
+        if became_due or self._clock() >= self._from_start_at:
             return None
         at = self._at
         if not any(q in at for q in queues):
@@ -134,34 +163,77 @@ class ClaimCursor:
         """Scan from the start at the next claim (something may be ahead of a position)."""
         self._from_start_at = 0.0
 
-    def returned(self, jobs: Iterable[tuple[str, int, datetime, int, str | None]]) -> None:
-        """Jobs this process made pending again (a retry, a release, a rescue), each as (queue,
-        priority, run time, id, group): rewind if one is where a claim from its queue's
-        position does not look — a higher priority, or the same one at or before the position,
-        whatever its run time (a retry later than the position is found from it when due). A
-        grouped job is claimed another way (``grouped.py``)."""
+    def returned(
+        self,
+        jobs: Iterable[tuple[str, int, datetime, int, str | None]],
+        now: datetime | None = None,
+    ) -> None:
+        """Jobs this process made pending at ``now`` (None: the clock's time) — a retry, a
+        release, a rescue, an insert — each as (queue, priority, run time, id, group): rewind if
+        one is where a claim from its queue's position does not look — a higher priority, or
+        the same one at or before the position, whatever its run time. One due later is kept
+        too, for the claim whose ``now`` reaches its run time to compare with the position
+        then (``after``): the position may have dropped below its priority by then. A grouped
+        job is claimed another way (``grouped.py``)."""
         at = self._at
-        if not at:
-            return
+        moment = now if now is not None else datetime.now(UTC)
+        rewind = False
+        later: list[tuple[str, _Later]] = []
         for queue, priority, run_at, job_id, group in jobs:
-            position = at.get(queue)
-            if position is None or group is not None:
+            if group is not None:
                 continue
-            if priority > position[0] or (
-                priority == position[0] and (run_at, job_id) <= (position[1], position[2])
-            ):
-                self.rewind()
-                return
+            if run_at > moment:
+                later.append((queue, (run_at, priority, job_id)))
+            if not rewind:
+                position = at.get(queue)
+                rewind = position is not None and _ahead(priority, run_at, job_id, position)
+        if rewind:
+            self.rewind()
+        if later:
+            self._keep(later)
 
     def placed(self, jobs: Iterable[NewJob], now: datetime | None = None) -> None:
         """``jobs`` were inserted at ``now`` (None: the clock's time; a job's run time None:
-        then): rewind if one is ahead of its queue's position. A grouped job is claimed another
-        way (``grouped.py``). A new job's id is not known here: at the position's own run time
-        it counts as ahead (id 0)."""
-        if not self._at:
+        then): as ``returned``. A new job's id is not known here: at the position's own run
+        time it counts as ahead (id 0). A job due at once needs no keeping: a claim from a
+        position it is not ahead of reaches it before any job of a lower priority."""
+        at = self._at
+        jobs = jobs if isinstance(jobs, list) else list(jobs)
+        if not at and all(j.run_at is None for j in jobs):
             return
         now = now if now is not None else datetime.now(UTC)
         self.returned(
-            (j.queue, j.priority, j.run_at if j.run_at is not None else now, 0, j.group)
-            for j in jobs
+            (
+                (j.queue, j.priority, j.run_at if j.run_at is not None else now, 0, j.group)
+                for j in jobs
+            ),
+            now,
         )
+
+    def _keep(self, later: list[tuple[str, _Later]]) -> None:
+        with self._lock:
+            heaps = self._later
+            for queue, job in later:
+                heap = heaps.setdefault(queue, [])
+                heapq.heappush(heap, job)
+                if len(heap) > WATCHED:
+                    heaps[queue] = heapq.nsmallest(WATCHED // 2, heap)
+
+    def _became_due_ahead(self, queues: Sequence[str], now: datetime | None) -> bool:
+        """Take the kept jobs of ``queues`` due at ``now``: whether one is ahead of its
+        queue's position (the claim then scans from the start)."""
+        moment = now if now is not None else datetime.now(UTC)
+        ahead = False
+        with self._lock:
+            for queue in queues:
+                heap = self._later.get(queue)
+                if not heap or heap[0][0] > moment:
+                    continue
+                position = self._at.get(queue)
+                while heap and heap[0][0] <= moment:
+                    run_at, priority, job_id = heapq.heappop(heap)
+                    if position is not None and _ahead(priority, run_at, job_id, position):
+                        ahead = True
+                if not heap:
+                    del self._later[queue]
+        return ahead

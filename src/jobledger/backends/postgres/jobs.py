@@ -285,7 +285,7 @@ class PostgresJobs(Jobs):
         resent = self._db.resent
 
         def plain(n: int) -> list[Any]:
-            after = self._cursor.after(queues)
+            after = self._cursor.after(queues, now)
             rows: list[Any] = []
             if after is not None:
                 started = time.perf_counter()
@@ -348,7 +348,7 @@ class PostgresJobs(Jobs):
                 )
                 self._unanswered.popleft()
                 if rows:
-                    self._cursor.returned((r[1], r[2], r[3], r[0], r[4]) for r in rows)
+                    self._cursor.returned(((r[1], r[2], r[3], r[0], r[4]) for r in rows), now)
                     log.warning(
                         "gave back %d jobs that a claim by %s leased but whose answer was lost "
                         "(the connection failed at its commit): pending again, not charged",
@@ -429,7 +429,9 @@ class PostgresJobs(Jobs):
                             },
                         )
         moved = {r[0]: JobState(r[1]) for r in rows}
-        self._cursor.returned((r[3], r[5], r[6], r[0], r[2]) for r in rows if r[1] == "pending")
+        self._cursor.returned(
+            ((r[3], r[5], r[6], r[0], r[2]) for r in rows if r[1] == "pending"), now
+        )
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def _settled(self, leases: Sequence[Lease]) -> dict[int, str]:
@@ -437,12 +439,14 @@ class PostgresJobs(Jobs):
 
     def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
         rows = self._db.run("job_release", self._lease_params(leases) | {"now": now})
-        self._cursor.returned((r[1], r[2], r[3], r[0], r[4]) for r in rows)  # at their run times
+        self._cursor.returned(((r[1], r[2], r[3], r[0], r[4]) for r in rows), now)
         return {r[0] for r in rows}
 
     def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         rows = self._db.run("job_rescue", {"now": now}, limit=limit)
-        self._cursor.returned((r[1], r[6], r[7], r[0], r[8]) for r in rows if r[3] == "pending")
+        self._cursor.returned(
+            ((r[1], r[6], r[7], r[0], r[8]) for r in rows if r[3] == "pending"), now
+        )
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
 
     def _claim_keys(
