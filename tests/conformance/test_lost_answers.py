@@ -271,3 +271,36 @@ def test_a_worker_whose_completion_lost_its_answer_records_it_done_once(ledger, 
     assert stats.completed == 1 and stats.lease_lost == 0
     assert ledger.job(job_id).state is JobState.DONE
     assert refusals(ledger, job_id) == []
+
+
+def test_a_renewal_refused_after_a_completion_lost_its_answer_is_no_lost_lease(ledger, monkeypatch):
+    """The completion committed and lost its answer; before the completer writes it again, the
+    lease keeper renews the attempt and is refused (the job is done). That refusal is the
+    completion's own write: no lease is lost, in the counts or the job's history."""
+    from jobledger._runtime.worker import Worker
+
+    @ledger.task(queue="w", lease_seconds=30)
+    def send(ctx) -> None:
+        pass
+
+    job_id, _ = ledger.enqueue(send, {}, key="once")
+    worker = Worker(ledger, ["w"], burst=True)
+    jobs = ledger.backend.jobs
+    real: Callable[..., Any] = jobs.complete
+    renewed: list[list[Any]] = []
+
+    def complete(*args: Any, **kwargs: Any) -> Any:
+        stale = real(*args, **kwargs)
+        if not renewed:
+            holds = worker._held()
+            renewed.append(holds)
+            worker._renew(holds)  # refused: the job is done already
+            raise BackendUnavailable("server closed the connection unexpectedly")
+        return stale
+
+    monkeypatch.setattr(jobs, "complete", complete)
+    stats = worker.run()
+    assert [h.job.id for h in renewed[0]] == [job_id]
+    assert stats.completed == 1 and stats.lease_lost == 0
+    assert ledger.job(job_id).state is JobState.DONE
+    assert refusals(ledger, job_id) == []

@@ -39,6 +39,9 @@ class LeaseHold:
     started: bool = field(init=False, default=False)
     released: bool = field(init=False, default=False)
     finished: bool = field(init=False, default=False)
+    ended: bool = field(init=False, default=False)
+    """The attempt's outcome is handed to the recorder: a renewal refused from now on is the
+    recorder's to judge (its write finds whether the job is its own, done, or lost)."""
     timed_out: bool = field(init=False, default=False)
     orphaned: bool = field(init=False, default=False)
     """Its handler's thread was given up on after the timeout (a sync handler)."""

@@ -227,6 +227,7 @@ class Runtime:
 
     def finish(self, item: Finished) -> None:
         """Hand one attempt's end to the completer (written in the next batch)."""
+        item.hold.ended = True
         self._completer.submit(item)
 
     def fail(self, hold: LeaseHold, cause: BaseException | Any, duration: float) -> Finished:
@@ -297,7 +298,9 @@ class Runtime:
                 hold.lease_until = until
                 hold.renewed_at = started
                 renewed.append((hold.job, until))
-            elif hold.active:
+            elif hold.active and not hold.ended:
+                # (Once the outcome is handed on, a refusal may be that outcome's own write,
+                # committed with its answer lost: the recorder, writing it again, tells.)
                 self.recorder.lease_lost(hold, "heartbeat")
         if renewed and self._observers:
             self.notify("on_heartbeat", renewed)
