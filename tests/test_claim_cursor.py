@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -314,39 +315,42 @@ def test_an_async_enqueue_ahead_of_the_position_is_claimed_at_once(still):
     assert [j.id for j in jobs.claim(["q"], "w", 10)] == [ahead]
 
 
+def _high_claimed(ledger: Ledger, lows: int) -> tuple[Any, Any]:
+    """One job of priority 1 and ``lows`` of priority 0 enqueued at T0; the high one claimed
+    (the position: priority 1). Returns the jobs role and the claimed job."""
+    jobs = ledger.backend.jobs
+    high = ledger.enqueue("t", {"n": 0}, key="high", priority=1, now=T0).id
+    for n in range(lows):
+        ledger.enqueue("t", {"n": n}, key=f"low{n}", now=T0)
+    [first] = jobs.claim(["q"], "w", 1, now=T0)
+    assert first.id == high
+    return jobs, first
+
+
+def _retry(jobs: Any, job: Any, at: datetime) -> None:
+    lease = Lease(job.id, job.lease_token, job.attempt)
+    jobs.fail([Failure(lease, True, at, "E", "again")], now=T0)
+
+
 def test_a_retry_of_a_higher_priority_than_the_position_is_claimed_next(still):
     """A retry due after the position's run time, but of a higher priority than the position,
     is claimed by the next claim: a claim from the position never looks at higher priorities,
     so a retry (or a rescue) through this process sends the next claim to the start."""
-    ledger = still
-    jobs = ledger.backend.jobs
-    high = ledger.enqueue("t", {"n": 0}, key="high", priority=1, now=T0).id
-    for n in range(3):
-        ledger.enqueue("t", {"n": n}, key=f"low{n}", now=T0)
-    [first] = jobs.claim(["q"], "w", 1, now=T0)
-    assert first.id == high
-    assert [j.id for j in jobs.claim(["q"], "w", 1, now=T0)] != [high]  # position: priority 0
-    retry_at = T0 + timedelta(seconds=5)
-    lease = Lease(first.id, first.lease_token, first.attempt)
-    jobs.fail([Failure(lease, True, retry_at, "E", "again")], now=T0)
+    jobs, high = _high_claimed(still, lows=3)
+    assert [j.id for j in jobs.claim(["q"], "w", 1, now=T0)] != [high.id]  # position: priority 0
+    _retry(jobs, high, T0 + timedelta(seconds=5))
     later = T0 + timedelta(seconds=10)
-    assert [j.id for j in jobs.claim(["q"], "w", 1, now=later)] == [high]
+    assert [j.id for j in jobs.claim(["q"], "w", 1, now=later)] == [high.id]
 
 
 def test_a_retry_that_becomes_due_after_the_position_dropped_a_priority_is_claimed_next(still):
     """The counter-example the model test found: the high job fails with a retry due after the
     position (same priority, later), the claims in between drop the position to the low
     priority, and the claim at the retry's run time must take it, not another low job."""
-    ledger = still
-    jobs = ledger.backend.jobs
-    high = ledger.enqueue("t", {"n": 0}, key="high", priority=1, now=T0).id
-    for n in range(4):
-        ledger.enqueue("t", {"n": n}, key=f"low{n}", now=T0)
-    [first] = jobs.claim(["q"], "w", 1, now=T0)
-    assert first.id == high
-    lease = Lease(first.id, first.lease_token, first.attempt)
-    jobs.fail([Failure(lease, True, T0 + timedelta(seconds=5), "E", "again")], now=T0)
+    jobs, high = _high_claimed(still, lows=4)
+    _retry(jobs, high, T0 + timedelta(seconds=5))
     for s in (1, 2):
         [low] = jobs.claim(["q"], "w", 1, now=T0 + timedelta(seconds=s))
-        assert low.id != high
-    assert [j.id for j in jobs.claim(["q"], "w", 1, now=T0 + timedelta(seconds=10))] == [high]
+        assert low.id != high.id
+    later = T0 + timedelta(seconds=10)
+    assert [j.id for j in jobs.claim(["q"], "w", 1, now=later)] == [high.id]
