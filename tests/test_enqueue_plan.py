@@ -51,3 +51,24 @@ def test_enqueue_checks_keys_by_index_even_with_a_generic_plan(pg):
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_a_copy_takes_its_ids_without_looking_the_sequence_up_for_each(pg):
+    """``job_copy_start`` names the jobs' sequence once per statement: a plan that calls
+    ``pg_get_serial_sequence`` inside ``nextval`` looks it up in the catalog for every id (3-4 ms
+    a batch of 1,000 instead of 0.5)."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.migrate()
+        backend = ledger.backend
+        with psycopg.connect(pg.url) as conn:
+            sql = backend.db.sql["job_copy_start"]
+            rows = conn.execute("EXPLAIN VERBOSE " + sql, {"now": None, "n": 1000})
+            plan = "\n".join(r[0] for r in rows)
+            calls = [line for line in plan.splitlines() if "nextval(" in line]
+            assert calls, plan
+            assert not any("pg_get_serial_sequence" in line for line in calls), plan
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)

@@ -462,9 +462,12 @@ SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted
 -- name: job_copy_start
 -- A large batch of new keys goes in by COPY (job_copy), which returns nothing: its ids are
 -- taken from the jobs' sequence first, in one statement with the insert's time. In a
--- transaction, so {now} is the time of every statement after it too.
+-- transaction, so {now} is the time of every statement after it too. OFFSET 0 keeps the
+-- planner from pulling the sequence's lookup up into the call of nextval: without it the
+-- name was looked up in the catalog again for every id (3-4 ms a batch of 1,000 instead of
+-- 0.5).
 SELECT {now}, ARRAY(SELECT nextval(s.seq) FROM generate_series(1, %(n)s::int))::text
-FROM (SELECT pg_get_serial_sequence('{jobs}', 'id')::regclass AS seq) AS s
+FROM (SELECT pg_get_serial_sequence('{jobs}', 'id')::regclass AS seq OFFSET 0) AS s
 
 -- name: job_copy
 -- The rows as newjob.new_job_copy writes them. A key that a job has (committed, or committed
