@@ -85,3 +85,65 @@ def test_a_completion_of_many_leases_compares_each_lease_once(pg):
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_writes_fenced_by_a_lease_look_their_jobs_up_by_primary_key_whatever_the_statistics(pg):
+    """Statistics taken while no job was leased make the index of leased jobs look empty. A
+    write fenced by a lease ("id = … AND state = 'leased'") must still fetch its jobs by primary
+    key: read through ``jobledger_jobs_leased``, each one walked every leased job, and its cost
+    grew with the number of jobs leased anywhere (014). The rescuer, which asks about expiry,
+    still reads that index."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(4000)])
+        backend = ledger.backend
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute(f"ANALYZE {schema}.jobledger_jobs")  # while nothing is leased
+        for _ in range(6):
+            jobs = backend.jobs.claim(["q"], "w", BATCH)
+        leases = _leases(jobs[:10])
+        fence = backend.jobs._lease_params(leases) | {"now": None}
+        failed = fence | {
+            "retry": [True] * len(leases),
+            "run_at": [None] * len(leases),
+            "error_class": ["E"] * len(leases),
+            "message": ["m"] * len(leases),
+            "traceback": ["tb"] * len(leases),
+            "timed_out": [False] * len(leases),
+        }
+        one = {"job_id": leases[0].job_id, "token": leases[0].token, "now": None}
+        effect = one | {"queue": "q", "key": "k0", "effect": "e", "detail": None}
+        statements = {
+            "job_complete": fence | {"tell": True},
+            "job_heartbeat": fence | {"lease_seconds": None},
+            "job_fail": failed,
+            "job_release": fence,
+            "effect_holder": one,
+            "effect_record": effect,
+        }
+        with psycopg.connect(pg.url) as conn:
+            conn.execute("SET TIME ZONE 'UTC'")
+            for name, params in statements.items():
+                rows = conn.execute("EXPLAIN " + backend.db.sql[name], params)
+                plan = "\n".join(r[0] for r in rows)
+                assert "jobledger_jobs_leased" not in plan, (name, plan)
+                assert "jobledger_jobs_pkey" in plan, (name, plan)
+            # What asks about leases as such still reads the index: the rescuer, and the
+            # give-back of a claim whose answer was lost.
+            expiry = {
+                backend.db.sql["job_rescue"].replace("{limit}", "100"): {"now": None},
+                backend.db.sql["job_claim_unanswered"]: {
+                    "worker": "w",
+                    "claim": "0" * 32,
+                    "returned": [],
+                    "now": None,
+                },
+            }
+            for sql, params in expiry.items():
+                plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
+                assert "jobledger_jobs_leased" in plan, plan
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)

@@ -51,8 +51,11 @@ CREATE INDEX jobledger_jobs_group_next ON jobledger_jobs (queue, group_name, run
 -- How many of a group's jobs are leased (bounded by the group's limit).
 CREATE INDEX jobledger_jobs_group_leased ON jobledger_jobs (queue, group_name)
     WHERE state = 'leased' AND group_name IS NOT NULL;
--- The rescuer finds expired leases here without touching other rows.
-CREATE INDEX jobledger_jobs_leased ON jobledger_jobs (lease_until) WHERE state = 'leased';
+-- The rescuer finds expired leases here without touching other rows. Its condition names
+-- lease_until (every leased job has one) so that only queries about expiry can use it: a write
+-- fenced by a lease ("id = … AND state = 'leased'") looks its jobs up by primary key (014).
+CREATE INDEX jobledger_jobs_leased ON jobledger_jobs (lease_until)
+    WHERE state = 'leased' AND lease_until IS NOT NULL;
 -- Dead letters are listed and redriven by queue.
 CREATE INDEX jobledger_jobs_dead ON jobledger_jobs (queue, finished_at) WHERE state = 'dead';
 

@@ -134,7 +134,8 @@ FROM claimed
 -- name: held_leases
 -- The jobs whose lease is still held under %(ids)s and %(tokens)s: the fence of every write by
 -- a lease (job_heartbeat, job_complete, job_release include it). "j.id = ANY(…)" lets the
--- planner fetch the batch by primary key instead of joining with every leased job.
+-- planner fetch the batch by primary key instead of joining with every leased job; the index
+-- of leased jobs, whose condition also names lease_until (014), is never a way in for it.
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = l.id AND j.lease_token = l.token
   AND j.state = 'leased'
@@ -267,12 +268,14 @@ SELECT id, queue, priority, run_at, group_name FROM released
 -- leased by %(worker)s under the tokens of %(claim)s, and not among %(returned)s (what the
 -- claimer did get). Nobody holds their tokens, so nobody can run them: they are given back
 -- as a release gives them back (pending, the attempt not charged, closed as 'released')
--- instead of waiting for their leases to expire and being charged an attempt.
+-- instead of waiting for their leases to expire and being charged an attempt. "lease_until IS
+-- NOT NULL" (true of every leased job) names the condition of jobledger_jobs_leased, so that
+-- the leased jobs are read through it rather than the whole table.
 WITH lost AS (
     UPDATE {jobs} AS j
     SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
         updated_at = {now}
-    WHERE j.state = 'leased' AND j.leased_by = %(worker)s
+    WHERE j.state = 'leased' AND j.lease_until IS NOT NULL AND j.leased_by = %(worker)s
       AND j.lease_token = md5(%(claim)s || j.id::text)::uuid
       AND NOT j.id = ANY(%(returned)s::bigint[])
     RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name

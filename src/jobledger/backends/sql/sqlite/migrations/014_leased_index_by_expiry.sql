@@ -1,0 +1,3 @@
+-- The leased index by expiry (014): nothing to change on SQLite. PostgreSQL's migration of the
+-- same number narrows the condition of jobledger_jobs_leased so that writes fenced by a lease
+-- look their jobs up by primary key; SQLite always does (an equality on the rowid).
