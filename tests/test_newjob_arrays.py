@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 from jobledger._records import NewJob
 from jobledger.backends.postgres.newjob import (
+    COPY_PIECE,
     NEW_JOB_COLUMNS,
     _array,
     _copy_column,
     _copy_field,
     new_job_copy,
+    new_job_copy_pieces,
 )
 
 _LITERALS = {c.type: c.literal for c in NEW_JOB_COLUMNS}
@@ -114,3 +116,19 @@ def test_copy_rows_name_every_column_and_fill_what_the_insert_derives():
         "g",
         '{"traceparent":"x"}',
     ]
+
+
+def test_a_copy_in_pieces_sends_the_rows_of_the_whole_batch():
+    """A batch of several pieces, whose columns each hold one value in some pieces and several
+    in others: the pieces, joined, are the rows of the batch in one."""
+    clock = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
+    later = datetime(2026, 8, 11, tzinfo=UTC)
+    jobs = [
+        NewJob("q", f"k{n}", "t", f'{{"n":{n}}}', n // 300, later if n % 7 else None, 5, 60.0,
+               f"c{n}", "g" if n > 450 else None)
+        for n in range(3 * COPY_PIECE + 17)
+    ]  # fmt: skip
+    ids = [str(n + 1) for n in range(len(jobs))]
+    pieces = list(new_job_copy_pieces(jobs, ids, clock))
+    assert len(pieces) == 4
+    assert "".join(pieces) == new_job_copy(jobs, ids, clock)

@@ -195,7 +195,8 @@ async def _run_steps(c: psycopg.AsyncConnection[Any], steps: Steps) -> Any:
             return done.value
         if isinstance(statement, Copy):
             async with c.cursor() as cur, cur.copy(statement.text) as copy:
-                await copy.write(statement.data)
+                for piece in statement.data:
+                    await copy.write(piece)
             rows = []
             continue
         cur = await c.execute(statement.text, statement.params, prepare=False)

@@ -61,7 +61,7 @@ from .cursor import ClaimCursor
 from .database import PostgresDatabase, queue_params
 from .database import to_time as _utc
 from .grouped import GroupedClaim
-from .newjob import new_job_arrays, new_job_copy, new_job_values, text_array
+from .newjob import new_job_arrays, new_job_copy_pieces, new_job_values, text_array
 from .plan import Atomic, Copy, Plan, Quick, Statement, run, run_steps
 from .prepared import PreparedStatement
 
@@ -189,7 +189,7 @@ class PostgresJobs(Jobs):
         sql = self._db.sql
         ((clock, ids),) = yield Statement(sql["job_copy_start"], {"now": now, "n": len(jobs)})
         taken: list[str] = ids[1:-1].split(",")
-        yield Copy(sql["job_copy"], new_job_copy(jobs, taken, clock))
+        yield Copy(sql["job_copy"], new_job_copy_pieces(jobs, taken, clock))
         queues = list(map(_queue_of, jobs))
         params = {
             "queue": text_array(queues),

@@ -2,14 +2,14 @@
 
 The single enqueue binds them as scalars (``{new_values}``), a small batch, the checked path
 and publishing as one array literal per column (``{new_arrays}``), a large batch as the rows of
-a ``COPY`` in text format (``new_job_copy``); ``{new_columns}`` and ``{new_select}`` name them in
-the insert. Adding a column to what an enqueue writes is one line in ``NEW_JOB_COLUMNS`` (and the
-field on ``NewJob``).
+a ``COPY`` in text format, sent in pieces (``new_job_copy_pieces``); ``{new_columns}`` and
+``{new_select}`` name them in the insert. Adding a column to what an enqueue writes is one line
+in ``NEW_JOB_COLUMNS`` (and the field on ``NewJob``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -17,10 +17,12 @@ from typing import Any, NamedTuple
 from ..._records import NewJob
 
 __all__ = [
+    "COPY_PIECE",
     "NEW_JOB_COLUMNS",
     "NEW_JOB_SQL",
     "new_job_arrays",
     "new_job_copy",
+    "new_job_copy_pieces",
     "new_job_values",
     "text_array",
 ]
@@ -149,6 +151,22 @@ def text_array(values: Sequence[str | None]) -> str:
 def new_job_values(job: NewJob) -> dict[str, Any]:
     """The columns of one job as scalar parameters (``{new_values}``)."""
     return {c.name: getattr(job, c.attr) for c in NEW_JOB_COLUMNS}
+
+
+#: Jobs a piece of a ``COPY`` holds (``new_job_copy_pieces``): the server reads one piece while
+#: the next is built.
+COPY_PIECE = 200
+
+
+def new_job_copy_pieces(
+    jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime
+) -> Iterator[str]:
+    """``new_job_copy`` of ``COPY_PIECE`` jobs at a time, each piece built when it is asked
+    for: a ``COPY`` sends each as soon as it is made, so the server inserts the rows of one
+    while the client builds the next, instead of waiting for the whole batch."""
+    for first in range(0, len(jobs), COPY_PIECE):
+        last = first + COPY_PIECE
+        yield new_job_copy(jobs[first:last], ids[first:last], clock)
 
 
 def new_job_copy(jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime) -> str:

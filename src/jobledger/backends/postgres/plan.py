@@ -14,7 +14,7 @@ rows mean live in the plan alone (the enqueue: ``PostgresJobs.insert_plan``).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -49,11 +49,12 @@ class Statement(NamedTuple):
 
 
 class Copy(NamedTuple):
-    """A ``COPY … FROM STDIN`` of an ``Atomic`` block, fed ``data`` (rows in its text format);
-    the driver sends back ``[]``."""
+    """A ``COPY … FROM STDIN`` of an ``Atomic`` block, fed the pieces of ``data`` (rows in its
+    text format) in turn, each sent as soon as it is made: the server reads the rows sent while
+    the next piece is built. The driver sends back ``[]``."""
 
     text: str
-    data: str
+    data: Iterable[str]
 
 
 #: The statements of one transaction, and what they come to.
@@ -133,7 +134,8 @@ def run_steps(c: psycopg.Connection[Any], steps: Generator[Statement | Copy, Any
             return done.value  # type: ignore[no-any-return]
         if isinstance(statement, Copy):
             with c.cursor() as cur, cur.copy(statement.text) as copy:
-                copy.write(statement.data)
+                for piece in statement.data:
+                    copy.write(piece)
             rows = []
             continue
         cur = c.execute(statement.text, statement.params, prepare=False)
