@@ -303,3 +303,37 @@ def test_prune_deletes_only_old_published_records(ledger, box):
     assert box.prune(timedelta(hours=1), now=at(3599)) == 0
     assert box.prune(timedelta(hours=1), now=at(3601)) == 1
     assert [r.key for r in records(ledger)] == ["b"]
+
+
+def test_postgres_lookups_of_a_jobs_records_never_walk_the_relays_index(pg):
+    """Statistics taken while nothing waited to be published make the relay's index of waiting
+    records look empty. The trigger that supersedes a job's waiting record when the job becomes
+    pending again (a retry, a rescue, a redrive) must still find it by the index on job_id:
+    through ``jobledger_outbox_due`` each one walked every record the relay owes, and a broker
+    outage (a growing backlog) made every retry of a routed job slower (015)."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="digests")
+        Outbox(ledger).route("digests", actor="test")
+        table = f"{schema}.jobledger_outbox"
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute(f"ANALYZE {table}")  # while nothing waits to be published
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(3000)])
+        # The trigger's own condition (migrations/006_outbox.sql, jobledger_outbox_pending).
+        supersede = (
+            f"UPDATE {table} SET superseded_at = now() WHERE job_id = 5"
+            " AND published_at IS NULL AND superseded_at IS NULL"
+        )
+        due = ledger.backend.db.sql["outbox_due"].replace("{queue_in}", "1 = 1")
+        due = due.replace("{limit}", "100")
+        with psycopg.connect(pg.url) as conn:
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + supersede))
+            assert "jobledger_outbox_due" not in plan, plan
+            assert "jobledger_outbox_job" in plan, plan
+            # The relay's own read still walks it.
+            plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + due, {"now": None}))
+            assert "jobledger_outbox_due" in plan, plan
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)

@@ -242,9 +242,11 @@ CREATE TABLE jobledger_outbox (
     superseded_at timestamptz
 );
 
--- The relay reads the due records waiting to be published in this order.
+-- The relay reads the due records waiting to be published in this order. Its condition names
+-- available_at (never NULL) so that only queries about availability can use it: a lookup of one
+-- job's waiting record goes by jobledger_outbox_job (015).
 CREATE INDEX jobledger_outbox_due ON jobledger_outbox (available_at, id)
-    WHERE published_at IS NULL AND superseded_at IS NULL;
+    WHERE published_at IS NULL AND superseded_at IS NULL AND available_at IS NOT NULL;
 -- A job's records: superseded when it becomes pending again, listed in its history.
 CREATE INDEX jobledger_outbox_job ON jobledger_outbox (job_id);
 

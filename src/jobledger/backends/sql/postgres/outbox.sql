@@ -29,8 +29,11 @@ ORDER BY run_at, id
 DELETE FROM {routes} WHERE queue = %(queue)s
 
 -- name: route_discard
+-- "available_at IS NOT NULL" (true of every record) names the condition of
+-- jobledger_outbox_due, so that the records waiting are read through it, not the whole table.
 DELETE FROM {outbox}
 WHERE queue = %(queue)s AND published_at IS NULL AND superseded_at IS NULL
+  AND available_at IS NOT NULL
 
 -- name: route_list
 SELECT queue, routed_at, routed_by, note FROM {routes} ORDER BY queue

@@ -1,0 +1,3 @@
+-- The relay's index by availability (015): nothing to change on SQLite. PostgreSQL's migration
+-- of the same number narrows the condition of jobledger_outbox_due so that a lookup of one
+-- job's waiting record goes by jobledger_outbox_job whatever the statistics say.
