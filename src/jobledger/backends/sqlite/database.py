@@ -124,10 +124,15 @@ class SqliteDatabase:
         return BackendUnavailable(f"SQLite database {self.url.redacted} cannot be used: {text}")
 
     def connection(self) -> sqlite3.Connection:
-        """This thread's connection (opened on first use)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        """This thread's connection (opened on first use, and again after it met a file it
+        could not read)."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
         if conn is not None:
-            return conn
+            if getattr(local, "depth", 0) > 0 or not getattr(local, "doomed", False):
+                return conn
+            # It met a broken file inside one of our transactions, which is over now.
+            self._drop_connection()
         if self._closed:
             raise BackendUnavailable(f"the ledger for {self.url.redacted} is closed")
         try:
@@ -153,7 +158,8 @@ class SqliteDatabase:
             if not self._locked(exc):
                 self.outage.suspect()
             raise self.unavailable(exc) from None
-        self._local.conn = conn
+        local.conn = conn
+        local.doomed = False
         with self._lock:
             self._all.append(conn)
         return conn
@@ -186,11 +192,22 @@ class SqliteDatabase:
         caller's (so that a refused write leaves the caller's other work alone)."""
         with self.translate():
             if conn is None:
+                local = self._local
                 own = self.connection()
-                if own.in_transaction:
+                if getattr(local, "depth", 0):
                     # Inside our own transaction() block: join it.
-                    yield own
+                    local.depth += 1
+                    try:
+                        yield own
+                    finally:
+                        local.depth -= 1
                     return
+                if own.in_transaction:
+                    # A transaction left open outside any block of ours (its ROLLBACK failed):
+                    # never joined, whose work would never be committed. Closing the
+                    # connection ends it; the block runs on a fresh one.
+                    self._drop_connection()
+                    own = self.connection()
                 # Threads of this process take turns here rather than in SQLite's busy handler,
                 # which sleeps (1, 2, 5, 10 … ms) between tries instead of waking on release.
                 if not self._writer.acquire(timeout=self.url.busy_timeout_ms / 1000):
@@ -201,11 +218,13 @@ class SqliteDatabase:
                 try:
                     own.execute("BEGIN IMMEDIATE")
                     committed = False
+                    local.depth = 1
                     try:
                         yield own
                         own.execute("COMMIT")
                         committed = True
                     finally:
+                        local.depth = 0
                         if not committed and own.in_transaction:
                             own.execute("ROLLBACK")
                 finally:
@@ -298,12 +317,19 @@ class SqliteDatabase:
 
     def _drop_connection(self) -> None:
         """Close this thread's connection after it met a file it could not read: the next use
-        opens a fresh one. Left to the outer block while a transaction of ours is still open
-        (its rollback runs first, then its own ``translate`` drops the connection)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or conn.in_transaction:
+        opens a fresh one. While a transaction block of ours is still open it is only marked
+        (its rollback runs first), and ``connection()`` drops it once the block is over —
+        however the error reached the block (a read nested in it reports the error as
+        ``BackendUnavailable``, which the block's own ``translate`` does not look into)."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None:
             return
-        self._local.conn = None
+        if getattr(local, "depth", 0):
+            local.doomed = True
+            return
+        local.conn = None
+        local.doomed = False
         with self._lock:
             if conn in self._all:
                 self._all.remove(conn)
