@@ -99,7 +99,6 @@ class Runtime:
         self._slot_free = threading.Event()
         self.recorder = Recorder(backend, name, self, self._now)
         self._completer = Completer(self._write, self._written)
-        self._submit = self._completer.submit
         self._keeper = LeaseKeeper(
             self._held, self._renew, self.time_out, self._hard_stop, lease_seconds
         )
@@ -226,7 +225,9 @@ class Runtime:
     # -- finishing --------------------------------------------------------------------------------
 
     def finish(self, item: Finished) -> None:
-        """Hand one attempt's end to the completer (written in the next batch)."""
+        """Hand one attempt's end to the completer (written in the next batch). The hold is
+        ended from now on: a renewal refused meanwhile is the outcome's write to judge (it may
+        find the job done by its own completion), not a lost lease."""
         item.hold.ended = True
         self._completer.submit(item)
 

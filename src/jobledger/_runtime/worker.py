@@ -624,8 +624,7 @@ class Worker(Runtime):
             self.finished([hold])
             return
         fault_point("worker.before_finish")
-        hold.ended = True
-        self._submit(
+        self.finish(
             returned(hold, value, duration) if error is None else self.fail(hold, error, duration)
         )
 
