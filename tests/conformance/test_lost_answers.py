@@ -304,3 +304,25 @@ def test_a_renewal_refused_after_a_completion_lost_its_answer_is_no_lost_lease(l
     assert stats.completed == 1 and stats.lease_lost == 0
     assert ledger.job(job_id).state is JobState.DONE
     assert refusals(ledger, job_id) == []
+
+
+def test_a_renewal_refused_after_a_completion_in_the_handlers_transaction_is_no_lost_lease(
+    ledger,
+):
+    """The handler completed its job in the ledger's transaction (``ctx.transaction()``); before
+    the runner lets go of the attempt, its lease is renewed (the keeper, or the handler's own
+    ``ctx.heartbeat()``, as here) and refused: the job is done. That refusal is the handler's own
+    completion: no lease is lost, in the counts or the job's history."""
+    from jobledger._runtime.worker import Worker
+
+    @ledger.task(queue="w", lease_seconds=30)
+    def send(ctx) -> None:
+        with ctx.transaction():
+            pass
+        ctx.heartbeat()  # refused: the job is done already
+
+    job_id, _ = ledger.enqueue(send, {}, key="once")
+    stats = Worker(ledger, ["w"], burst=True).run()
+    assert stats.completed == 1 and stats.lease_lost == 0
+    assert ledger.job(job_id).state is JobState.DONE
+    assert refusals(ledger, job_id) == []

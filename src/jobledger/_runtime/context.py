@@ -201,6 +201,10 @@ class JobContext:
             stale = self._backend.jobs.complete([self._hold.lease], self._clock(), conn=conn)
             if stale:
                 raise LeaseLost(self.job_id, self.lease_token, "complete in transaction")
+            # The outcome is handed on (as by Runtime.finish): a renewal refused from here on
+            # meets this completion, not a lost lease. A commit that fails after this makes
+            # the handler fail, and that failure's write judges the lease.
+            self._hold.ended = True
         self.completed = True
 
 
