@@ -157,8 +157,10 @@ def test_refused_write_applied_after_all():
             action="heartbeat",
         )  # fmt: skip
     )
-    # Refused after its own completion (a heartbeat racing the completer): not a violation.
-    assert kinds(records) == {}
+    # Refused, yet that attempt is done under the refused token: whether or not the attempt's
+    # own completion is recorded too (a runtime records no refusal once it has handed the
+    # outcome on), the refusal was wrong.
+    assert kinds(records) == {"refused_write_applied": 1}
     records = [r for r in records if r["event"] != "complete"]
     assert kinds(records) == {"refused_write_applied": 1}
 

@@ -589,12 +589,12 @@ def check(records: Sequence[dict[str, Any]], name: str = "history") -> HistoryRe
                     job,
                 )
 
-    # A refused write must not have happened after all.
+    # A refused write must not have happened after all. (A renewal refused by the attempt's
+    # own completion is not recorded as refused: the hold is ended once its outcome is handed
+    # on, Runtime.finish and ctx.transaction().)
     for r in by_event.get("lease_lost", []):
         row = ledger_attempts.get((r["job"], r["attempt"]))
         if row is not None and row["token"] == r["token"] and row["outcome"] == "done":
-            if any(c["attempt"] == r["attempt"] for c in completions.get(r["job"], [])):
-                continue  # a heartbeat refused after this attempt's own completion
             bad(
                 "refused_write_applied",
                 f"job {r['job']} attempt {r['attempt']}: {r.get('action')} was refused as "
