@@ -100,6 +100,40 @@ def test_a_claim_from_a_position_starts_its_index_scan_there(pg):
         pg.drop_schema(schema)
 
 
+def test_a_grouped_claim_probes_only_the_groups_it_keeps(pg):
+    """1,000 groups, each with due jobs: a claim of 200 walks the groups' rows in turn order and
+    stops once 200 are kept — it probes 200 groups' next jobs, not every row its walk may read
+    (4 × 200 + 64), probed and then sorted (custom and generic plans)."""
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q", group=lambda p: f"g{p['n'] % 1000}")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(3000)])
+        turns = ledger.backend.db.statement("group_candidates_turns", 200)
+        with psycopg.connect(pg.url) as conn:
+            conn.execute(f"ANALYZE {schema}.jobledger_jobs, {schema}.jobledger_groups")
+            for mode in ("force_custom_plan", "force_generic_plan"):
+                conn.execute(f"SET plan_cache_mode = {mode}")
+                rows = conn.execute(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + turns, {"queue_0": "q", "now": None}
+                ).fetchall()
+                conn.rollback()  # the claim's first statement locks the groups it keeps
+                probes = [
+                    node["Actual Loops"]
+                    for node in _nodes(rows[0][0][0]["Plan"])
+                    if node.get("Index Name") == "jobledger_jobs_group_next"
+                ]
+                assert probes == [200], (mode, probes)
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
+
+
+def _nodes(plan: dict) -> list[dict]:
+    """Every node of a plan in EXPLAIN's JSON form."""
+    return [plan, *(node for child in plan.get("Plans", []) for node in _nodes(child))]
+
+
 def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg, tmp_path):
     """One group with 20,000 due jobs: the claim takes the first few through the index in
     claim order, never every due job of the group sorted (custom and generic plans; SQLite)."""

@@ -22,6 +22,10 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 WITH viable AS MATERIALIZED (
     SELECT v.queue, v.name, v.served_at
     FROM {queue_rows} AS q(name)
+    -- The queue's limits are joined here, outside the walk: joined to each group's row, they
+    -- made the walk's order unknown to the planner, which then probed every row of the walk
+    -- and sorted them, instead of stopping once {limit} groups are kept.
+    LEFT JOIN {group_limits} AS l ON l.queue = q.name
     CROSS JOIN LATERAL (
         SELECT w.queue, w.name, w.served_at
         FROM (
@@ -30,7 +34,6 @@ WITH viable AS MATERIALIZED (
             ORDER BY g.served_at NULLS FIRST, g.name
             LIMIT 4 * {limit} + 64
         ) AS w
-        LEFT JOIN {group_limits} AS l ON l.queue = w.queue
         -- The group's next run time, one probe of its index (as in group_candidates' walk);
         -- never a join, as which the planner may read every due job of the queue.
         WHERE (SELECT j.run_at <= {now} FROM {jobs} AS j
