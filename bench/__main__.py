@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                 extra.setdefault("floor", {})[dialect] = fn(
                     dsn, size["floor_jobs"], 500, size["single"]
                 )
+            if dialect == "postgres":
+                with fresh_database(dialect) as dsn:
+                    extra["floor"][dialect] |= floor.idle_floor_postgres(dsn, size["idle_jobs"])
             _progress(f"floor/{dialect}", extra["floor"][dialect])
         if "scale" in workloads:
             rows = {}
@@ -322,6 +325,9 @@ def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
             ratios[f"{dialect}_bulk_enqueue_vs_floor"] = (
                 ours["enqueue_bulk_per_s"] / floor_result["enqueue_bulk_per_s"]
             )
+        idle = (ours or {}).get("idle") or {}
+        if idle.get("p50_ms") and (floor_result or {}).get("idle_p50_ms"):
+            ratios[f"{dialect}_idle_p50_vs_floor"] = idle["p50_ms"] / floor_result["idle_p50_ms"]
     ours = results.get("jobledger/postgres")
     others = {
         k: v for k, v in results.items() if not k.startswith("jobledger") and "error" not in v
@@ -497,6 +503,12 @@ def render(report: dict[str, Any]) -> str:
                 f"  {dialect}: a bare INSERT per call {_fmt(f['enqueue_single_per_s'])} jobs/s, "
                 f"enqueue {_fmt(f['enqueue_bulk_per_s'])} jobs/s, "
                 f"drain {_fmt(f['drain_per_s'])} jobs/s"
+                + (
+                    f", idle enqueue→claimed p50 / p95 {f['idle_p50_ms']:.1f} / "
+                    f"{f['idle_p95_ms']:.1f} ms"
+                    if f.get("idle_p50_ms") is not None
+                    else ""
+                )
             )
     if "scale" in report:
         lines.append("")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from typing import Any
 
@@ -26,6 +27,8 @@ from jobledger._records import NewJob
 from jobledger.backends.postgres.newjob import NEW_JOB_SQL, new_job_copy, text_array
 from jobledger.backends.postgres.prepared import PreparedStatement
 from jobledger.backends.sqlfiles import queries
+
+from .harness import percentile
 
 
 def _pg_sql(schema_tables: dict[str, str]) -> dict[str, str]:
@@ -52,6 +55,56 @@ VALUES (%(queue)s, %(key)s, 'noop', %(payload)s{json}, 'pending', 0, {now}, 0, 3
     {now})
 RETURNING id
 """
+
+
+def idle_floor_postgres(dsn: str, jobs: int, interval: float = 0.05) -> dict[str, float]:
+    """The floor of the idle enqueue→start: one job every ``interval`` seconds, each a bare
+    ``INSERT`` whose statement also sends the ``NOTIFY`` (delivered at its commit), and a
+    listener that claims one job with jobledger's own claim statement on another connection
+    the moment the notification arrives — no pool, no thread hand-over, no handler. Returns
+    the p50 and p95 of call-start → claim-returned, in milliseconds: the two commits and the
+    wake-ups that any PostgreSQL queue that runs a job only after its claim commits pays."""
+    Ledger(dsn).migrate()
+    channel = "jobledger_idle_floor"
+    insert = PreparedStatement(
+        "bench_idle_insert",
+        "WITH n AS ("
+        + _BARE_INSERT.format(jobs="public.jobledger_jobs", json="::jsonb", now="now()")
+        + ") SELECT pg_notify(%(channel)s, %(sent)s) FROM n",
+    )
+    sql = _pg_sql({"jobs": "public.jobledger_jobs", "attempts": "public.jobledger_attempts"})
+    claim = sql["job_claim"].replace("{limit}", "1")
+    claim = claim.replace("{queue_rows}", "(VALUES (%(queue_0)s::text))")
+    params = {"queue_0": "idle", "worker": "floor", "now": None, "lease_seconds": None}
+    params["claim"] = "0" * 32
+    latencies: list[float] = []
+    with (
+        psycopg.connect(dsn, autocommit=True) as producer,
+        psycopg.connect(dsn, autocommit=True) as listener,
+        psycopg.connect(dsn, autocommit=True) as claimer,
+    ):
+        listener.execute(f"LISTEN {channel}")
+        claimer.execute(claim, params, prepare=True)  # prepared and planned before the clock
+        claimer.execute(claim, params, prepare=True)
+
+        def listen() -> None:
+            for note in listener.notifies(stop_after=jobs, timeout=max(10.0, jobs)):
+                rows = claimer.execute(claim, params, prepare=True).fetchall()
+                if rows:
+                    latencies.append(time.time() - float(note.payload))
+
+        thread = threading.Thread(target=listen)
+        thread.start()
+        for i in range(jobs):
+            time.sleep(interval)
+            sent = repr(time.time())
+            insert.rows(
+                producer, {"queue": "idle", "key": f"i{i}", "payload": "{}", "channel": channel,
+                           "sent": sent},
+            )  # fmt: skip
+        thread.join()
+    ms = [x * 1000 for x in latencies]
+    return {"idle_p50_ms": percentile(ms, 50), "idle_p95_ms": percentile(ms, 95)}
 
 
 def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[str, float]:
