@@ -1,6 +1,6 @@
 """A PostgreSQL claim whose answer is lost: the claim committed — its jobs are leased, their
 attempts opened — but the connection failed before the rows reached the claimer (the server
-went away at the commit), or ``quick`` sent the claim again on another connection after the
+went away at the commit), or ``quick_prepared`` sent the claim again on another connection after the
 first send had committed. Nobody holds those jobs' tokens. Each claim draws its tokens from a
 random value of its own (``lease_set``), so the claimer can name its own lost jobs and give
 them back — pending, the attempt not charged — at its next claim, instead of leaving them
@@ -58,14 +58,15 @@ def lose_the_answer_of_the_next(db: Any, monkeypatch: pytest.MonkeyPatch, method
 
 
 def claims(*args: Any) -> bool:
-    """Whether a call of ``quick(text, params)`` is a claim (a grouped claim always is)."""
+    """Whether a call of ``quick_prepared(statement, params)`` is a claim (a grouped claim
+    always is)."""
     return len(args) < 2 or not isinstance(args[1], dict) or "claim" in args[1]
 
 
 def test_the_jobs_of_a_claim_whose_answer_was_lost_are_given_back_uncharged(ledger, monkeypatch):
     ids = fill(ledger, 6)
     jobs = ledger.backend.jobs
-    lost = lose_the_answer_of_the_next(ledger.backend.db, monkeypatch, "quick")
+    lost = lose_the_answer_of_the_next(ledger.backend.db, monkeypatch, "quick_prepared")
     with pytest.raises(BackendUnavailable):
         jobs.claim(["q"], "w", 4)
     assert len(lost[0]) == 4  # leased in the database, never seen by the claimer
@@ -91,20 +92,20 @@ def test_the_jobs_of_a_claim_whose_answer_was_lost_are_given_back_uncharged(ledg
 def test_a_claim_sent_again_after_its_first_send_committed_gives_back_the_first(
     ledger, monkeypatch
 ):
-    """``quick`` sends a claim again when the connection failed; here the first send had
-    committed. The claimer gets the second send's jobs and gives the first's back at once."""
+    """``quick_prepared`` sends a claim again when the connection failed; here the first send
+    had committed. The claimer gets the second send's jobs and gives the first's back at once."""
     ids = fill(ledger, 6)
     db = ledger.backend.db
-    real = db.quick
+    real = db.quick_prepared
     sent: list[Any] = []
 
-    def twice(text: str, params: dict[str, Any], prepare: bool | None = None) -> Any:
+    def twice(statement: Any, params: dict[str, Any]) -> Any:
         if not sent and "claim" in params:
-            sent.append(real(text, params, prepare))  # committed; its answer lost
+            sent.append(real(statement, params))  # committed; its answer lost
             db.resent += 1
-        return real(text, params, prepare)
+        return real(statement, params)
 
-    monkeypatch.setattr(db, "quick", twice)
+    monkeypatch.setattr(db, "quick_prepared", twice)
     claimed = ledger.backend.jobs.claim(["q"], "w", 3)
     first = {r[0] for r in sent[0]}
     assert len(claimed) == 3 and len(first) == 3 and not first & {j.id for j in claimed}
@@ -132,7 +133,7 @@ def test_the_give_back_never_touches_a_lease_someone_holds(ledger, monkeypatch):
     fill(ledger, 6)
     jobs = ledger.backend.jobs
     held = jobs.claim(["q"], "w", 2)  # the other holder's claim (same name), answered
-    lose_the_answer_of_the_next(ledger.backend.db, monkeypatch, "quick")
+    lose_the_answer_of_the_next(ledger.backend.db, monkeypatch, "quick_prepared")
     with pytest.raises(BackendUnavailable):
         jobs.claim(["q"], "w", 2)
     jobs.claim(["q"], "w", 10)
@@ -152,13 +153,13 @@ def test_the_failed_claims_of_an_outage_do_not_pile_up(ledger, monkeypatch):
     ids = fill(ledger, 3)
     jobs = ledger.backend.jobs
     db = ledger.backend.db
-    lose_the_answer_of_the_next(db, monkeypatch, "quick")
+    lose_the_answer_of_the_next(db, monkeypatch, "quick_prepared")
     with pytest.raises(BackendUnavailable):
         jobs.claim(["q"], "w", 2)  # committed, the answer lost
-    real_quick, real_run = db.quick, db.run
+    real_quick, real_run = db.quick_prepared, db.run
     calls: list[str] = []
 
-    def quick_away(text: str, params: dict[str, Any], prepare: bool | None = None) -> Any:
+    def quick_away(statement: Any, params: dict[str, Any]) -> Any:
         raise BackendUnavailable("connection refused")
 
     def run(name: str, *args: Any, **kwargs: Any) -> Any:
@@ -168,14 +169,14 @@ def test_the_failed_claims_of_an_outage_do_not_pile_up(ledger, monkeypatch):
         return real_run(name, *args, **kwargs)
 
     away = True
-    monkeypatch.setattr(db, "quick", quick_away)
+    monkeypatch.setattr(db, "quick_prepared", quick_away)
     monkeypatch.setattr(db, "run", run)
     for _ in range(3 * MAX_UNANSWERED):
         with pytest.raises(BackendUnavailable):
             jobs.claim(["q"], "w", 2)
     assert len(jobs._unanswered) == 1  # type: ignore[attr-defined]
     away = False
-    monkeypatch.setattr(db, "quick", real_quick)
+    monkeypatch.setattr(db, "quick_prepared", real_quick)
     calls.clear()
     claimed = jobs.claim(["q"], "w", 10)
     assert calls.count("job_claim_unanswered") == 1

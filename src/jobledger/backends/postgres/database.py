@@ -33,6 +33,7 @@ from ..sqlfiles import fill as fill_text
 from ..sqlfiles import queries
 from ..url import DatabaseURL
 from .newjob import NEW_JOB_SQL
+from .prepared import PreparedStatement
 
 __all__ = ["CONNECT_TIMEOUT", "NEVER_BY_COUNT", "PostgresDatabase", "first_line", "to_time"]
 
@@ -181,6 +182,7 @@ class PostgresDatabase:
         self._closed = False
         self._lock = threading.Lock()
         self._statements: dict[tuple[str, int, int], str] = {}
+        self._prepared: dict[tuple[str, int, int], PreparedStatement] = {}
         self.outage = Outage(
             self._answers,
             f"PostgreSQL at {url.redacted}",
@@ -442,6 +444,28 @@ class PostgresDatabase:
             text = text.replace("{position_rows}", _values(queues, _POSITION_ROW))
             self._statements[key] = text
         return text
+
+    def prepared(self, name: str, limit: int, queues: int = 1) -> PreparedStatement:
+        """``statement(name, limit, queues)`` as a statement sent through libpq's prepared call
+        (``prepared.py``): one object per text, made once across threads (each prepares its
+        name once on each connection). Through a pooler (``prepares`` false) it is sent unnamed
+        each time."""
+        key = (name, limit, queues)
+        found = self._prepared.get(key)
+        if found is None:
+            text = self.statement(name, limit, queues)
+            with self._lock:
+                found = self._prepared.setdefault(
+                    key,
+                    PreparedStatement(f"jobledger_{name}_{limit}_{queues}", text, self.prepares),
+                )
+        return found
+
+    def quick_prepared(self, statement: PreparedStatement, params: dict[str, Any]) -> list[Any]:
+        """``quick`` for a ``prepared`` statement: the rows as psycopg gives them, without
+        psycopg's execute path around the call (about 0.15 ms a call at idle, measured for the
+        claim)."""
+        return self.quickly(lambda c: statement.typed_rows(c, params))
 
     def quick(self, text: str, params: dict[str, Any], prepare: bool | None = None) -> list[Any]:
         """A statement that is safe to send twice, on a connection of the quick pool handed out

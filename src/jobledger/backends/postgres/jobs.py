@@ -281,7 +281,7 @@ class PostgresJobs(Jobs):
             "lease_seconds": lease_seconds,
             "claim": claim,
         }
-        statement = self._db.statement
+        prepared = self._db.prepared
         resent = self._db.resent
 
         def plain(n: int) -> list[Any]:
@@ -289,13 +289,12 @@ class PostgresJobs(Jobs):
             rows: list[Any] = []
             if after is not None:
                 started = time.perf_counter()
-                text = statement("job_claim_after", n, len(queues))
-                rows = self._db.quick(text, params | after, prepare=True)
+                claim_after = prepared("job_claim_after", n, len(queues))
+                rows = self._db.quick_prepared(claim_after, params | after)
                 self._cursor.claimed_after(time.perf_counter() - started)
             if after is None or (not rows and self._cursor.found_nothing()):
                 started = time.perf_counter()
-                text = statement("job_claim", n, len(queues))
-                rows = self._db.quick(text, params, prepare=True)
+                rows = self._db.quick_prepared(prepared("job_claim", n, len(queues)), params)
                 self._cursor.scanned_from_start(time.perf_counter() - started, len(rows))
             self._cursor.advance_rows(rows, queue=1, priority=10, run_at=9, job_id=0)
             return rows

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 from psycopg import pq
+from psycopg.adapt import Transformer
 
 __all__ = ["PreparedStatement"]
 
@@ -70,12 +71,22 @@ class PreparedStatement:
         self, conn: psycopg.Connection[Any], values: dict[str, Any]
     ) -> list[tuple[bytes | None, ...]]:
         """Execute with ``values`` (by placeholder name); the rows in text format."""
+        return self._values(self._result(conn, values))
+
+    def typed_rows(self, conn: psycopg.Connection[Any], values: dict[str, Any]) -> list[Any]:
+        """Execute with ``values``; the rows as ``cursor.fetchall()`` gives them (Python values,
+        loaded by psycopg's own loaders for ``conn``)."""
+        result = self._result(conn, values)
+        loader = Transformer.from_context(conn)
+        loader.set_pgresult(result)
+        return loader.load_rows(0, result.ntuples, tuple)
+
+    def _result(self, conn: psycopg.Connection[Any], values: dict[str, Any]) -> pq.abc.PGresult:
         params = [_param(values[name]) for name in self.params]
         with conn.lock:
             if not self.prepare:
                 # None is NULL, as psycopg itself sends it (its stubs say otherwise).
-                sent = conn.pgconn.exec_params(self.sql, params)
-                return self._values(self._check(conn, sent))
+                return self._check(conn, conn.pgconn.exec_params(self.sql, params))
             for attempt in range(2):
                 if conn not in self._ready:
                     self._check(conn, conn.pgconn.prepare(self.name, self.sql))
@@ -84,15 +95,13 @@ class PreparedStatement:
                 try:
                     # None is NULL, as psycopg itself sends it (its stubs say otherwise).
                     sent = conn.pgconn.exec_prepared(self.name, params)  # type: ignore[arg-type]
-                    result = self._check(conn, sent)
+                    return self._check(conn, sent)
                 except psycopg.errors.InvalidSqlStatementName:
                     # The session lost its prepared statements (DISCARD ALL): prepare again.
                     with self._lock:
                         self._ready.discard(conn)
                     if attempt:
                         raise
-                    continue
-                return self._values(result)
         raise AssertionError("unreachable")
 
     @staticmethod
