@@ -270,3 +270,48 @@ def test_the_prepared_claim_keeps_its_generic_plan_instead_of_planning_every_run
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_a_prepared_claim_is_planned_again_as_its_table_grows(pg, monkeypatch):
+    """A claim prepared while the jobs table was nearly empty gets a generic plan that reads the
+    table whole for the rows it has just locked; PostgreSQL keeps that plan until the table's
+    statistics change, which nothing does where autovacuum is off. So each connection
+    prepares it again after ``REPLAN_EVERY`` runs, and then looks the rows up by key."""
+    from jobledger.backends.postgres import prepared
+
+    monkeypatch.setattr(prepared, "REPLAN_EVERY", 20)
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.migrate()
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {schema}.jobledger_jobs SET (autovacuum_enabled = false)")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"a{n}"} for n in range(2)])
+        jobs, db = ledger.backend.jobs, ledger.backend.db
+        claim = db.prepared("job_claim", 1, 1)
+        values = {"queue_0": "q", "worker": "w", "now": None, "lease_seconds": None}
+        values["claim"] = "0" * 32
+        literals = ", ".join(
+            "NULL" if v is None else "'" + v.decode() + "'"
+            for v in (prepared._param(values[name]) for name in claim.params)
+        )
+        explain = f"EXPLAIN EXECUTE {claim.name.decode()}({literals})"
+
+        def plan() -> str:
+            return "\n".join(r[0] for r in db.quickly(lambda c: c.execute(explain).fetchall()))
+
+        def claims(n: int) -> None:
+            for _ in range(n):
+                jobs.rewind()  # from the start: job_claim
+                jobs.claim(["q"], "w", 1)
+
+        claims(8)  # five custom plans, then the generic one, made at two rows
+        assert "Seq Scan on jobledger_jobs" in plan()  # cheapest then, and kept
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+        assert "Seq Scan on jobledger_jobs" in plan()  # nothing analyzed the table
+        claims(20)  # prepared again, and planned for the table as it is now
+        assert "Seq Scan on jobledger_jobs" not in plan()
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
