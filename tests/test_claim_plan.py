@@ -8,6 +8,8 @@ import psycopg
 
 from jobledger import Ledger
 
+from .support.postgres import plan_nodes
+
 
 def explain(conn: psycopg.Connection, text: str, params: dict) -> str:
     return "\n".join(r[0] for r in conn.execute("EXPLAIN " + text, params))
@@ -120,18 +122,13 @@ def test_a_grouped_claim_probes_only_the_groups_it_keeps(pg):
                 conn.rollback()  # the claim's first statement locks the groups it keeps
                 probes = [
                     node["Actual Loops"]
-                    for node in _nodes(rows[0][0][0]["Plan"])
+                    for node in plan_nodes(rows[0][0][0]["Plan"])
                     if node.get("Index Name") == "jobledger_jobs_group_next"
                 ]
                 assert probes == [200], (mode, probes)
         ledger.close()
     finally:
         pg.drop_schema(schema)
-
-
-def _nodes(plan: dict) -> list[dict]:
-    """Every node of a plan in EXPLAIN's JSON form."""
-    return [plan, *(node for child in plan.get("Plans", []) for node in _nodes(child))]
 
 
 def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg, tmp_path):

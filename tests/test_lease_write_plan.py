@@ -13,6 +13,8 @@ import psycopg
 from jobledger import Ledger
 from jobledger._records import Failure, Lease
 
+from .support.postgres import plan_nodes
+
 BATCH = 500
 
 
@@ -134,7 +136,7 @@ def test_writes_fenced_by_a_lease_look_their_jobs_up_by_primary_key_whatever_the
                 explain = "EXPLAIN (ANALYZE, FORMAT JSON) " + backend.db.sql[name]
                 [[[plan]]] = conn.execute(explain, params).fetchall()
                 conn.rollback()  # EXPLAIN ANALYZE wrote: leave the leases as they were
-                nodes = _nodes(plan["Plan"])
+                nodes = plan_nodes(plan["Plan"])
                 indexes = {node.get("Index Name") for node in nodes}
                 assert "jobledger_jobs_leased" not in indexes, (name, plan)
                 assert "jobledger_jobs_pkey" in indexes, (name, plan)
@@ -162,8 +164,3 @@ def test_writes_fenced_by_a_lease_look_their_jobs_up_by_primary_key_whatever_the
         ledger.close()
     finally:
         pg.drop_schema(schema)
-
-
-def _nodes(plan: dict) -> list[dict]:
-    """Every node of a plan in EXPLAIN's JSON form."""
-    return [plan, *(node for child in plan.get("Plans", []) for node in _nodes(child))]

@@ -82,3 +82,8 @@ class PostgresServer:
             pass
         if self._pgserver is not None:
             self._pgserver.cleanup()
+
+
+def plan_nodes(plan: dict) -> list[dict]:
+    """Every node of a plan in EXPLAIN's JSON form (``plan["Plan"]`` and all below it)."""
+    return [plan, *(node for child in plan.get("Plans", []) for node in plan_nodes(child))]
