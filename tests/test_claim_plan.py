@@ -126,6 +126,14 @@ def test_a_grouped_claim_probes_only_the_groups_it_keeps(pg):
                     if node.get("Index Name") == "jobledger_jobs_group_next"
                 ]
                 assert probes == [200], (mode, probes)
+                # Having kept its whole batch, it does not read the groups' rows again to
+                # count them ("more" matters only to a claim that kept fewer).
+                groups_read = [
+                    node.get("Index Name", "heap")
+                    for node in plan_nodes(rows[0][0][0]["Plan"])
+                    if node.get("Relation Name") == "jobledger_groups" and node["Actual Loops"]
+                ]
+                assert len(groups_read) == 2, (mode, groups_read)  # the walk, the locks
         ledger.close()
     finally:
         pg.drop_schema(schema)

@@ -46,19 +46,25 @@ WITH viable AS MATERIALIZED (
     ) AS v
     ORDER BY v.served_at NULLS FIRST, v.queue, v.name
     LIMIT {limit}
-), more AS (
-    SELECT count(*) > 4 * {limit} + 64 AS more FROM (
-        SELECT 1 FROM {queue_rows} AS q(name)
-        CROSS JOIN LATERAL (SELECT 1 FROM {groups} AS g WHERE g.queue = q.name
-                            LIMIT (4 * {limit} + 65)) AS r
-    ) AS x
+), kept AS (
+    SELECT count(*) AS kept FROM viable
 ), locked AS (
     SELECT v.queue, v.name, v.served_at FROM viable AS v
     JOIN {groups} AS g ON g.queue = v.queue AND g.name = v.name
     {@group_lock}
 )
-SELECT l.queue, l.name, l.served_at, m.more, (SELECT count(*) FROM viable) AS kept
-FROM more AS m LEFT JOIN locked AS l ON true
+-- "more" is counted only when fewer than {limit} were kept (a subquery in a CASE branch not
+-- taken is never run): a claim that kept its whole batch does not read the groups' rows again.
+SELECT l.queue, l.name, l.served_at,
+       CASE WHEN k.kept < {limit} THEN (
+           SELECT count(*) > 4 * {limit} + 64 FROM (
+               SELECT 1 FROM {queue_rows} AS q(name)
+               CROSS JOIN LATERAL (SELECT 1 FROM {groups} AS g WHERE g.queue = q.name
+                                   LIMIT (4 * {limit} + 65)) AS r
+           ) AS x)
+       ELSE false END AS more,
+       k.kept
+FROM kept AS k LEFT JOIN locked AS l ON true
 
 -- name: group_candidates
 -- A grouped claim, first statement when group_candidates_turns stopped short: the groups
