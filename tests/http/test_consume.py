@@ -95,6 +95,28 @@ def test_a_stale_receipt_is_409_and_changes_nothing(api):
     assert_problem(response, 409, "stale-receipt")
 
 
+def test_an_ack_or_nack_sent_again_is_409_and_no_lost_lease(api):
+    """A consumer whose ack's answer was lost sends it again: the receipt no longer holds the
+    message (409, nothing changes), but nothing was lost either — its own ack closed the
+    attempt, so the history gets no ``lease_lost`` (a receipt whose lease expired does: above)."""
+    api.queue(max_attempts=3)
+    publish(api.admin, {"queue": "q", "payload": {}}, "acked")
+    publish(api.admin, {"queue": "q", "payload": {}}, "nacked")
+    acked, nacked = sorted(receive(api.admin, max_messages=2), key=lambda m: m["key"])
+    assert api.admin.post("/v1/queue/ack", json={"receipt": acked["receipt"]}).status_code == 200
+    nack = {"receipt": nacked["receipt"], "error": "HTTP 503", "retry_after_seconds": 3600}
+    assert api.admin.post("/v1/queue/nack", json=nack).status_code == 200
+    for message, done in ((acked, "acked"), (nacked, "nacked")):
+        job_id = int(message["message_id"])
+        before = snapshot(api.ledger, job_id)
+        for path, extra in (("/v1/queue/ack", {}), ("/v1/queue/nack", {"error": "again"})):
+            response = api.admin.post(path, json={"receipt": message["receipt"], **extra})
+            body = assert_problem(response, 409, "stale-receipt")
+            assert f"already {done} under this receipt" in body["detail"], body
+        assert snapshot(api.ledger, job_id) == before
+        assert api.ledger.backend.history.events(job_id) == []
+
+
 def test_receipts_for_unknown_messages_are_409_and_malformed_ones_422(api):
     api.queue()
     for receipt in (

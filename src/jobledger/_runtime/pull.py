@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from .._records import ClaimedJob, Failure, JobRow, JobState, Lease
+from .._records import AttemptOutcome, ClaimedJob, Failure, JobRow, JobState, Lease
 from ..errors import NotFound
 from ..policy import Backoff, Decision
 from .leases import LeaseHold
@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
 
 __all__ = ["Held", "PullLeases", "Stale"]
+
+#: How an attempt closed by its own receipt's ack or nack ended (the only writes that token
+#: can make); an attempt that expired, timed out or was given back was not settled by it.
+_SETTLED_BY_RECEIPT = {
+    AttemptOutcome.DONE: "acked",
+    AttemptOutcome.RETRY: "nacked",
+    AttemptOutcome.DEAD: "nacked",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,9 @@ class Stale:
     job: JobRow | None
     why: str
     attempt: int | None = None
+    settled: bool = False
+    """The receipt's own ack or nack closed its attempt: a repeat (an answer that was lost and
+    asked again), not a write that came too late — nothing was lost, and nothing is recorded."""
 
 
 class PullLeases:
@@ -96,13 +107,16 @@ class PullLeases:
         )
         if earlier is None:
             return Stale(job, "no such lease")
+        settled = _SETTLED_BY_RECEIPT.get(earlier.outcome) if earlier.outcome else None
+        if settled is not None:
+            return Stale(job, f"already {settled} under this receipt", earlier.attempt, True)
         now = "leased under another receipt" if job.state is JobState.LEASED else job.state.value
         return Stale(job, f"the message is {now}", earlier.attempt)
 
     def refuse(self, stale: Stale, token: str, action: str, actor: str) -> None:
         """Record a genuine late write (the receipt's token opened an earlier attempt) in the
         message's history, as the worker records its own."""
-        if stale.job is None or stale.attempt is None:
+        if stale.job is None or stale.attempt is None or stale.settled:
             return
         job = _claimed(stale.job, token, stale.attempt)
         self._recorder(actor).lease_lost(LeaseHold(job), action)
