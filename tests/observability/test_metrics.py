@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from jobledger import Ledger, Permanent, Retry
+from jobledger import JobState, Ledger, Permanent, Retry
 from jobledger.http import ServerSettings
 from jobledger.http.observe import observe
 from jobledger.observability.metrics import metrics_for, status_class
@@ -81,10 +81,25 @@ def test_server_metrics_need_a_read_key_and_follow_the_conventions(ledger):
         received = consumer.post("/v1/queue/receive", json={"queue": "q", "max_messages": 3})
         [a, b, c] = received.json()["messages"]
         assert consumer.post("/v1/queue/ack", json={"receipt": a["receipt"]}).status_code == 200
-        late = consumer.post("/v1/queue/ack", json={"receipt": a["receipt"]})
-        assert late.status_code == 409  # a stale receipt: counted as a stale-token write
+        again = consumer.post("/v1/queue/ack", json={"receipt": a["receipt"]})
+        assert again.status_code == 409  # a repeat of its own ack: nothing lost, not counted
         consumer.post("/v1/queue/nack", json={"receipt": b["receipt"], "retry_after_seconds": 60})
         consumer.post("/v1/queue/nack", json={"receipt": c["receipt"], "permanent": True})
+        # A receipt whose lease expired and was rescued: its ack is a stale-token write.
+        consumer.post(
+            "/v1/queue/publish",
+            json={"queue": "q", "payload": {"n": 3}},
+            headers={"Idempotency-Key": "m3"},
+        ).raise_for_status()
+        [d] = consumer.post("/v1/queue/receive", json={"queue": "q", "lease_seconds": 1}).json()[
+            "messages"
+        ]
+        wait_until(
+            lambda: ledger.job(int(d["message_id"])).state is JobState.PENDING,
+            what="the expired lease to be rescued",
+        )
+        late = consumer.post("/v1/queue/ack", json={"receipt": d["receipt"]})
+        assert late.status_code == 409  # counted as a stale-token write
 
         assert api.client(None).get("/metrics").status_code == 401
         assert consumer.get("/metrics").status_code == 403
@@ -97,9 +112,9 @@ def test_server_metrics_need_a_read_key_and_follow_the_conventions(ledger):
         assert value(f, "jobledger_attempts_total", outcome="done", **labels) == 1
         assert value(f, "jobledger_attempts_total", outcome="retry", **labels) == 1
         assert value(f, "jobledger_attempts_total", outcome="dead", **labels) == 1
-        assert value(f, "jobledger_job_wait_seconds_count", **labels) == 3
+        assert value(f, "jobledger_job_wait_seconds_count", **labels) == 4
         assert value(f, "jobledger_stale_token_writes_total", queue="q", action="ack") == 1
-        assert value(f, "jobledger_jobs", queue="q", state="pending") == 1
+        assert value(f, "jobledger_jobs", queue="q", state="pending") == 2
         assert value(f, "jobledger_jobs", queue="q", state="done") == 1
         assert value(f, "jobledger_dead_letters", queue="q") == 1
         assert value(f, "process_cpu_seconds_total") > 0
