@@ -48,6 +48,16 @@ def _lease_writes(backend, leases: list[Lease]) -> dict[str, dict]:  # type: ign
     return statements
 
 
+def _analyzed(conn, backend, statements):  # type: ignore[no-untyped-def]
+    """Each statement's name and its plan as run (``EXPLAIN (ANALYZE, FORMAT JSON)``), each
+    rolled back: EXPLAIN ANALYZE writes, and the leases stay as they were."""
+    for name, params in statements.items():
+        explain = "EXPLAIN (ANALYZE, FORMAT JSON) " + backend.db.sql[name]
+        [[[plan]]] = conn.execute(explain, params).fetchall()
+        conn.rollback()
+        yield name, plan
+
+
 def test_lease_writes_are_never_prepared_on_the_backends_connections(pg):
     schema, url = pg.new_schema_url()
     try:
@@ -137,10 +147,7 @@ def test_writes_fenced_by_a_lease_look_their_jobs_up_by_primary_key_whatever_the
         statements = _lease_writes(backend, _leases(jobs))
         with psycopg.connect(pg.url) as conn:
             conn.execute("SET TIME ZONE 'UTC'")
-            for name, params in statements.items():
-                explain = "EXPLAIN (ANALYZE, FORMAT JSON) " + backend.db.sql[name]
-                [[[plan]]] = conn.execute(explain, params).fetchall()
-                conn.rollback()  # EXPLAIN ANALYZE wrote: leave the leases as they were
+            for name, plan in _analyzed(conn, backend, statements):
                 nodes = plan_nodes(plan["Plan"])
                 indexes = {node.get("Index Name") for node in nodes}
                 assert "jobledger_jobs_leased" not in indexes, (name, plan)
@@ -187,10 +194,7 @@ def test_writes_fenced_by_a_lease_never_read_the_jobs_table_whole_before_it_is_a
         statements = _lease_writes(backend, _leases(backend.jobs.claim(["q"], "w", BATCH)))
         with psycopg.connect(pg.url) as conn:
             conn.execute("SET TIME ZONE 'UTC'")
-            for name, params in statements.items():
-                explain = "EXPLAIN (ANALYZE, FORMAT JSON) " + backend.db.sql[name]
-                [[[plan]]] = conn.execute(explain, params).fetchall()
-                conn.rollback()
+            for name, plan in _analyzed(conn, backend, statements):
                 whole = [
                     node["Node Type"]
                     for node in plan_nodes(plan["Plan"])
