@@ -161,11 +161,14 @@ WITH current AS (
                          LIMIT COALESCE(c.max_leased, 0)) AS x), {limit})) AS take
     FROM current AS c
 ), picked AS (
-    SELECT p.id
-    FROM allowed AS a
-    CROSS JOIN LATERAL (
-        SELECT s.id, row_number() OVER (ORDER BY s.priority DESC, s.run_at, s.id) AS rn
-        FROM (
+    -- Each group's jobs are numbered once, over the whole batch (numbered inside the lateral
+    -- probe, each group paid a sort and a window of its own: 0.5 ms of a claim over 500).
+    SELECT p.id FROM (
+        SELECT s.id, a.ord,
+               row_number() OVER (PARTITION BY a.ord ORDER BY s.priority DESC, s.run_at, s.id)
+                   AS rn
+        FROM allowed AS a
+        CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM {jobs}
             WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
               AND group_name = a.name AND run_at <= {now}
@@ -173,9 +176,9 @@ WITH current AS (
             LIMIT GREATEST(a.take, 0)
             FOR UPDATE SKIP LOCKED
         ) AS s
+        WHERE a.take > 0
     ) AS p
-    WHERE a.take > 0
-    ORDER BY p.rn, a.ord
+    ORDER BY p.rn, p.ord
     LIMIT {limit}
 ), {@lease_claimed}, served AS (
     INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
