@@ -320,3 +320,34 @@ def test_a_prepared_claim_is_planned_again_as_its_table_grows(pg, monkeypatch):
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_the_grouped_claims_statements_are_prepared_again_as_the_claim_is(pg, monkeypatch):
+    """The grouped claim's statements go through the claim's prepared call, so each
+    connection prepares them again after ``REPLAN_EVERY`` runs, as it does the claim: a
+    generic plan made while the tables were nearly empty does not stay for good where nothing
+    analyzes them (psycopg's own prepared statements are never made again)."""
+    from jobledger.backends.postgres import prepared
+
+    monkeypatch.setattr(prepared, "REPLAN_EVERY", 4)
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="g", queue="q", group=lambda p: f"g{p['n'] % 3}")
+        ledger.enqueue_many("g", [{"payload": {"n": n}, "key": f"g{n}"} for n in range(40)])
+        jobs, db = ledger.backend.jobs, ledger.backend.db
+        for _ in range(10):
+            got = jobs.claim(["q"], "w", 1)
+            assert got and got[0].group is not None
+        with db.transaction() as c:
+            plans = c.execute(
+                "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%%jobledger_groups%%'"
+            ).fetchall()
+        runs = dict(plans)
+        assert {"jobledger_group_candidates_turns_1_1", "jobledger_group_claim_1_1"} <= set(runs)
+        # Ten claims, each statement prepared again after four runs: four or fewer since.
+        assert all(0 < n <= 4 for n in runs.values()), runs
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)

@@ -144,6 +144,12 @@ def test_enqueues_and_a_worker_through_the_pooler_run_every_job_once(pooled):
         "note", [{"payload": {"n": n}, "key": f"b-{n}"} for n in range(200, 300)], queue="outage"
     )
     assert not any(r.created for r in again)
+    # Jobs with a group: the grouped claim's statements are sent unnamed through the pooler.
+    ledger.enqueue_many(
+        "note",
+        [{"payload": {"n": n}, "key": f"g-{n}", "group": f"g{n % 7}"} for n in range(100)],
+        queue="outage",
+    )
     assert errors == []
     assert pooled.bouncer.server_sessions(pooled.pg.dbname) <= POOL_SIZE
 
@@ -152,7 +158,7 @@ def test_enqueues_and_a_worker_through_the_pooler_run_every_job_once(pooled):
     assert code == 0, err
     assert "Traceback" not in err, err
     jobs = ledger.jobs(JobFilter(queue="outage"))
-    assert len(jobs) == 600
+    assert len(jobs) == 700
     assert {j.state for j in jobs} == {JobState.DONE}
     assert {j.attempts for j in jobs} == {1}, "a job ran twice"
     ledger.close()

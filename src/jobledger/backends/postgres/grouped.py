@@ -1,5 +1,8 @@
 """The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of two statements,
-both prepared (unless through a pooler in transaction mode) with the batch size written in:
+both prepared (unless through a pooler in transaction mode) with the batch size written in, and
+sent through libpq's prepared call as the claim is (``prepared.py``): prepared again on each
+connection every ``REPLAN_EVERY`` runs, so that a generic plan made while the tables were
+nearly empty does not stay where nothing analyzes them:
 
 1. ``group_candidates_turns`` walks the groups' rows in the order of their turns, least
    recently served first (every group with pending jobs has a row: migration 012), keeps the
@@ -27,6 +30,7 @@ from typing import Any
 
 from ..._records import claim_share
 from .database import PostgresDatabase, queue_params
+from .newjob import text_array
 
 __all__ = ["GROUPS_RECHECK_SECONDS", "GroupedClaim"]
 
@@ -70,28 +74,23 @@ class GroupedClaim:
     ) -> list[Any]:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``), their
         tokens drawn from ``claim`` (``lease_set``)."""
-        prepare = self._db.prepares
         params = queue_params(queues) | {"now": now}
-        statement = self._db.statement
+        prepared = self._db.prepared
         with self._db.transaction() as c:
-            rows = c.execute(
-                statement("group_candidates_turns", limit, len(queues)), params, prepare=prepare
-            ).fetchall()
+            rows = prepared("group_candidates_turns", limit, len(queues)).typed_rows(c, params)
             found = [r[:3] for r in rows if r[1] is not None]
             more, kept = rows[0][3:5]
             if more and kept < limit:
                 # The walk of the groups' rows stopped short (many rows of groups without
                 # jobs come first): find every group with due jobs, as the index has them.
-                found = c.execute(
-                    statement("group_candidates", limit, len(queues)), params, prepare=prepare
-                ).fetchall()
+                found = prepared("group_candidates", limit, len(queues)).typed_rows(c, params)
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
             groups = {
-                "queues": [r[0] for r in found],
-                "names": [r[1] for r in found],
-                "ord": list(range(len(found))),
+                "queues": text_array([r[0] for r in found]),
+                "names": text_array([r[1] for r in found]),
+                "ord": "{" + ",".join(map(str, range(len(found)))) + "}",
                 "worker": worker,
                 "now": now,
                 "lease_seconds": lease_seconds,
@@ -100,16 +99,10 @@ class GroupedClaim:
             # Each group's share of the claim first (``claim_share``): no group's rows past its
             # share are locked.
             share = claim_share(limit, len(found))
-            rows = c.execute(
-                self._db.statement("group_claim", limit), groups | {"share": share}, prepare=prepare
-            ).fetchall()
+            rows = prepared("group_claim", limit).typed_rows(c, groups | {"share": share})
             rest = limit - len(rows)
             if rest and share < limit and share in Counter((r[1], r[13]) for r in rows).values():
                 # A group had its whole share and may have more: the rest as the claim would
                 # have taken it (the groups' leases and buckets now count this claim's).
-                rows += c.execute(
-                    self._db.statement("group_claim", rest),
-                    groups | {"share": rest},
-                    prepare=prepare,
-                ).fetchall()
+                rows += prepared("group_claim", rest).typed_rows(c, groups | {"share": rest})
             return rows
