@@ -8,7 +8,7 @@ import psycopg
 
 from jobledger import Ledger
 
-from .support.postgres import plan_nodes
+from .support.postgres import ledger_with_jobs, plan_nodes
 
 
 def explain(conn: psycopg.Connection, text: str, params: dict) -> str:
@@ -16,11 +16,7 @@ def explain(conn: psycopg.Connection, text: str, params: dict) -> str:
 
 
 def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+    with ledger_with_jobs(pg, 20_000) as (ledger, schema):
         backend = ledger.backend
         with psycopg.connect(pg.url) as conn:
             conn.execute(f"ANALYZE {schema}.jobledger_jobs")
@@ -57,20 +53,13 @@ def test_claim_uses_the_due_index_even_with_a_generic_plan(pg):
                 ), plan
                 assert "Bitmap Index Scan on jobledger_jobs_due" not in plan, plan
                 conn.rollback()
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
 
 def test_a_claim_from_a_position_starts_its_index_scan_there(pg):
     """``job_claim_after`` (postgres/cursor.py): the position is an index condition of the scan
     of jobledger_jobs_due, not a filter over every entry before it, with a custom and with a
     generic plan; the claimed rows are updated by primary key."""
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+    with ledger_with_jobs(pg, 20_000) as (ledger, schema):
         claim = ledger.backend.db.statement("job_claim_after", 500, queues=2)
         params = {
             "queue_0": "q",
@@ -97,20 +86,13 @@ def test_a_claim_from_a_position_starts_its_index_scan_there(pg):
                 assert "Seq Scan on jobledger_jobs" not in plan, plan
                 assert "jobledger_jobs_pkey" in plan, plan
                 conn.rollback()
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
 
 def test_a_grouped_claim_probes_only_the_groups_it_keeps(pg):
     """1,000 groups, each with due jobs: a claim of 200 walks the groups' rows in turn order and
     stops once 200 are kept — it probes 200 groups' next jobs, not every row its walk may read
     (4 × 200 + 64), probed and then sorted (custom and generic plans)."""
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q", group=lambda p: f"g{p['n'] % 1000}")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(3000)])
+    with ledger_with_jobs(pg, 3000, group=lambda p: f"g{p['n'] % 1000}") as (ledger, schema):
         turns = ledger.backend.db.statement("group_candidates_turns", 200)
         with psycopg.connect(pg.url) as conn:
             conn.execute(f"ANALYZE {schema}.jobledger_jobs, {schema}.jobledger_groups")
@@ -134,19 +116,12 @@ def test_a_grouped_claim_probes_only_the_groups_it_keeps(pg):
                     if node.get("Relation Name") == "jobledger_groups" and node["Actual Loops"]
                 ]
                 assert len(groups_read) == 2, (mode, groups_read)  # the walk, the locks
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
 
 def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg, tmp_path):
     """One group with 20,000 due jobs: the claim takes the first few through the index in
     claim order, never every due job of the group sorted (custom and generic plans; SQLite)."""
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q", group="g")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+    with ledger_with_jobs(pg, 20_000, group="g") as (ledger, schema):
         claim = ledger.backend.db.statement("group_claim", 10)
         candidates = ledger.backend.db.statement("group_candidates", 10)
         turns = ledger.backend.db.statement("group_candidates_turns", 10)
@@ -182,9 +157,6 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
                     assert "jobledger_groups_turn" in plan, plan
                     assert "jobledger_jobs_group_next" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
     lite = Ledger(f"sqlite:///{tmp_path}/l.db")
     lite.task(lambda ctx, n: None, name="t", queue="q", group="g")

@@ -9,6 +9,8 @@ from jobledger import Ledger
 from jobledger._records import NewJob
 from jobledger.backends.postgres.newjob import new_job_arrays, new_job_values
 
+from .support.postgres import ledger_with_jobs
+
 
 def _job(n: int) -> NewJob:
     return NewJob(
@@ -25,11 +27,7 @@ def _job(n: int) -> NewJob:
 
 
 def test_enqueue_checks_keys_by_index_even_with_a_generic_plan(pg):
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+    with ledger_with_jobs(pg, 20_000) as (ledger, schema):
         backend = ledger.backend
         extra = {"channel": backend.db.channel, "now": None}
         statements = {
@@ -48,9 +46,6 @@ def test_enqueue_checks_keys_by_index_even_with_a_generic_plan(pg):
                     assert "hashed SubPlan" not in plan, (name, mode, plan)
                     assert "jobledger_jobs_queue_key" in plan, (name, mode, plan)
                 conn.rollback()
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
 
 def test_a_copy_takes_its_ids_without_looking_the_sequence_up_for_each(pg):

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import psycopg
 
-from jobledger import Ledger
 from jobledger._records import Failure, Lease
 
-from .support.postgres import plan_nodes
+from .support.postgres import ledger_with_jobs, plan_nodes
 
 BATCH = 500
 
@@ -59,13 +58,7 @@ def _analyzed(conn, backend, statements):  # type: ignore[no-untyped-def]
 
 
 def test_lease_writes_are_never_prepared_on_the_backends_connections(pg):
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many(
-            "t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(12 * 3 * 20)]
-        )
+    with ledger_with_jobs(pg, 12 * 3 * 20) as (ledger, schema):
         backend = ledger.backend
         # Twelve rounds of each write: well past psycopg's threshold and PostgreSQL's five
         # custom plans before it considers the generic one.
@@ -94,17 +87,10 @@ def test_lease_writes_are_never_prepared_on_the_backends_connections(pg):
             s for s in prepared if "unnest(" in s and "lease_token" in s and s not in claims
         ]
         assert lease_writes == [], lease_writes
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
 
 def test_a_completion_of_many_leases_compares_each_lease_once(pg):
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5000)])
+    with ledger_with_jobs(pg, 5000) as (ledger, schema):
         backend = ledger.backend
         for _ in range(3):
             backend.jobs.complete(_leases(backend.jobs.claim(["q"], "w", BATCH)))
@@ -120,9 +106,6 @@ def test_a_completion_of_many_leases_compares_each_lease_once(pg):
                 )
                 conn.rollback()
             assert "Rows Removed by Join Filter" not in plan, (name, plan)
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
 
 def test_writes_fenced_by_a_lease_look_their_jobs_up_by_primary_key_whatever_the_statistics(pg):
@@ -133,12 +116,8 @@ def test_writes_fenced_by_a_lease_look_their_jobs_up_by_primary_key_whatever_the
     anywhere (014); and a batch read first by "id = ANY(ids)" with the pairs rescanned for each
     of its rows compared 250,000 pairs for 500 leases. The rescuer, which asks about expiry,
     still reads that index."""
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        # Enough jobs that reading the table whole is not the cheap way to any batch.
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(40_000)])
+    # Enough jobs that reading the table whole is not the cheap way to any batch.
+    with ledger_with_jobs(pg, 40_000) as (ledger, schema):
         backend = ledger.backend
         with psycopg.connect(pg.url, autocommit=True) as conn:
             conn.execute(f"ANALYZE {schema}.jobledger_jobs")  # while nothing is leased
@@ -173,9 +152,6 @@ def test_writes_fenced_by_a_lease_look_their_jobs_up_by_primary_key_whatever_the
             for sql, params in expiry.items():
                 plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql, params))
                 assert "jobledger_jobs_leased" in plan, plan
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
 
 
 def test_writes_fenced_by_a_lease_never_read_the_jobs_table_whole_before_it_is_analyzed(pg):
@@ -183,11 +159,7 @@ def test_writes_fenced_by_a_lease_never_read_the_jobs_table_whole_before_it_is_a
     round): a write of 500 leases fetches them by primary key. Shown 500 ids, the planner
     priced 500 probes above one read of a table it took for small, and read all of it on every
     completion (2.2 ms of about 8 at 20,000 jobs, growing with the table)."""
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(20_000)])
+    with ledger_with_jobs(pg, 20_000) as (ledger, schema):
         backend = ledger.backend
         for _ in range(3):
             backend.jobs.complete(_leases(backend.jobs.claim(["q"], "w", BATCH)))
@@ -202,6 +174,3 @@ def test_writes_fenced_by_a_lease_never_read_the_jobs_table_whole_before_it_is_a
                     and node["Node Type"] == "Seq Scan"
                 ]
                 assert whole == [], (name, plan)
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)

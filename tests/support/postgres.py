@@ -10,9 +10,14 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+
+from jobledger import Ledger
 
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -87,3 +92,22 @@ class PostgresServer:
 def plan_nodes(plan: dict) -> list[dict]:
     """Every node of a plan in EXPLAIN's JSON form (``plan["Plan"]`` and all below it)."""
     return [plan, *(node for child in plan.get("Plans", []) for node in plan_nodes(child))]
+
+
+@contextmanager
+def ledger_with_jobs(
+    pg: PostgresServer, jobs: int, group: Any = None
+) -> Iterator[tuple[Ledger, str]]:
+    """A ledger on a schema of its own with one task, ``t`` on queue ``q`` (its jobs in
+    ``group``: a name or a rule, as ``ledger.task`` takes it), and ``jobs`` of its jobs pending
+    (payload ``{"n": n}``, key ``k{n}``); the ledger closed and the schema dropped after."""
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    try:
+        ledger.task(lambda ctx, n: None, name="t", queue="q", group=group)
+        if jobs:
+            ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(jobs)])
+        yield ledger, schema
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)
