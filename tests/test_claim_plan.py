@@ -323,3 +323,43 @@ def test_the_grouped_claims_statements_are_prepared_again_as_the_claim_is(pg, mo
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_a_grouped_claim_walks_the_turns_in_order_before_the_groups_are_analyzed(pg, monkeypatch):
+    """5,000 groups, one due job each, and nothing has analyzed the groups table (it fills from
+    empty, by trigger): the planner takes a queue for a few dozen groups and reads all 5,000
+    rows to sort them (16 ms a claim of 10 at 50,000 groups). Planned under ``WALK_IN_ORDER``,
+    as every grouped claim's transaction is, the walk reads the turn index in order and stops
+    at its limit."""
+    from jobledger.backends.postgres import grouped
+
+    with ledger_with_jobs(pg, 0, group=lambda p: f"g{p['n']}") as (ledger, schema):
+        ledger.migrate()
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            for table in ("jobs", "groups"):
+                conn.execute(
+                    f"ALTER TABLE {schema}.jobledger_{table} SET (autovacuum_enabled = false)"
+                )
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5000)])
+        db = ledger.backend.db
+        turns = "EXPLAIN (ANALYZE, FORMAT JSON) " + db.statement("group_candidates_turns", 10)
+
+        def groups_rows_read(setup) -> int:  # type: ignore[no-untyped-def]
+            with db.transaction() as c:
+                setup(c)
+                [[[plan]]] = c.execute(turns, {"queue_0": "q", "now": None}).fetchall()
+                raise psycopg.Rollback()  # the statement locks the groups it keeps
+            return sum(
+                node["Actual Rows"] * node["Actual Loops"]
+                for node in plan_nodes(plan["Plan"])
+                if node.get("Relation Name") == "jobledger_groups"
+            )
+
+        assert groups_rows_read(lambda c: None) >= 5000  # the plan the settings keep it from
+        assert groups_rows_read(grouped.walk_in_order) <= 4 * 10 + 64 + 10  # walk, then locks
+
+        calls: list[object] = []
+        real = grouped.walk_in_order
+        monkeypatch.setattr(grouped, "walk_in_order", lambda c: calls.append(c) or real(c))
+        assert len(ledger.backend.jobs.claim(["q"], "w", 10)) == 10
+        assert len(calls) == 1  # the claim plans its statements so

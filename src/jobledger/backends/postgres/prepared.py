@@ -20,7 +20,7 @@ import psycopg.errors
 from psycopg import pq
 from psycopg.adapt import Transformer
 
-__all__ = ["PreparedStatement"]
+__all__ = ["PreparedStatement", "run_simple"]
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
@@ -134,3 +134,10 @@ class PreparedStatement:
             message = conn.pgconn.error_message.decode(errors="replace").strip()
             raise psycopg.OperationalError(message or "the connection to the server was lost")
         raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+
+
+def run_simple(conn: psycopg.Connection[Any], sql: bytes) -> None:
+    """Statements without parameters (``SET LOCAL …``) through libpq directly, in one round
+    trip; errors are psycopg's, as from ``cursor.execute``."""
+    with conn.lock:
+        PreparedStatement._check(conn, conn.pgconn.exec_(sql))
