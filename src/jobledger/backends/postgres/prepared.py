@@ -97,20 +97,20 @@ class PreparedStatement:
         with conn.lock:
             if not self.prepare:
                 # None is NULL, as psycopg itself sends it (its stubs say otherwise).
-                return self._check(conn, conn.pgconn.exec_params(self.sql, params))
+                return _check(conn, conn.pgconn.exec_params(self.sql, params))
             for attempt in range(2):
                 runs = self._runs.get(conn)
                 if runs is None or runs >= REPLAN_EVERY:
                     if runs is not None:
-                        self._check(conn, conn.pgconn.exec_(b"DEALLOCATE " + self.name))
-                    self._check(conn, conn.pgconn.prepare(self.name, self.sql))
+                        _check(conn, conn.pgconn.exec_(b"DEALLOCATE " + self.name))
+                    _check(conn, conn.pgconn.prepare(self.name, self.sql))
                     runs = 0
                 with self._lock:
                     self._runs[conn] = runs + 1
                 try:
                     # None is NULL, as psycopg itself sends it (its stubs say otherwise).
                     sent = conn.pgconn.exec_prepared(self.name, params)  # type: ignore[arg-type]
-                    return self._check(conn, sent)
+                    return _check(conn, sent)
                 except psycopg.errors.InvalidSqlStatementName:
                     # The session lost its prepared statements (DISCARD ALL): prepare again.
                     with self._lock:
@@ -126,18 +126,20 @@ class PreparedStatement:
             for r in range(result.ntuples)
         ]
 
-    @staticmethod
-    def _check(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
-        if result.status in _OK:
-            return result
-        if conn.pgconn.status == pq.ConnStatus.BAD:
-            message = conn.pgconn.error_message.decode(errors="replace").strip()
-            raise psycopg.OperationalError(message or "the connection to the server was lost")
-        raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+
+def _check(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
+    """``result`` if it succeeded, else the error psycopg would have raised for it (a broken
+    connection: ``OperationalError``, with ``conn.broken`` true)."""
+    if result.status in _OK:
+        return result
+    if conn.pgconn.status == pq.ConnStatus.BAD:
+        message = conn.pgconn.error_message.decode(errors="replace").strip()
+        raise psycopg.OperationalError(message or "the connection to the server was lost")
+    raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
 
 
 def run_simple(conn: psycopg.Connection[Any], sql: bytes) -> None:
     """Statements without parameters (``SET LOCAL …``) through libpq directly, in one round
     trip; errors are psycopg's, as from ``cursor.execute``."""
     with conn.lock:
-        PreparedStatement._check(conn, conn.pgconn.exec_(sql))
+        _check(conn, conn.pgconn.exec_(sql))
