@@ -128,7 +128,6 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
         params = {
             "queues": ["q"],
             "names": ["g"],
-            "ord": [0],
             "share": 10,
             "worker": "w",
             "now": None,

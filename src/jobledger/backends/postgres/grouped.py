@@ -108,7 +108,6 @@ class GroupedClaim:
             groups = {
                 "queues": text_array([r[0] for r in found]),
                 "names": text_array([r[1] for r in found]),
-                "ord": "{" + ",".join(map(str, range(len(found)))) + "}",
                 "worker": worker,
                 "now": now,
                 "lease_seconds": lease_seconds,

@@ -134,7 +134,7 @@ AND (l.rate IS NULL OR w.tokens IS NULL
 -- after the locks: every claim that held one of them before has committed), each group's
 -- allowance (free lease slots and whole tokens, as _records.allowance counts them) and at most
 -- %(share)s (grouped.py), up to that many due jobs of each group, one per group per round in
--- the groups' order, {limit} in all;
+-- the groups' order (as %(queues)s and %(names)s list them: "ord"), {limit} in all;
 -- leased as job_claim leases; and each served group's bucket as left and its turn.
 WITH current AS (
     SELECT a.queue, a.name, a.ord, l.max_leased,
@@ -146,7 +146,7 @@ WITH current AS (
                            g.tokens + l.rate
                                       * GREATEST(0, extract(epoch FROM {now} - g.refilled_at)))
            END AS tokens
-    FROM unnest(%(queues)s::text[], %(names)s::text[], %(ord)s::int[]) AS a(queue, name, ord)
+    FROM unnest(%(queues)s::text[], %(names)s::text[]) WITH ORDINALITY AS a(queue, name, ord)
     LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
     LEFT JOIN {group_limits} AS l ON l.queue = a.queue
     WHERE g.paused_until IS NULL OR g.paused_until <= {now}
