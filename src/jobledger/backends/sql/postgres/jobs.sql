@@ -140,11 +140,11 @@ FROM claimed
 -- (lease_claimed): seeing 500 ids, it priced 500 probes of the primary key above one read of
 -- a table it believed small, and read the whole jobs table on every completion while that
 -- table was unanalyzed or under ~100,000 rows (2.2 ms of a completion of 500 at 20,000 jobs,
--- growing with the table). The state is
--- compared with a value the planner does not look into, "(SELECT 'leased')": statistics
--- taken while few jobs were leased made "state = 'leased'" look as if it kept one row, and
--- the planner then rescanned every pair for each row of the batch (500 leases: 250,000
--- comparisons, 40 ms instead of 9) or read the whole table for that one row.
+-- growing with the table). The state is compared with a value the planner does not look
+-- into, "(SELECT 'leased')": statistics taken while few jobs were leased made "state =
+-- 'leased'" look as if it kept one row, and the planner then rescanned every pair for each
+-- row of the batch (500 leases: 250,000 comparisons, 40 ms instead of 9) or read the whole
+-- table for that one row.
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS l(id, token)
 WHERE j.id = ANY(ARRAY(SELECT unnest(%(ids)s::bigint[])))
   AND j.id = l.id AND j.lease_token = l.token
