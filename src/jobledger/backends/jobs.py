@@ -57,7 +57,8 @@ class Jobs(abc.ABC):
         lease_seconds: float | None = None,
     ) -> list[records.ClaimedJob]:
         """Lease up to ``limit`` due pending jobs, highest priority first, then oldest run time.
-        Each gets a new lease token and an open attempt record.
+        Each gets a new lease token and begins an attempt (shown by the history from now on;
+        its record is complete when the attempt ends).
 
         Jobs with a group are taken round the groups with due jobs, least recently served
         first, one per group per round, each group within its ``GroupLimits`` (counted and

@@ -95,21 +95,20 @@ SET state = 'leased',
     lease_token = md5(%(claim)s || j.id::text)::uuid,
     lease_until = {now} + make_interval(secs => COALESCE(%(lease_seconds)s, j.lease_seconds)),
     leased_by = %(worker)s,
+    leased_at = {now},
     updated_at = {now}
 
 -- name: lease_opened
--- The rows a claim's "claimed" CTE returns, and the attempt it opens for each ("opened"):
--- included by every claim (lease_picked, job_claim_keys).
+-- The rows a claim's "claimed" CTE returns: included by every claim (lease_picked,
+-- job_claim_keys). The attempt the claim begins is the job row's (attempts, lease_token,
+-- leased_by, leased_at) until it ends; its row in {attempts} is written then (attempt_close).
 RETURNING j.id, j.queue, j.key, j.task, j.payload, j.attempts, j.lease_token, j.lease_until,
           j.lease_seconds, j.run_at, j.priority, j.correlation_id, j.attempt_limit,
           j.group_name, j.trace_context
-), opened AS (
-    INSERT INTO {attempts} (job_id, attempt, lease_token, worker, started_at)
-    SELECT id, attempts, lease_token, %(worker)s, {now} FROM claimed
 
 -- name: lease_picked
 -- The end of a claim (job_claim) after its "picked" CTE has locked the jobs to take: lease
--- them, open their attempts, return them. group_claim writes the served groups in between.
+-- them and return them. group_claim writes the served groups in between.
 {@lease_claimed}
 {@lease_returned}
 
@@ -166,7 +165,7 @@ WITH done AS (
     UPDATE {jobs} AS j
     SET state = 'done', lease_until = NULL, finished_at = {now}, updated_at = {now}
     {@held_leases}
-    RETURNING j.id, j.attempts, j.queue
+    RETURNING j.id, j.attempts, j.queue, j.lease_token, j.leased_by, j.leased_at
 ), {@done_rest}
 
 -- name: job_complete_results
@@ -181,19 +180,45 @@ WITH done AS (
     WHERE j.id = ANY(ARRAY(SELECT unnest(%(ids)s::bigint[])))
       AND j.id = l.id AND j.lease_token = l.token
       AND j.state = (SELECT 'leased')  -- (as held_leases)
-    RETURNING j.id, j.attempts, j.queue
+    RETURNING j.id, j.attempts, j.queue, j.lease_token, j.leased_by, j.leased_at
 ), {@done_rest}
 
 -- name: done_rest
 -- What every completion does after marking its jobs done: close their attempts, tell waiters.
 closed AS (
-    UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'done'
-    FROM done WHERE a.job_id = done.id AND a.attempt = done.attempts
+    {@attempt_close}
+    SELECT id, attempts, lease_token, leased_by, leased_at, 'done', NULL, NULL, NULL FROM done
+    {@attempt_closed_once}
 ), told AS (
     {@finished_notify}
     FROM done HAVING CASE WHEN count(*) > 0 AND %(tell)s::bool THEN {@someone_waits} END
 )
 SELECT id, (SELECT count(*) FROM told) FROM done
+
+-- name: attempt_close
+-- How every end of an attempt writes its row (job_complete, job_fail, job_release,
+-- job_claim_unanswered, job_rescue): inserted now, from the job's row as the fenced update
+-- returned it — the attempt's number, token, worker and start (leased_at; the time of the
+-- write for a job leased before 016 set it, whose open row is kept anyway) — then the
+-- outcome and its error class, message and traceback, in the order of the SELECT below it.
+INSERT INTO {attempts} AS a
+    (job_id, attempt, lease_token, worker, started_at, outcome, error_class, error_message,
+     traceback, finished_at)
+SELECT c.job_id, c.attempt, c.lease_token, COALESCE(c.worker, '?'), COALESCE(c.started_at, {now}),
+       c.outcome, c.error_class, c.error_message, c.traceback, {now}
+FROM (
+
+-- name: attempt_closed_once
+-- The end of attempt_close. A row already there is an attempt opened before 016 (or by a
+-- worker of that version): still open, it is closed by this write; closed, it stays as it is.
+-- The fenced update before it lets each attempt end once, so no other conflict arises.
+) AS c(job_id, attempt, lease_token, worker, started_at, outcome, error_class, error_message,
+       traceback)
+ON CONFLICT (job_id, attempt) DO UPDATE
+SET finished_at = excluded.finished_at, outcome = excluded.outcome,
+    error_class = excluded.error_class, error_message = excluded.error_message,
+    traceback = excluded.traceback
+WHERE a.outcome IS NULL
 
 -- name: someone_waits
 -- True when a process waits for results: each listening connection for them holds the shared
@@ -246,15 +271,16 @@ WITH f AS (
     WHERE j.id = ANY(ARRAY(SELECT unnest(%(ids)s::bigint[])))
       AND j.id = f.id AND j.lease_token = f.token
       AND j.state = (SELECT 'leased')  -- (as held_leases)
-    RETURNING j.id, j.state, j.attempts, j.group_name, j.queue, j.priority, j.run_at
+    RETURNING j.id, j.state, j.attempts, j.group_name, j.queue, j.priority, j.run_at,
+              j.lease_token, j.leased_by, j.leased_at
 ), closed AS (
-    UPDATE {attempts} AS a
-    SET finished_at = {now},
-        outcome = CASE WHEN f.timed_out THEN 'timed_out'
-                       WHEN moved.state = 'dead' THEN 'dead' ELSE 'retry' END,
-        error_class = f.error_class, error_message = f.message, traceback = f.traceback
+    {@attempt_close}
+    SELECT moved.id, moved.attempts, moved.lease_token, moved.leased_by, moved.leased_at,
+           CASE WHEN f.timed_out THEN 'timed_out'
+                WHEN moved.state = 'dead' THEN 'dead' ELSE 'retry' END,
+           f.error_class, f.message, f.traceback
     FROM moved JOIN f ON f.id = moved.id
-    WHERE a.job_id = moved.id AND a.attempt = moved.attempts
+    {@attempt_closed_once}
 ), told AS (
     {@finished_notify}
     FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
@@ -267,10 +293,12 @@ WITH released AS (
     SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
         updated_at = {now}
     {@held_leases}
-    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name
+    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name, j.lease_token, j.leased_by, j.leased_at
 ), closed AS (
-    UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
-    FROM released WHERE a.job_id = released.id AND a.attempt = released.attempts
+    {@attempt_close}
+    SELECT id, attempts, lease_token, leased_by, leased_at, 'released', NULL, NULL, NULL
+    FROM released
+    {@attempt_closed_once}
 )
 SELECT id, queue, priority, run_at, group_name FROM released
 
@@ -290,10 +318,12 @@ WITH lost AS (
     WHERE j.state = 'leased' AND j.lease_until IS NOT NULL AND j.leased_by = %(worker)s
       AND j.lease_token = md5(%(claim)s || j.id::text)::uuid
       AND NOT j.id = ANY(%(returned)s::bigint[])
-    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name
+    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name, j.lease_token, j.leased_by, j.leased_at
 ), closed AS (
-    UPDATE {attempts} AS a SET finished_at = {now}, outcome = 'released'
-    FROM lost WHERE a.job_id = lost.id AND a.attempt = lost.attempts
+    {@attempt_close}
+    SELECT id, attempts, lease_token, leased_by, leased_at, 'released', NULL, NULL, NULL
+    FROM lost
+    {@attempt_closed_once}
 )
 SELECT id, queue, priority, run_at, group_name FROM lost
 
@@ -331,12 +361,13 @@ WITH expired AS (
     WHERE j.id = ANY(ARRAY(SELECT id FROM expired)) AND j.state = 'leased'
       AND j.lease_until < {now}
     RETURNING j.id, j.queue, j.key, j.state, j.attempts, j.last_error, j.priority, j.run_at,
-              j.group_name
+              j.group_name, j.lease_token, j.leased_by, j.leased_at
 ), closed AS (
-    UPDATE {attempts} AS a
-    SET finished_at = {now}, outcome = 'lease_expired', error_class = 'LeaseExpired',
-        error_message = moved.last_error
-    FROM moved WHERE a.job_id = moved.id AND a.attempt = moved.attempts
+    {@attempt_close}
+    SELECT id, attempts, lease_token, leased_by, leased_at, 'lease_expired', 'LeaseExpired',
+           last_error, NULL
+    FROM moved
+    {@attempt_closed_once}
 ), told AS (
     {@finished_notify}
     FROM moved WHERE state = 'dead' HAVING CASE WHEN count(*) > 0 THEN {@someone_waits} END
