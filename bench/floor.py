@@ -4,7 +4,8 @@ from one connection in batches (no queue library, no worker, no threads).
 Enqueue as ``enqueue_many`` does with batches of 1,000 new keys (PostgreSQL: a ``COPY`` into the
 jobs table in a transaction, after its ids, then the tombstone check; SQLite: one
 ``INSERT`` of 250 rows a statement in one transaction), then drain: claim a batch
-(attempt rows opened), complete it (fenced by token, attempt rows closed), until nothing is left.
+(each attempt begun), complete it (fenced by token, the attempts' rows written), until nothing
+is left.
 
 Before that, the floor of the single enqueue: a bare ``INSERT`` of one job row per call in
 autocommit, into the same table (its indexes and its outbox trigger), with none of the key's
@@ -229,20 +230,13 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
         rows = conn.execute(
             claim, {"q0": "bench", "now": now, "worker": "floor", "lease_seconds": None}
         ).fetchall()
-        # As the backend claims: the attempts opened in one statement per chunk of 500.
-        for first in range(0, len(rows), 500):
-            part = rows[first : first + 500]
-            opened: list[Any] = ["floor", now]
-            opened += [r[0] for r in part]
-            text = sql["attempt_open_many"].replace("{ids}", ", ".join(["?"] * len(part)))
-            conn.execute(text, opened)
         conn.execute("COMMIT")
         if not rows:
             break
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         # As the backend completes: the jobs marked done fenced by their (id, token) pairs in
-        # the statement, which returns those it completed; their attempts closed.
+        # the statement, which returns those it completed; their attempts' rows written.
         for first in range(0, len(rows), 500):
             part = rows[first : first + 500]
             pairs: list[Any] = [now]
@@ -251,10 +245,8 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
             text = sql["job_complete"].replace("{leases}", ", ".join(["(?, ?)"] * len(part)))
             held = conn.execute(text, pairs).fetchall()
             closed: list[Any] = [now]
-            attempt = {r[0]: r[5] for r in part}
-            for job_id, _ in held:
-                closed += (job_id, attempt[job_id])
-            text = sql["attempt_done"].replace("{attempts}", ", ".join(["(?, ?)"] * len(held)))
+            closed += [job_id for job_id, _ in held]
+            text = sql["attempt_done"].replace("{ids}", ", ".join(["?"] * len(held)))
             conn.execute(text, closed)
         conn.execute("COMMIT")
         done += len(rows)

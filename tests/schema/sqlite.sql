@@ -33,6 +33,9 @@ CREATE TABLE jobledger_jobs (
     group_name       TEXT,
     result           TEXT,
     trace_context    TEXT,
+    -- When the claim began the attempt the job is leased for (016): its attempt's row is
+    -- written when the attempt ends.
+    leased_at        REAL,
     CONSTRAINT jobledger_jobs_queue_key UNIQUE (queue, key)
 );
 
@@ -55,7 +58,8 @@ CREATE INDEX jobledger_jobs_leased ON jobledger_jobs (lease_until) WHERE state =
 -- Dead letters are listed and redriven by queue.
 CREATE INDEX jobledger_jobs_dead ON jobledger_jobs (queue, finished_at) WHERE state = 'dead';
 
--- One row per claim; closed once with its outcome, never rewritten after.
+-- One row per attempt, written when the attempt ends (016: while a job is leased, its attempt
+-- is its row's); a row still open (written before 016) is closed once, never rewritten after.
 CREATE TABLE jobledger_attempts (
     job_id        INTEGER NOT NULL,
     attempt       INTEGER NOT NULL,

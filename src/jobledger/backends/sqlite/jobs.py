@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from ..._faults import fault_point
@@ -251,10 +251,6 @@ class SqliteJobs(Jobs):
                 rows = self._turns.claim(plain, grouped, limit)
             else:
                 rows = plain(limit)
-            for part in _parts(rows):
-                values: list[Any] = [worker, clock]
-                values.extend(map(_job_id, part))
-                c.execute(self._chunked("attempt_open_many", len(part)), values)
         # A batch shares its lease end, and often its run times: each is converted once.
         times: dict[float, datetime | None] = {}
 
@@ -279,7 +275,6 @@ class SqliteJobs(Jobs):
                 }
                 r = c.execute(self._sql["job_claim_keys"], params).fetchone()
                 if r is not None:
-                    c.execute(self._sql["attempt_open"], (r[0], r[5], r[6], worker, clock))
                     results.append(KeyClaim(claimed_job(r, to_time)))
                     continue
                 row = c.execute(
@@ -365,7 +360,7 @@ class SqliteJobs(Jobs):
                 c.executemany(self._sql["job_result"], stored)
             for part in _parts(held):
                 values = [clock]
-                values.extend(chain.from_iterable(map(_lease_attempt, part)))
+                values.extend(map(_lease_job, part))
                 c.execute(self._chunked("attempt_done", len(part)), values)
         return {lease.job_id for lease in held}
 
@@ -476,16 +471,13 @@ CHUNK = 500
 
 #: The statements written for a number of rows: what stands for the rows, and one row.
 _CHUNKED = {
-    "attempt_open_many": ("{ids}", "?"),
     "job_complete": ("{leases}", "(?, ?)"),
-    "attempt_done": ("{attempts}", "(?, ?)"),
+    "attempt_done": ("{ids}", "?"),
 }
 
-#: The job's id in a claimed row (attempt_open_many names the jobs whose attempts it opens).
-_job_id = itemgetter(0)
 #: A lease as job_complete names it, and as attempt_done does.
 _lease_pair = attrgetter("job_id", "token")
-_lease_attempt = attrgetter("job_id", "attempt")
+_lease_job = attrgetter("job_id")
 
 
 def _held(leases: Sequence[Lease], done: set[tuple[int, str]]) -> list[Lease]:

@@ -10,9 +10,20 @@ SELECT id, queue, key, task, payload, state, priority, run_at, attempts, max_att
 FROM jobledger_jobs WHERE {where} ORDER BY {order} {page}
 
 -- name: attempt_list
+-- The attempts that ended, and the one running while the job is leased: that one has no row
+-- yet (jobs.sql, attempt_done and attempt_close) and is read from the job's (an open row
+-- written before 016 stands for it instead).
 SELECT job_id, attempt, lease_token, worker, started_at, finished_at, outcome, error_class,
        error_message, traceback
-FROM jobledger_attempts WHERE job_id = :job_id ORDER BY attempt
+FROM jobledger_attempts WHERE job_id = :job_id
+UNION ALL
+SELECT j.id, j.attempts, j.lease_token, j.leased_by, COALESCE(j.leased_at, j.updated_at), NULL,
+       NULL, NULL, NULL, NULL
+FROM jobledger_jobs AS j
+WHERE j.id = :job_id AND j.state = 'leased'
+  AND NOT EXISTS (SELECT 1 FROM jobledger_attempts AS a
+                  WHERE a.job_id = j.id AND a.attempt = j.attempts)
+ORDER BY attempt
 
 -- name: event_list
 SELECT job_id, at, kind, actor, note, detail FROM jobledger_events WHERE job_id = :job_id ORDER BY id

@@ -54,13 +54,16 @@ SELECT id, task, payload FROM jobledger_jobs WHERE queue = :queue AND key = :key
 
 -- name: lease_update
 -- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
--- (job_claim, job_claim_keys, job_lease_ids) includes it, and then "leased".
+-- (job_claim, job_claim_keys, job_lease_ids) includes it, and then "leased". The attempt it
+-- begins is the job row's (attempts, lease_token, leased_by, leased_at) until it ends; its
+-- row in jobledger_attempts is written then (attempt_close, attempt_done).
 UPDATE jobledger_jobs
 SET state = 'leased',
     attempts = attempts + 1,
     lease_token = lower(hex(randomblob(16))),
     lease_until = :now + COALESCE(:lease_seconds, lease_seconds),
     leased_by = :worker,
+    leased_at = :now,
     updated_at = :now
 
 -- name: leased
@@ -78,17 +81,6 @@ WHERE id IN (
     LIMIT {limit}
 )
 {@leased}
-
--- name: attempt_open
-INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at)
-VALUES (?, ?, ?, ?, ?)
-
--- name: attempt_open_many
--- The attempts a claim opened, in one statement per chunk: ?1 the worker, ?2 the time, then
--- {ids}, one "?" per job claimed. Each attempt and token is read from the job's row, leased a
--- moment ago in the same transaction: one value bound per job rather than three.
-INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at)
-SELECT id, attempts, lease_token, ?1, ?2 FROM jobledger_jobs WHERE id IN ({ids})
 
 -- name: job_heartbeat
 UPDATE jobledger_jobs
@@ -119,18 +111,32 @@ UPDATE jobledger_jobs SET result = :result
 WHERE id = :id AND lease_token = :token AND state = 'done'
 
 -- name: attempt_done
--- The attempts of the jobs job_complete just completed: ?1 the time, then {attempts}, one
--- "(?, ?)" per job (its id and the attempt).
-UPDATE jobledger_attempts SET finished_at = ?1, outcome = 'done'
-FROM (VALUES {attempts}) AS done
-WHERE jobledger_attempts.job_id = done.column1 AND jobledger_attempts.attempt = done.column2
-  AND jobledger_attempts.outcome IS NULL
+-- The attempts of the jobs job_complete just completed, written now: ?1 the time, then {ids},
+-- one "?" per job. Each attempt's number, token, worker and start are read from the job's row,
+-- completed a moment ago in the same transaction: one value bound per job. A row already there
+-- is an attempt opened before 016 (the claim wrote it then): closed here if still open.
+INSERT INTO jobledger_attempts
+    (job_id, attempt, lease_token, worker, started_at, finished_at, outcome)
+SELECT id, attempts, lease_token, COALESCE(leased_by, '?'), COALESCE(leased_at, ?1), ?1, 'done'
+FROM jobledger_jobs WHERE id IN ({ids})
+ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at,
+    outcome = excluded.outcome
+WHERE jobledger_attempts.outcome IS NULL
 
 -- name: attempt_close
-UPDATE jobledger_attempts
-SET finished_at = :now, outcome = :outcome, error_class = :error_class,
-    error_message = :message, traceback = :traceback
-WHERE job_id = :id AND attempt = :attempt AND outcome IS NULL
+-- The attempt of job :id that ended (failed, timed out, released, its lease expired), written
+-- now from the job's row as attempt_done writes it; :attempt is the attempt that ended (the
+-- job's, the write that ended it being fenced by its lease).
+INSERT INTO jobledger_attempts
+    (job_id, attempt, lease_token, worker, started_at, finished_at, outcome, error_class,
+     error_message, traceback)
+SELECT id, :attempt, lease_token, COALESCE(leased_by, '?'), COALESCE(leased_at, :now), :now,
+       :outcome, :error_class, :message, :traceback
+FROM jobledger_jobs WHERE id = :id
+ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at,
+    outcome = excluded.outcome, error_class = excluded.error_class,
+    error_message = excluded.error_message, traceback = excluded.traceback
+WHERE jobledger_attempts.outcome IS NULL
 
 -- name: job_fail
 UPDATE jobledger_jobs
