@@ -198,14 +198,15 @@ SELECT id, (SELECT count(*) FROM told) FROM done
 -- name: attempt_close
 -- How every end of an attempt writes its row (job_complete, job_fail, job_release,
 -- job_claim_unanswered, job_rescue): inserted now, from the job's row as the fenced update
--- returned it — the attempt's number, token, worker and start (leased_at; the time of the
--- write for a job leased before 016 set it, whose open row is kept anyway) — then the
--- outcome and its error class, message and traceback, in the order of the SELECT below it.
+-- returned it — the attempt's number, token, worker and start (leased_at: NULL only for a job
+-- leased before 016, whose open row, kept, has the start) — then the outcome and its error
+-- class, message and traceback, in the order of the SELECT between the two fragments.
 INSERT INTO {attempts} AS a
     (job_id, attempt, lease_token, worker, started_at, outcome, error_class, error_message,
      traceback, finished_at)
-SELECT c.job_id, c.attempt, c.lease_token, COALESCE(c.worker, '?'), COALESCE(c.started_at, {now}),
-       c.outcome, c.error_class, c.error_message, c.traceback, {now}
+SELECT c.job_id, c.attempt, c.lease_token, COALESCE(c.worker, '?'),
+       COALESCE(c.started_at, {now}), c.outcome, c.error_class, c.error_message, c.traceback,
+       {now}
 FROM (
 
 -- name: attempt_closed_once
@@ -293,7 +294,8 @@ WITH released AS (
     SET state = 'pending', lease_until = NULL, attempt_limit = j.attempt_limit + 1,
         updated_at = {now}
     {@held_leases}
-    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name, j.lease_token, j.leased_by, j.leased_at
+    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name, j.lease_token,
+              j.leased_by, j.leased_at
 ), closed AS (
     {@attempt_close}
     SELECT id, attempts, lease_token, leased_by, leased_at, 'released', NULL, NULL, NULL
@@ -318,7 +320,8 @@ WITH lost AS (
     WHERE j.state = 'leased' AND j.lease_until IS NOT NULL AND j.leased_by = %(worker)s
       AND j.lease_token = md5(%(claim)s || j.id::text)::uuid
       AND NOT j.id = ANY(%(returned)s::bigint[])
-    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name, j.lease_token, j.leased_by, j.leased_at
+    RETURNING j.id, j.attempts, j.queue, j.priority, j.run_at, j.group_name, j.lease_token,
+              j.leased_by, j.leased_at
 ), closed AS (
     {@attempt_close}
     SELECT id, attempts, lease_token, leased_by, leased_at, 'released', NULL, NULL, NULL
