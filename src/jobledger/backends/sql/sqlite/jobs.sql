@@ -113,15 +113,12 @@ WHERE id = :id AND lease_token = :token AND state = 'done'
 -- name: attempt_done
 -- The attempts of the jobs job_complete just completed, written now: ?1 the time, then {ids},
 -- one "?" per job. Each attempt's number, token, worker and start are read from the job's row,
--- completed a moment ago in the same transaction: one value bound per job. A row already there
--- is an attempt opened before 016 (the claim wrote it then): closed here if still open.
+-- completed a moment ago in the same transaction: one value bound per job.
 INSERT INTO jobledger_attempts
     (job_id, attempt, lease_token, worker, started_at, finished_at, outcome)
 SELECT id, attempts, lease_token, COALESCE(leased_by, '?'), COALESCE(leased_at, ?1), ?1, 'done'
 FROM jobledger_jobs WHERE id IN ({ids})
-ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at,
-    outcome = excluded.outcome
-WHERE jobledger_attempts.outcome IS NULL
+{@attempt_closed_once}
 
 -- name: attempt_close
 -- The attempt of job :id that ended (failed, timed out, released, its lease expired), written
@@ -133,6 +130,13 @@ INSERT INTO jobledger_attempts
 SELECT id, :attempt, lease_token, COALESCE(leased_by, '?'), COALESCE(leased_at, :now), :now,
        :outcome, :error_class, :message, :traceback
 FROM jobledger_jobs WHERE id = :id
+{@attempt_closed_once}
+
+-- name: attempt_closed_once
+-- The end of attempt_done and attempt_close. A row already there is an attempt opened before
+-- 016 (or by a worker of that version): still open, it is closed by this write; closed, it
+-- stays as it is. The fenced update before it lets each attempt end once, so no other
+-- conflict arises.
 ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at,
     outcome = excluded.outcome, error_class = excluded.error_class,
     error_message = excluded.error_message, traceback = excluded.traceback
