@@ -317,18 +317,21 @@ class SqliteJobs(Jobs):
     def _close_attempt(
         self,
         c: sqlite3.Connection,
-        lease: Lease,
+        job_id: int,
+        attempt: int,
         clock: float,
         outcome: str,
         error_class: str | None = None,
         message: str | None = None,
         traceback: str | None = None,
     ) -> None:
+        """Write the row of attempt ``attempt`` of job ``job_id``, ended now (``attempt_close``:
+        read from the job's row, in the transaction of the write that ended it)."""
         c.execute(
             self._sql["attempt_close"],
             {
-                "id": lease.job_id,
-                "attempt": lease.attempt,
+                "id": job_id,
+                "attempt": attempt,
                 "now": clock,
                 "outcome": outcome,
                 "error_class": error_class,
@@ -414,7 +417,14 @@ class SqliteJobs(Jobs):
                     "timed_out" if f.timed_out else "dead" if state is JobState.DEAD else "retry"
                 )
                 self._close_attempt(
-                    c, f.lease, clock, outcome, f.error_class, f.message, f.traceback
+                    c,
+                    f.lease.job_id,
+                    f.lease.attempt,
+                    clock,
+                    outcome,
+                    f.error_class,
+                    f.message,
+                    f.traceback,
                 )
                 results.append(FailResult(f.lease.job_id, state))
         return results
@@ -429,7 +439,7 @@ class SqliteJobs(Jobs):
                     {"id": lease.job_id, "token": lease.token, "now": clock},
                 )
                 if cur.rowcount == 1:
-                    self._close_attempt(c, lease, clock, "released")
+                    self._close_attempt(c, lease.job_id, lease.attempt, clock, "released")
                     released.add(lease.job_id)
         return released
 
@@ -450,18 +460,7 @@ class SqliteJobs(Jobs):
         with self._db.transaction() as c:
             rows = c.execute(text, {"now": clock}).fetchall()
             for r in rows:
-                c.execute(
-                    self._sql["attempt_close"],
-                    {
-                        "id": r[0],
-                        "attempt": r[4],
-                        "now": clock,
-                        "outcome": "lease_expired",
-                        "error_class": "LeaseExpired",
-                        "message": r[5],
-                        "traceback": None,
-                    },
-                )
+                self._close_attempt(c, r[0], r[4], clock, "lease_expired", "LeaseExpired", r[5])
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
 
 
