@@ -118,3 +118,25 @@ def test_the_pressure_bench_reports_every_phase_of_both_scenarios(pg, tmp_path):
         assert "recovered_after_s" in result and "size_after_vs_clean" in result
     assert runs[("jobledger", "rr")]["result"]["rr_scans"] > 0
     assert "back to clean figures" in proc.stdout
+
+
+def test_the_sqlite_lock_bench_times_the_write_lock_and_each_thread(tmp_path):
+    """``python -m bench.sqlite_lock``: a small drain; the lock's holders, the waits and each
+    thread's CPU are all reported, and the run alone beside it."""
+    out = tmp_path / "lock.json"
+    proc = run(
+        [sys.executable, "-m", "bench.sqlite_lock", "--jobs", "2000", "--rounds", "1"]
+        + ["--out", str(out)],
+        cwd=ROOT,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [r] = json.loads(out.read_text())["rounds"]
+    drain, alone = r["drain"], r["alone"]
+    assert drain["jobs_per_s"] > 0 and 0 < drain["lock_held_share"] <= 1
+    assert drain["claim_in_lock_us"] > 0 and drain["completion_in_lock_us"] > 0
+    assert {"fetch loop", "completer", "runners", "process"} <= set(drain["cpu_us"])
+    assert all(v > 0 for v in drain["cpu_us"].values()), drain["cpu_us"]
+    assert alone["claim_in_lock_us"] > 0 and alone["completion_in_lock_us"] > 0
+    assert "write lock held" in proc.stdout
