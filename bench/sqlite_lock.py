@@ -97,7 +97,7 @@ def _thread_cpu(threads: list[threading.Thread]) -> dict[str, float]:
             continue
         try:
             seconds = time.clock_gettime(time.pthread_getcpuclockid(t.ident))
-        except (OSError, ProcessLookupError):
+        except OSError:  # the thread ended meanwhile
             continue
         role = "runners" if t.name.startswith("jobledger-runner") else ROLES.get(t.name)
         if role is not None:
@@ -147,19 +147,20 @@ def alone(jobs: int) -> dict[str, float]:
         lock = TimedLock()
         store = ledger.backend.jobs
         store._db._writer = lock  # type: ignore[attr-defined]
+        me = threading.current_thread().name
         claimed = completed = 0.0
+        lock.on = True
         started = time.perf_counter()
         try:
             while True:
-                lock.held.clear()
-                lock.on = True
+                before = lock.held[me]
                 got = store.claim(["bench"], "alone", 500)
-                claimed += lock.held[threading.current_thread().name]
+                claimed += lock.held[me] - before
                 if not got:
                     break
-                lock.held.clear()
+                before = lock.held[me]
                 store.complete([Lease(j.id, j.lease_token, j.attempt) for j in got])
-                completed += lock.held[threading.current_thread().name]
+                completed += lock.held[me] - before
         finally:
             lock.on = False
             ledger.close()
