@@ -494,12 +494,18 @@ class PostgresDatabase:
         with self.translate():
             pool = self._quick_pool if pool is None else pool
             for attempt in range(3):
-                with pool.connection() as c:
-                    try:
-                        return run(c)
-                    except (psycopg.OperationalError, psycopg.InterfaceError):
-                        if attempt == 2 or not c.broken:
-                            raise
+                # getconn and putconn rather than pool.connection(): its ``with conn`` commits
+                # on the way out, which on these autocommit connections does nothing but costs
+                # a lock and a generator; putconn rolls back or discards a connection left in
+                # any other state, as it would have.
+                c = pool.getconn()
+                try:
+                    return run(c)
+                except (psycopg.OperationalError, psycopg.InterfaceError):
+                    if attempt == 2 or not c.broken:
+                        raise
+                finally:
+                    pool.putconn(c)
                 self._broken(pool)  # fail now if the server is down, else drop the others
                 self.resent += 1
         raise AssertionError("unreachable")
