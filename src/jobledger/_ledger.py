@@ -662,8 +662,9 @@ class Ledger:
         self._wakes.discard(event)
 
     def _wake_workers(self) -> None:
-        for event in list(self._wakes):
-            event.set()
+        if self._wakes:  # most enqueuing processes run no worker
+            for event in list(self._wakes):
+                event.set()
 
     # -- workers -----------------------------------------------------------------------------------
 

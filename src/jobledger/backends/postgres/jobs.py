@@ -118,9 +118,29 @@ class PostgresJobs(Jobs):
     def _insert(
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
     ) -> list[InsertResult]:
-        results = run(self._db, self.insert_plan(jobs, now, conn is not None, on_conflict), conn)
+        single = conn is None and len(jobs) == 1
+        results = self._insert_one(jobs[0], now) if single else None
+        if results is None:
+            plan = self.insert_plan(jobs, now, conn is not None, on_conflict, one_sent=single)
+            results = run(self._db, plan, conn)
         self.placed(jobs, now)
         return results
+
+    def _insert_one(self, job: NewJob, now: datetime | None) -> list[InsertResult] | None:
+        """The plan's first step for one job, sent without driving the plan: a single enqueue
+        is mostly the Python around its one statement (docs/benchmarks.md). None when the key
+        was known: the rest of the plan runs then."""
+        statement, params = self._insert_one_statement, self._one_params(job, now)
+        return _one_created(self._db.quickly(lambda c: statement.rows(c, params)))
+
+    def _one_params(self, job: NewJob, now: datetime | None) -> dict[str, Any]:
+        """The parameters of ``job_insert_one``: one new job in one statement, which answers
+        no row when its key is known (then nothing was written, and the checked path does the
+        whole work)."""
+        one = new_job_values(job)
+        one["channel"] = self._db.channel
+        one["now"] = now
+        return one
 
     def placed(self, jobs: Sequence[NewJob], now: datetime | None) -> None:
         """``jobs`` were inserted by this process at ``now``, by this role or by its asyncio
@@ -133,23 +153,26 @@ class PostgresJobs(Jobs):
         now: datetime | None,
         in_caller_transaction: bool,
         on_conflict: OnConflict,
+        one_sent: bool = False,
     ) -> Plan[list[InsertResult]]:
         """The enqueue, as a plan (see ``plan.py``): driven in a thread by ``insert``, and under
         asyncio by ``aio.PostgresAsyncJobs``. Without the caller's transaction, one job is one prepared
         statement, a small batch of new keys one statement, a large one a ``COPY`` in one
-        transaction; a known key (or the caller's transaction) takes the checked path."""
+        transaction; a known key (or the caller's transaction) takes the checked path.
+        ``one_sent``: the one job's statement was sent already and found its key known."""
         if not jobs:
             return []
         channel = self._db.channel
         if not in_caller_transaction and len(jobs) == 1:
-            # One new job in one statement: no row back when its key is known (then nothing
-            # was written, and the checked path does the whole work).
-            one = new_job_values(jobs[0])
-            one["channel"] = channel
-            one["now"] = now
-            rows = yield Quick(self._insert_one_text, one, self._insert_one_statement)
-            if rows and rows[0][0] is not None:
-                return [InsertResult(int(rows[0][0]), True)]
+            if not one_sent:
+                one = Quick(
+                    self._insert_one_text,
+                    self._one_params(jobs[0], now),
+                    self._insert_one_statement,
+                )
+                inserted = _one_created((yield one))
+                if inserted is not None:
+                    return inserted
         elif not in_caller_transaction and len(jobs) >= COPY_FROM:
             # A large batch by COPY, every key new; else it rolls back and the checked path runs.
             try:
@@ -598,6 +621,13 @@ class PostgresJobs(Jobs):
 
 class _Again(Exception):
     """The publish transaction must be run again."""
+
+
+def _one_created(rows: list[Any]) -> list[InsertResult] | None:
+    """What ``job_insert_one`` answered: the job it created, or None when the key was known."""
+    if rows and rows[0][0] is not None:
+        return [InsertResult(int(rows[0][0]), True)]
+    return None
 
 
 class _Known(Exception):
