@@ -156,3 +156,47 @@ def test_an_attempt_opened_before_016_is_closed_in_its_own_row(ledger):
     assert _ended(led, second.id) == [
         (1, "old-worker", earlier, t1, AttemptOutcome.DEAD, "KeyError")
     ]
+
+
+def test_postgres_completions_insert_attempts_plainly_until_a_row_opened_before_016(pg):
+    """A completion sends its attempts' rows as a plain insert (no ON CONFLICT: no speculative
+    insertion per row). One that meets a row opened before 016 fails whole, changing nothing,
+    and is sent again with ``attempt_open_row``, which closes that row; so do the completions
+    after it, for ``OPEN_ROWS_SECONDS``."""
+    schema, url = pg.new_schema_url()
+    led = Ledger(url)
+    led.task(lambda ctx: None, name="t", queue="q", max_attempts=2, lease_seconds=60)
+    led.migrate()
+    try:
+        jobs = led.backend.jobs
+        hot, sent = jobs._db.hot, []
+
+        def recording(text: str, params: dict[str, Any]) -> list[Any]:
+            sent.append("ON CONFLICT" in text)
+            return hot(text, params)
+
+        jobs._db.hot = recording
+        led.enqueue_many("t", [{"key": f"k{n}"} for n in range(4)], now=T0)
+        first, opened, other, last = jobs.claim(["q"], "w1", 4, now=T0)
+        t1, earlier = T0 + timedelta(seconds=1), T0 - timedelta(seconds=30)
+        assert jobs.complete([_lease(first)], now=t1) == []
+        assert sent == [False]
+        _execute(
+            url,
+            (
+                "INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, "
+                "started_at) VALUES (?, ?, ?, 'old-worker', ?)",
+                (opened.id, opened.attempt, opened.lease_token, earlier),
+            ),
+        )
+        assert jobs.complete([_lease(opened), _lease(other)], now=t1) == []
+        assert sent == [False, False, True]
+        assert _ended(led, opened.id) == [(1, "old-worker", earlier, t1, AttemptOutcome.DONE, None)]
+        assert _ended(led, other.id) == [(1, "w1", T0, t1, AttemptOutcome.DONE, None)]
+        assert jobs.complete([_lease(last)], now=t1) == []
+        assert sent == [False, False, True, True]
+        assert _rows(url) == 4
+        assert {j.state.value for j in led.jobs()} == {"done"}
+    finally:
+        led.close()
+        pg.drop_schema(schema)

@@ -84,6 +84,12 @@ COPY_FROM = 100
 _queue_of = attrgetter("queue")
 _key_of = attrgetter("key")
 
+#: After a completion met an attempt's row opened before migration 016 (a worker of that
+#: version still ran, or its leases have not ended yet), completions send the statement that
+#: closes such rows for this many seconds before trying the plain insert again
+#: (``attempt_open_row`` in jobs.sql).
+OPEN_ROWS_SECONDS = 600.0
+
 _UUID = re.compile(
     r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
 )
@@ -102,6 +108,11 @@ class PostgresJobs(Jobs):
         """Claims that may have committed without their answer reaching this process: the
         claim's token source, the worker, the ids it did get (see ``_give_back_unanswered``)."""
         self._unanswered_lock = threading.Lock()
+        self._plain_completions = {
+            name: _without_open_rows(db.sql, name)
+            for name in ("job_complete", "job_complete_results")
+        }
+        self._open_rows_until = 0.0
         self._insert_one_text = db.sql["job_insert_one"]
         self._insert_one_statement = PreparedStatement(
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
@@ -406,10 +417,21 @@ class PostgresJobs(Jobs):
             params["results"] = [results.get(lease.job_id) for lease in held]
             name = "job_complete_results"
         if conn is None:
-            rows = self._db.hot(self._db.sql[name], params)
+            rows = self._completed(name, params)
         else:
             rows = self._db.run(name, params, conn=conn)
         return {r[0] for r in rows}
+
+    def _completed(self, name: str, params: dict[str, Any]) -> list[Any]:
+        """A completion as its own transaction: its attempts' rows by a plain insert, unless an
+        attempt's row opened before 016 was met lately. One met now fails the plain statement
+        whole on the unique key (nothing was written) and it is sent as it is in jobs.sql."""
+        if time.monotonic() >= self._open_rows_until:
+            try:
+                return self._db.hot(self._plain_completions[name], params)
+            except psycopg.errors.UniqueViolation:
+                self._open_rows_until = time.monotonic() + OPEN_ROWS_SECONDS
+        return self._db.hot(self._db.sql[name], params)
 
     def store_result(self, lease: Lease, result: str | None) -> bool:
         if not _UUID.fullmatch(lease.token):
@@ -621,6 +643,14 @@ class PostgresJobs(Jobs):
 
 class _Again(Exception):
     """The publish transaction must be run again."""
+
+
+def _without_open_rows(sql: dict[str, str], name: str) -> str:
+    """Statement ``name`` without ``attempt_open_row``: its attempts' rows inserted plainly."""
+    clause = sql["attempt_open_row"]
+    if sql[name].count(clause) != 1:
+        raise RuntimeError(f"{name} does not close its attempts with attempt_closed_once")
+    return sql[name].replace(clause, "")
 
 
 def _one_created(rows: list[Any]) -> list[InsertResult] | None:

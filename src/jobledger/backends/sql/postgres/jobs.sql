@@ -211,10 +211,19 @@ FROM (
 
 -- name: attempt_closed_once
 -- The end of attempt_close. A row already there is an attempt opened before 016 (or by a
--- worker of that version): still open, it is closed by this write; closed, it stays as it is.
--- The fenced update before it lets each attempt end once, so no other conflict arises.
+-- worker of that version): still open, it is closed by this write; closed, it stays as it is
+-- (attempt_open_row). The fenced update before it lets each attempt end once, so no other
+-- conflict arises.
 ) AS c(job_id, attempt, lease_token, worker, started_at, outcome, error_class, error_message,
        traceback)
+{@attempt_open_row}
+
+-- name: attempt_open_row
+-- What attempt_closed_once does with a row opened before 016. A completion sends its
+-- statement without it first (PostgresJobs._complete): where no such row is left, the insert
+-- is then a plain one, without the speculative insertion that an ON CONFLICT costs each row
+-- (a completion of 500: 9.1 ms -> 8.0). One that meets such a row fails whole on the unique
+-- key, changing nothing, and is sent again with it.
 ON CONFLICT (job_id, attempt) DO UPDATE
 SET finished_at = excluded.finished_at, outcome = excluded.outcome,
     error_class = excluded.error_class, error_message = excluded.error_message,
