@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobledger import AsyncLedger, Ledger
+from jobledger import AsyncLedger, JobFilter, Ledger, PayloadError
 from jobledger.backends.postgres.jobs import COPY_FROM
 
 
@@ -91,3 +91,42 @@ def test_a_copied_batch_wakes_listeners_once_it_commits(url):
         ledger.enqueue_many("t", _batch(COPY_FROM), queue="copied")
         told = [n.payload for n in listen.notifies(timeout=10, stop_after=1)]
         assert told == ["copied"]
+
+
+def test_a_large_batch_is_built_as_the_copy_reads_it(url):
+    """The jobs of a batch that goes in by COPY are built a piece at a time as the COPY reads
+    them (the database inserts one piece while the next is built), not all before the first is
+    sent; a job that fails its checks in the last piece raises as it would have, and the
+    batch's transaction rolls back: nothing of it is written. A ledger that has not opened its
+    database yet builds the batch whole first."""
+    ledger = Ledger(url)
+    ledger.task(lambda ctx, n: None, name="t", queue="q")
+    parts: list[int] = []
+    real = ledger._job_builder
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        build = real(*args, **kwargs)
+
+        def counted(specs: Any) -> Any:
+            parts.append(len(specs))
+            return build(specs)
+
+        return counted
+
+    ledger._job_builder = counting  # type: ignore[method-assign]
+    try:
+        ledger.enqueue_many("t", _batch(300, "first"))
+        assert parts == [300]  # the database was not open yet: built whole
+        parts.clear()
+        results = ledger.enqueue_many("t", _batch(1000))
+        assert parts == [200] * 5
+        assert len({r.id for r in results}) == 1000 and all(r.created for r in results)
+        parts.clear()
+        bad = _batch(1000, "bad")
+        bad[950]["payload"] = {"n": object()}
+        with pytest.raises(PayloadError, match="not JSON-serialisable"):
+            ledger.enqueue_many("t", bad)
+        assert parts == [200] * 5
+        assert len(ledger.jobs(JobFilter(limit=5000))) == 1300
+    finally:
+        ledger.close()

@@ -410,8 +410,9 @@ def test_a_large_batch_keeps_every_awkward_payload_and_key(api):
 @pytest.mark.parametrize("n", [1, LARGE])
 def test_a_nul_in_a_payload_is_refused_in_a_batch_of_any_size(api, n):
     """PostgreSQL's jsonb cannot hold U+0000: a payload with one is refused by the ledger's own
-    check, before the database, on both backends alike (a batch whole, by COPY's size as by the
-    array statement's), and nothing is written. The letters \\u0000 are text and are kept."""
+    check, not the database's, on both backends alike (a batch whole, by COPY's size as by the
+    array statement's: a batch built as the COPY reads it rolls back), and nothing is written.
+    The letters \\u0000 are text and are kept."""
     batch = _large(n=n)
     batch[-1]["payload"] = {"n": "nul\x00here"}
     with pytest.raises(PayloadError, match="U\\+0000"):

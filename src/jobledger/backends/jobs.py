@@ -26,6 +26,11 @@ class Jobs(abc.ABC):
     the order of a claim and which leases were stale. Each dialect writes the statements, in the
     underscored methods it must provide."""
 
+    #: From this many jobs, ``insert`` (without the caller's transaction) reads a batch a piece
+    #: at a time while it writes it, so the ledger may build the jobs as they are read (None:
+    #: it reads every job before it writes any).
+    stream_from: int | None = None
+
     def insert(
         self,
         jobs: Sequence[records.NewJob],

@@ -98,6 +98,9 @@ _UUID = re.compile(
 class PostgresJobs(Jobs):
     """``Jobs`` for PostgreSQL."""
 
+    #: A batch of new keys this large goes in by ``COPY``, a piece at a time (``_copy_fresh``).
+    stream_from = COPY_FROM
+
     def __init__(self, db: PostgresDatabase, history: History):
         self._db = db
         self._history = history
