@@ -585,9 +585,8 @@ class Ledger:
         """The jobs an enqueue writes, checked: the task's rules (key, group, priority,
         payload), the queue, the due time, a correlation id for each. ``AsyncLedger`` builds
         its jobs here too, and only writes them its own way."""
-        return self._job_builder(task_ref, queue=queue, now=now, priority_given=priority_given)(
-            specs
-        )
+        build = self._job_builder(task_ref, queue=queue, now=now, priority_given=priority_given)
+        return build(specs)
 
     def _job_builder(
         self,
