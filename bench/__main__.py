@@ -321,6 +321,10 @@ def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
             ratios[f"{dialect}_single_enqueue_vs_bare_insert"] = (
                 ours["enqueue_single_per_s"] / floor_result["enqueue_single_per_s"]
             )
+        if floor_result and floor_result.get("enqueue_statement_per_s"):
+            ratios[f"{dialect}_insert_statement_vs_bare_insert"] = (
+                floor_result["enqueue_statement_per_s"] / floor_result["enqueue_single_per_s"]
+            )
         if ours and floor_result and ours.get("enqueue_bulk_per_s"):
             ratios[f"{dialect}_bulk_enqueue_vs_floor"] = (
                 ours["enqueue_bulk_per_s"] / floor_result["enqueue_bulk_per_s"]
@@ -501,7 +505,13 @@ def render(report: dict[str, Any]) -> str:
         for dialect, f in report["floor"].items():
             lines.append(
                 f"  {dialect}: a bare INSERT per call {_fmt(f['enqueue_single_per_s'])} jobs/s, "
-                f"enqueue {_fmt(f['enqueue_bulk_per_s'])} jobs/s, "
+                + (
+                    f"jobledger's single-enqueue statement alone "
+                    f"{_fmt(f['enqueue_statement_per_s'])} jobs/s, "
+                    if f.get("enqueue_statement_per_s") is not None
+                    else ""
+                )
+                + f"enqueue {_fmt(f['enqueue_bulk_per_s'])} jobs/s, "
                 f"drain {_fmt(f['drain_per_s'])} jobs/s"
                 + (
                     f", idle enqueue→claimed p50 / p95 {f['idle_p50_ms']:.1f} / "

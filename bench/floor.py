@@ -25,7 +25,12 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger._records import NewJob
-from jobledger.backends.postgres.newjob import NEW_JOB_SQL, new_job_copy, text_array
+from jobledger.backends.postgres.newjob import (
+    NEW_JOB_SQL,
+    new_job_copy,
+    new_job_values,
+    text_array,
+)
 from jobledger.backends.postgres.prepared import PreparedStatement
 from jobledger.backends.sqlfiles import queries
 
@@ -114,11 +119,6 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
         "bench_bare_insert",
         _BARE_INSERT.format(jobs="public.jobledger_jobs", json="::jsonb", now="now()"),
     )
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        started = time.perf_counter()
-        for i in range(single):
-            bare.rows(conn, {"queue": "bare", "key": f"s{i}", "payload": '{"n": 0}'})
-        single_per_s = single / (time.perf_counter() - started)
     sql = _pg_sql(
         {
             "jobs": "public.jobledger_jobs",
@@ -128,8 +128,11 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
             "tombstones": "public.jobledger_tombstones",
         }
     )
+    single_per_s, statement_per_s = _single_postgres(dsn, sql, bare, single)
     # One queue, as PostgresDatabase.statement writes the claim for one.
     claim = sql["job_claim"].replace("{limit}", str(batch))
+    # As PostgresJobs sends a completion: its attempts' rows by a plain insert.
+    complete = sql["job_complete"].replace(sql["attempt_open_row"], "")
     claim = claim.replace("{queue_rows}", "(VALUES (%(queue_0)s::text))")
     payload = json.dumps({"n": 0})
     # As the backend sends them: never prepared but the claim (a generic plan of a statement
@@ -169,7 +172,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
             if not rows:
                 break
             conn.execute(
-                sql["job_complete"],
+                complete,
                 {
                     "ids": "{" + ",".join([str(r[0]) for r in rows]) + "}",
                     "tokens": "{" + ",".join([r[6] for r in rows]) + "}",
@@ -181,9 +184,36 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
         drained = time.perf_counter() - started
     return {
         "enqueue_single_per_s": single_per_s,
+        "enqueue_statement_per_s": statement_per_s,
         "enqueue_bulk_per_s": jobs / inserted,
         "drain_per_s": done / drained,
     }
+
+
+def _single_postgres(
+    dsn: str, sql: dict[str, str], bare: PreparedStatement, single: int, rounds: int = 4
+) -> tuple[float, float]:
+    """Calls a second, one job each, from one connection: the bare ``INSERT`` and jobledger's
+    own single-enqueue statement (``job_insert_one``: the key and tombstone checks, the
+    ``NOTIFY``) sent through the same prepared call, in alternating rounds — what the single
+    enqueue's statement alone costs against the bare ``INSERT``, with none of its Python."""
+    one = PreparedStatement("bench_insert_one", sql["job_insert_one"])
+    job = NewJob("one", "", "noop", '{"n": 0}', 0, None, 3, 60.0, "c" * 32)
+    params = new_job_values(job) | {"channel": "bench", "now": None}
+    per_round = max(1, single // rounds)
+    bare_s = one_s = 0.0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for r in range(rounds):
+            started = time.perf_counter()
+            for i in range(per_round):
+                bare.rows(conn, {"queue": "bare", "key": f"s{r}-{i}", "payload": '{"n": 0}'})
+            bare_s += time.perf_counter() - started
+            started = time.perf_counter()
+            for i in range(per_round):
+                one.rows(conn, params | {"key": f"o{r}-{i}"})
+            one_s += time.perf_counter() - started
+    calls = per_round * rounds
+    return calls / bare_s, calls / one_s
 
 
 def _rows_insert(sql: dict[str, str], rows: int) -> str:
