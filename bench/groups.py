@@ -5,8 +5,9 @@
     python -m bench.groups --baseline main --rounds 3   # old against new, alternately
 
 Each case fills a fresh database with the jobs (enqueue_many, batches of 1,000), then one worker
-process (``Ledger.run_worker``, burst mode, the drain benchmark's settings: 32 threads, claims of
-up to 500) drains them; the figure is jobs per second from the worker's start to its return. A
+process (``Ledger.run_worker``, burst mode, 32 threads, claims of up to 500, prefetch 500: the
+drain benchmark's settings until 2026-12-06, kept so that rounds compare with earlier ones)
+drains them; the figure is jobs per second from the worker's start to its return. A
 second figure is the latency of one claim of 10 jobs with 100,000 jobs pending across the
 groups (p50 and p95 of 200 claims, each lease released again), which is where the grouped
 claim pays for its round: a skip scan of the grouped index, one probe per group.

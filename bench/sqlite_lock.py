@@ -6,8 +6,9 @@
 SQLite has one writer: a worker's claims (its fetch loop) and its completions (its completer)
 take turns at the database's write lock, so a drain runs at most as fast as the time those two
 hold it allows. Each round fills a fresh database with no-op jobs, then drains them with one
-worker in this process (the drain benchmark's settings: 32 threads, claims of up to 500,
-prefetch 500) and reports:
+worker in this process (32 threads, claims of up to 500, prefetch 500: the drain benchmark's
+settings until 2026-12-06, kept here so that its rounds compare with the earlier ones) and
+reports:
 
 - jobs per second, from the first claim to the last outcome written;
 - the share of the drain the write lock was held, and the time under it per job, by the claims

@@ -21,9 +21,12 @@ from .common import emit, paced, parser, rate, timed
 QUEUE = "bench"
 
 #: Worker settings per dialect: threads, jobs per claim, claimed jobs that may wait for a thread.
+#: Claims of the most a worker takes (1,000) with as many prefetched: swept against 500 / 500 on
+#: 2026-12-06 (docs/benchmarks.md), the drain's medians over 17 alternating pairs 1.14× (one
+#: process) and 1.09× (two) on PostgreSQL, 1.13× on SQLite (one process, 8 pairs).
 WORKER_OPTIONS = {
-    "postgres": ["--concurrency", "32", "--batch-size", "500", "--prefetch", "500"],
-    "sqlite": ["--concurrency", "32", "--batch-size", "500", "--prefetch", "500"],
+    "postgres": ["--concurrency", "32", "--batch-size", "1000", "--prefetch", "1000"],
+    "sqlite": ["--concurrency", "32", "--batch-size", "1000", "--prefetch", "1000"],
 }
 #: SQLite has no LISTEN/NOTIFY: an idle worker polls this often (seconds).
 SQLITE_POLL = "0.01"
