@@ -25,6 +25,7 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger._records import NewJob
+from jobledger.backends.postgres.jobs import without_open_rows
 from jobledger.backends.postgres.newjob import (
     NEW_JOB_SQL,
     new_job_copy,
@@ -132,7 +133,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
     # One queue, as PostgresDatabase.statement writes the claim for one.
     claim = sql["job_claim"].replace("{limit}", str(batch))
     # As PostgresJobs sends a completion: its attempts' rows by a plain insert.
-    complete = sql["job_complete"].replace(sql["attempt_open_row"], "")
+    complete = without_open_rows(sql, "job_complete")
     claim = claim.replace("{queue_rows}", "(VALUES (%(queue_0)s::text))")
     payload = json.dumps({"n": 0})
     # As the backend sends them: never prepared but the claim (a generic plan of a statement

@@ -65,7 +65,7 @@ from .newjob import new_job_arrays, new_job_copy_pieces, new_job_values, text_ar
 from .plan import Atomic, Copy, Plan, Quick, Statement, run, run_steps
 from .prepared import PreparedStatement
 
-__all__ = ["PostgresJobs"]
+__all__ = ["PostgresJobs", "without_open_rows"]
 
 #: Claims kept to give back (``PostgresJobs._give_back_unanswered``): a claim that commits
 #: without its answer is one that the connection's end caught at its commit — the first of an
@@ -112,7 +112,7 @@ class PostgresJobs(Jobs):
         claim's token source, the worker, the ids it did get (see ``_give_back_unanswered``)."""
         self._unanswered_lock = threading.Lock()
         self._plain_completions = {
-            name: _without_open_rows(db.sql, name)
+            name: without_open_rows(db.sql, name)
             for name in ("job_complete", "job_complete_results")
         }
         self._open_rows_until = 0.0
@@ -648,7 +648,7 @@ class _Again(Exception):
     """The publish transaction must be run again."""
 
 
-def _without_open_rows(sql: dict[str, str], name: str) -> str:
+def without_open_rows(sql: dict[str, str], name: str) -> str:
     """Statement ``name`` without ``attempt_open_row``: its attempts' rows inserted plainly."""
     clause = sql["attempt_open_row"]
     if sql[name].count(clause) != 1:
