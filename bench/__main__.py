@@ -231,6 +231,7 @@ def _drain(system: System, size: dict[str, Any], processes: list[int]) -> dict[s
         found[f"drain_{n}p_unfinished"] = result["unfinished"]
         found[f"drain_{n}p_worker_cpu_us"] = result["worker_cpu_us_per_job"]
         found[f"drain_{n}p_database_cpu_us"] = result["database_cpu_us_per_job"]
+        found[f"drain_{n}p_poller_cpu"] = result["poller_cpu_share"]
     if system.name.startswith("jobledger"):
         # The same drain with async handlers (run on each worker's event loop), one process.
         result = run_drain(system, size["jobs"], 1, async_handlers=True)
@@ -477,6 +478,12 @@ def render(report: dict[str, Any]) -> str:
         row(f"drain {n[:-1]} proc.: worker CPU µs/job", lambda r, key=key: r.get(key), 1)
         db_key = key.replace("worker", "database")
         row(f"drain {n[:-1]} proc.: database CPU µs/job", lambda r, key=db_key: r.get(key), 1)
+        poll_key = key.replace("worker_cpu_us", "poller_cpu")
+        row(
+            f"drain {n[:-1]} proc.: the bench's poll, % of a core",
+            lambda r, key=poll_key: None if r.get(key) is None else 100 * r[key],
+            1,
+        )
     if any(r.get("drain_async_1p_per_s") for r in results.values()):
         row("drain, async handlers, 1 process, jobs/s", lambda r: r.get("drain_async_1p_per_s"))
         row(

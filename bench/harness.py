@@ -97,10 +97,21 @@ def scalar(dsn: str, sql: str) -> Any:
 
 
 class Poller:
-    """One connection that asks "how many jobs are left?" until the answer is 0."""
+    """One connection that asks "is any job left?" until the answer is no.
 
-    def __init__(self, dsn: str, sql: str):
+    ``left_sql``, when the queue's adapter gives one, answers cheaply (the jobs it finds in an
+    index, at most a few: 0 means none left); the harness polls every 5 ms during a drain, and
+    a count over a table that keeps its finished jobs took 4-6 ms of a core each time on the
+    bench machine (docs/benchmarks.md). ``remaining_sql`` counts what is left, and is asked
+    only once the drain timed out (or every time, for an adapter without ``left_sql``).
+    ``cpu_seconds`` is the CPU the polling has used so far (its server session's on
+    PostgreSQL, this thread's own SQLite reads): its share of the machine, reported with each
+    drain."""
+
+    def __init__(self, dsn: str, sql: str, left_sql: str | None = None):
         self.sql = sql
+        self.left_sql = left_sql
+        self._read_cpu = 0.0
         if dsn.startswith("sqlite"):
             self._sqlite = sqlite3.connect(dsn[len("sqlite:///") :], timeout=30)
             self._pg = None
@@ -112,20 +123,35 @@ class Poller:
     def backend_pid(self) -> int | None:
         return self._pg.info.backend_pid if self._pg is not None else None
 
+    def cpu_seconds(self) -> float:
+        if self._pg is not None:
+            return _cpu_seconds(self._pg.info.backend_pid)
+        return self._read_cpu
+
+    def _ask(self, sql: str) -> int:
+        if self._pg is not None:
+            return int(self._pg.execute(sql).fetchone()[0])  # type: ignore[index]
+        assert self._sqlite is not None
+        asked = time.thread_time()
+        try:
+            return int(self._sqlite.execute(sql).fetchone()[0])
+        finally:
+            self._read_cpu += time.thread_time() - asked
+
     def remaining(self) -> int:
-        if self._sqlite is not None:
-            return int(self._sqlite.execute(self.sql).fetchone()[0])
-        assert self._pg is not None
-        return int(self._pg.execute(self.sql).fetchone()[0])  # type: ignore[index]
+        return self._ask(self.sql)
 
     def wait_empty(self, timeout: float, interval: float = 0.005) -> tuple[float, int]:
         """Poll until nothing is left, or ``timeout``. Returns the time (perf_counter) and how
         many jobs were left then (0 unless the queue was too slow)."""
         deadline = time.perf_counter() + timeout
         while True:
-            left = self.remaining()
-            if left == 0 or time.perf_counter() > deadline:
-                return time.perf_counter(), left
+            left = self._ask(self.left_sql or self.sql)
+            if left == 0:
+                return time.perf_counter(), 0
+            if time.perf_counter() > deadline:
+                ended = time.perf_counter()
+                return ended, left if self.left_sql is None else self.remaining()
             time.sleep(interval)
 
     def close(self) -> None:
@@ -345,13 +371,16 @@ def run_drain(
         setup(system, dsn)
         fill = ["--n", str(jobs), "--batch", "1000"] + (["--async-handlers"] * async_handlers)
         adapter(system, "fill", dsn, *fill)
-        poller = Poller(dsn, system.info["remaining_sql"])
+        left_sql = None if os.environ.get("BENCH_POLL_COUNT") else system.info.get("left_sql")
+        poller = Poller(dsn, system.info["remaining_sql"], left_sql)
         workers = Workers(system, dsn, processes)
         try:
             workers.wait_ready()
             workers_cpu = workers.cpu_seconds()
+            poller_cpu = poller.cpu_seconds()
             start = workers.go()
             end, left = poller.wait_empty(timeout=DRAIN_TIMEOUT)
+            poller_cpu = poller.cpu_seconds() - poller_cpu
             rss = workers.peak_rss_mb()
             workers_cpu = workers.cpu_seconds() - workers_cpu
             db_cpu = database_cpu_seconds(dsn, poller.backend_pid)
@@ -366,6 +395,7 @@ def run_drain(
         "worker_peak_rss_mb": rss,
         "worker_cpu_us_per_job": workers_cpu / max(1, done) * 1e6,
         "database_cpu_us_per_job": None if db_cpu is None else db_cpu / max(1, done) * 1e6,
+        "poller_cpu_share": poller_cpu / (end - start),
     }
 
 

@@ -28,6 +28,25 @@ WORKER_OPTIONS = {
     "postgres": ["--concurrency", "32", "--batch-size", "1000", "--prefetch", "1000"],
     "sqlite": ["--concurrency", "32", "--batch-size", "1000", "--prefetch", "1000"],
 }
+#: Whether any job is left (0: none), for the harness's poll every 5 ms during a drain: the
+#: first entry of each index of pending or leased jobs (ordered as the index is, so that it is
+#: read and not the table, on either database), instead of a count over a table that keeps the
+#: finished jobs.
+LEFT_SQL = " + ".join(
+    f"(SELECT count(*) FROM (SELECT 1 FROM jobledger_jobs WHERE {where} ORDER BY {order} LIMIT 1)"
+    f" AS {name})"
+    for name, where, order in (
+        ("due", "state = 'pending' AND group_name IS NULL", "queue, priority DESC, run_at, id"),
+        (
+            "grouped",
+            "state = 'pending' AND group_name IS NOT NULL",
+            "queue, group_name, priority DESC, run_at, id",
+        ),
+        ("leased", "state = 'leased' AND lease_until IS NOT NULL", "lease_until"),
+    )
+)
+LEFT_SQL = "SELECT " + LEFT_SQL
+
 #: SQLite has no LISTEN/NOTIFY: an idle worker polls this often (seconds).
 SQLITE_POLL = "0.01"
 
@@ -53,6 +72,7 @@ def main() -> None:
                 "source": os.path.dirname(jobledger.__file__),
                 "remaining_sql": "SELECT count(*) FROM jobledger_jobs "
                 "WHERE state IN ('pending', 'leased')",
+                "left_sql": LEFT_SQL,
                 # The harness runs "setup" (migrate) first: no revision has to create its
                 # tables on first use.
                 "self_setup": False,

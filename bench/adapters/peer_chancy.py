@@ -57,6 +57,14 @@ async def main() -> None:
                     "name": "chancy",
                     "remaining_sql": "SELECT count(*) FROM chancy_jobs "
                     "WHERE state IN ('pending', 'running', 'retrying')",
+                    # Whether any job is left, for the harness's poll during a drain: the first
+                    # entry of each state in its index by queue and state.
+                    "left_sql": "SELECT "
+                    + " + ".join(
+                        "(SELECT count(*) FROM (SELECT 1 FROM chancy_jobs WHERE queue = 'bench'"
+                        f" AND state = '{state}' LIMIT 1) AS {state})"
+                        for state in ("pending", "running", "retrying")
+                    ),
                 }
             )
         elif args.command == "enqueue":

@@ -22,6 +22,14 @@ from pgqueuer.queries import Queries
 from .common import Run, emit, fan_out, paced, parser, rate
 
 BATCH_SIZE = 100
+#: Whether any job is left (0: none), for the harness's poll during a drain: the first entry of
+#: its index of queued jobs and of picked ones (a finished job's row is deleted).
+LEFT_SQL = (
+    "SELECT (SELECT count(*) FROM (SELECT 1 FROM pgqueuer WHERE status = 'queued'"
+    " ORDER BY entrypoint, priority DESC, id LIMIT 1) AS q)"
+    " + (SELECT count(*) FROM (SELECT 1 FROM pgqueuer WHERE status = 'picked'"
+    " ORDER BY heartbeat LIMIT 1) AS p)"
+)
 
 
 async def main() -> None:
@@ -34,7 +42,13 @@ async def main() -> None:
         await queries.install()
         emit({})
     elif args.command == "info":
-        emit({"name": "pgqueuer", "remaining_sql": "SELECT count(*) FROM pgqueuer"})
+        emit(
+            {
+                "name": "pgqueuer",
+                "remaining_sql": "SELECT count(*) FROM pgqueuer",
+                "left_sql": LEFT_SQL,
+            }
+        )
     elif args.command == "enqueue":
         started = time.perf_counter()
         for i in range(args.single):

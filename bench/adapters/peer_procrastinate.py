@@ -47,6 +47,10 @@ async def main() -> None:
                     "name": "procrastinate",
                     "remaining_sql": "SELECT count(*) FROM procrastinate_jobs "
                     "WHERE status IN ('todo', 'doing')",
+                    # Whether any job is left, for the harness's poll during a drain: the first
+                    # entry of its index of jobs to do or being done.
+                    "left_sql": "SELECT count(*) FROM (SELECT 1 FROM procrastinate_jobs "
+                    "WHERE status IN ('todo', 'doing') ORDER BY id, lock LIMIT 1) AS x",
                 }
             )
         elif args.command == "enqueue":
