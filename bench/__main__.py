@@ -326,6 +326,11 @@ def _ratios(results: dict[str, dict[str, Any]], extra: dict[str, Any]) -> dict[s
             ratios[f"{dialect}_insert_statement_vs_bare_insert"] = (
                 floor_result["enqueue_statement_per_s"] / floor_result["enqueue_single_per_s"]
             )
+        if floor_result and floor_result.get("enqueue_call_per_s"):
+            # ledger.enqueue against the bare INSERT in the same minutes (alternating rounds).
+            ratios[f"{dialect}_enqueue_call_vs_bare_insert"] = (
+                floor_result["enqueue_call_per_s"] / floor_result["enqueue_single_per_s"]
+            )
         if ours and floor_result and ours.get("enqueue_bulk_per_s"):
             ratios[f"{dialect}_bulk_enqueue_vs_floor"] = (
                 ours["enqueue_bulk_per_s"] / floor_result["enqueue_bulk_per_s"]
@@ -516,6 +521,11 @@ def render(report: dict[str, Any]) -> str:
                     f"jobledger's single-enqueue statement alone "
                     f"{_fmt(f['enqueue_statement_per_s'])} jobs/s, "
                     if f.get("enqueue_statement_per_s") is not None
+                    else ""
+                )
+                + (
+                    f"ledger.enqueue in the same rounds {_fmt(f['enqueue_call_per_s'])} jobs/s, "
+                    if f.get("enqueue_call_per_s") is not None
                     else ""
                 )
                 + f"enqueue {_fmt(f['enqueue_bulk_per_s'])} jobs/s, "

@@ -10,7 +10,8 @@ is left.
 Before that, the floor of the single enqueue: a bare ``INSERT`` of one job row per call in
 autocommit, into the same table (its indexes and its outbox trigger), with none of the key's
 checks, sent the fastest way the driver has (PostgreSQL: a prepared statement through libpq's
-``PQexecPrepared``, as ``ledger.enqueue`` sends its own).
+``PQexecPrepared``, as ``ledger.enqueue`` sends its own). On PostgreSQL, in alternating rounds
+of 100 with it: jobledger's single-enqueue statement alone, and ``ledger.enqueue`` itself.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
             "tombstones": "public.jobledger_tombstones",
         }
     )
-    single_per_s, statement_per_s = _single_postgres(dsn, sql, bare, single)
+    single_per_s, statement_per_s, call_per_s = _single_postgres(dsn, sql, bare, single)
     # One queue, as PostgresDatabase.statement writes the claim for one.
     claim = sql["job_claim"].replace("{limit}", str(batch))
     # As PostgresJobs sends a completion: its attempts' rows by a plain insert.
@@ -186,35 +187,52 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
     return {
         "enqueue_single_per_s": single_per_s,
         "enqueue_statement_per_s": statement_per_s,
+        "enqueue_call_per_s": call_per_s,
         "enqueue_bulk_per_s": jobs / inserted,
         "drain_per_s": done / drained,
     }
 
 
 def _single_postgres(
-    dsn: str, sql: dict[str, str], bare: PreparedStatement, single: int, rounds: int = 4
-) -> tuple[float, float]:
-    """Calls a second, one job each, from one connection: the bare ``INSERT`` and jobledger's
-    own single-enqueue statement (``job_insert_one``: the key and tombstone checks, the
-    ``NOTIFY``) sent through the same prepared call, in alternating rounds — what the single
-    enqueue's statement alone costs against the bare ``INSERT``, with none of its Python."""
+    dsn: str, sql: dict[str, str], bare: PreparedStatement, single: int, rounds: int = 20
+) -> tuple[float, float, float]:
+    """Calls a second, one job each, from one process: the bare ``INSERT``, jobledger's own
+    single-enqueue statement (``job_insert_one``: the key and tombstone checks, the ``NOTIFY``)
+    sent through the same prepared call on the same connection, and ``ledger.enqueue`` itself,
+    in alternating rounds — what the single enqueue's statement and its whole call cost against
+    the bare ``INSERT`` in the same minutes (a disk whose commits swing from one minute to the
+    next moves all three together)."""
     one = PreparedStatement("bench_insert_one", sql["job_insert_one"])
     job = NewJob("one", "", "noop", '{"n": 0}', 0, None, 3, 60.0, "c" * 32)
     params = new_job_values(job) | {"channel": "bench", "now": None}
+    ledger = Ledger(dsn)
+    ledger.task(_noop, name="noop", queue="call")
+    ledger.enqueue("noop", {"n": 0}, key="warm")  # the pool opened, the statement prepared
     per_round = max(1, single // rounds)
-    bare_s = one_s = 0.0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for r in range(rounds):
-            started = time.perf_counter()
-            for i in range(per_round):
-                bare.rows(conn, {"queue": "bare", "key": f"s{r}-{i}", "payload": '{"n": 0}'})
-            bare_s += time.perf_counter() - started
-            started = time.perf_counter()
-            for i in range(per_round):
-                one.rows(conn, params | {"key": f"o{r}-{i}"})
-            one_s += time.perf_counter() - started
+    bare_s = one_s = call_s = 0.0
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for r in range(rounds):
+                started = time.perf_counter()
+                for i in range(per_round):
+                    bare.rows(conn, {"queue": "bare", "key": f"s{r}-{i}", "payload": '{"n": 0}'})
+                bare_s += time.perf_counter() - started
+                started = time.perf_counter()
+                for i in range(per_round):
+                    one.rows(conn, params | {"key": f"o{r}-{i}"})
+                one_s += time.perf_counter() - started
+                started = time.perf_counter()
+                for i in range(per_round):
+                    ledger.enqueue("noop", {"n": 0}, key=f"e{r}-{i}")
+                call_s += time.perf_counter() - started
+    finally:
+        ledger.close()
     calls = per_round * rounds
-    return calls / bare_s, calls / one_s
+    return calls / bare_s, calls / one_s, calls / call_s
+
+
+def _noop(ctx: Any, n: int) -> None:
+    """The task ``ledger.enqueue`` names in the single-enqueue floor (never run)."""
 
 
 def _rows_insert(sql: dict[str, str], rows: int) -> str:

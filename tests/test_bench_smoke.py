@@ -50,6 +50,8 @@ def test_quick_bench_runs_every_workload_on_both_backends(pg, tmp_path):
         assert floor["drain_per_s"] > 0 and floor["enqueue_single_per_s"] > 0
         assert report["ratios"][f"{dialect}_single_enqueue_vs_bare_insert"] > 0
         assert all(c["claim_p50_ms"] > 0 for c in report["scale"][dialect].values())
+    # ledger.enqueue timed in the floor's alternating rounds beside the bare INSERT.
+    assert report["ratios"]["postgres_enqueue_call_vs_bare_insert"] > 0
     # A generic plan may scan a table of a thousand rows; with ten thousand it uses the index.
     largest = report["scale"]["postgres"]["10,000 pending + 2,000 done"]
     assert largest["generic_plan_uses_index"] is True
