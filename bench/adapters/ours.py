@@ -32,7 +32,7 @@ WORKER_OPTIONS = {
 #: first entry of each index of pending or leased jobs (ordered as the index is, so that it is
 #: read and not the table, on either database), instead of a count over a table that keeps the
 #: finished jobs.
-LEFT_SQL = " + ".join(
+LEFT_SQL = "SELECT " + " + ".join(
     f"(SELECT count(*) FROM (SELECT 1 FROM jobledger_jobs WHERE {where} ORDER BY {order} LIMIT 1)"
     f" AS {name})"
     for name, where, order in (
@@ -45,7 +45,6 @@ LEFT_SQL = " + ".join(
         ("leased", "state = 'leased' AND lease_until IS NOT NULL", "lease_until"),
     )
 )
-LEFT_SQL = "SELECT " + LEFT_SQL
 
 #: SQLite has no LISTEN/NOTIFY: an idle worker polls this often (seconds).
 SQLITE_POLL = "0.01"
