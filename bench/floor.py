@@ -20,6 +20,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -209,26 +210,27 @@ def _single_postgres(
     ledger.task(_noop, name="noop", queue="call")
     ledger.enqueue("noop", {"n": 0}, key="warm")  # the pool opened, the statement prepared
     per_round = max(1, single // rounds)
-    bare_s = one_s = call_s = 0.0
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            # Each series, one call: (the round, the call's number in it) → a new key.
+            series: dict[str, Callable[[int, int], object]] = {
+                "bare": lambda r, i: bare.rows(
+                    conn, {"queue": "bare", "key": f"s{r}-{i}", "payload": '{"n": 0}'}
+                ),
+                "statement": lambda r, i: one.rows(conn, params | {"key": f"o{r}-{i}"}),
+                "call": lambda r, i: ledger.enqueue("noop", {"n": 0}, key=f"e{r}-{i}"),
+            }
+            spent = dict.fromkeys(series, 0.0)
             for r in range(rounds):
-                started = time.perf_counter()
-                for i in range(per_round):
-                    bare.rows(conn, {"queue": "bare", "key": f"s{r}-{i}", "payload": '{"n": 0}'})
-                bare_s += time.perf_counter() - started
-                started = time.perf_counter()
-                for i in range(per_round):
-                    one.rows(conn, params | {"key": f"o{r}-{i}"})
-                one_s += time.perf_counter() - started
-                started = time.perf_counter()
-                for i in range(per_round):
-                    ledger.enqueue("noop", {"n": 0}, key=f"e{r}-{i}")
-                call_s += time.perf_counter() - started
+                for name, call in series.items():
+                    started = time.perf_counter()
+                    for i in range(per_round):
+                        call(r, i)
+                    spent[name] += time.perf_counter() - started
     finally:
         ledger.close()
     calls = per_round * rounds
-    return calls / bare_s, calls / one_s, calls / call_s
+    return calls / spent["bare"], calls / spent["statement"], calls / spent["call"]
 
 
 def _noop(ctx: Any, n: int) -> None:
