@@ -6,19 +6,15 @@ job would end drains early and report speeds that were never reached."""
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
+
+from bench.adapters.ours import LEFT_SQL
 
 from jobledger import Ledger
 from jobledger._records import Lease
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.adapters.ours import LEFT_SQL  # noqa: E402
-
-from .support.processes import wait_until  # noqa: E402
+from .support.processes import wait_until
 
 COUNT_SQL = "SELECT count(*) FROM jobledger_jobs WHERE state IN ('pending', 'leased')"
 
