@@ -187,23 +187,29 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
 
 
 def test_the_claims_are_prepared_statements(pg):
-    """The claim without groups and both statements of the grouped claim are prepared once per
+    """The claim without groups, the grouped claim in one statement (a queue without group
+    limits) and both statements of the grouped claim with limits are prepared once per
     connection (not planned again on every run), as their plan tests above assume."""
     schema, url = pg.new_schema_url()
     try:
         ledger = Ledger(url)
         ledger.task(lambda ctx, n: None, name="t", queue="q")
         ledger.task(lambda ctx, n: None, name="g", queue="q", group="g")
+        ledger.task(lambda ctx, n: None, name="h", queue="limited", group="h")
+        ledger.set_group_limits("limited", max_leased=100)
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"t{n}"} for n in range(20)])
         ledger.enqueue_many("g", [{"payload": {"n": n}, "key": f"g{n}"} for n in range(20)])
+        ledger.enqueue_many("h", [{"payload": {"n": n}, "key": f"h{n}"} for n in range(20)])
         db = ledger.backend.db
         for _ in range(3):
             assert ledger.backend.jobs.claim(["q"], "w", 2)
+            assert ledger.backend.jobs.claim(["limited"], "w", 2)
         query = "SELECT statement FROM pg_prepared_statements"
         plain = [r[0] for r in db.quickly(lambda c: c.execute(query).fetchall())]
         with db.transaction() as c:
             grouped = [r[0] for r in c.execute(query).fetchall()]
         assert any("group_name IS NULL AND queue = q.name" in s for s in plain), plain
+        assert any("WITH limited AS MATERIALIZED" in s for s in plain), plain
         assert any("WITH viable AS MATERIALIZED" in s for s in grouped), grouped
         assert any("WITH current AS" in s for s in grouped), grouped
         ledger.close()
@@ -304,20 +310,32 @@ def test_the_grouped_claims_statements_are_prepared_again_as_the_claim_is(pg, mo
     schema, url = pg.new_schema_url()
     try:
         ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="g", queue="q", group=lambda p: f"g{p['n'] % 3}")
-        ledger.enqueue_many("g", [{"payload": {"n": n}, "key": f"g{n}"} for n in range(40)])
+        for queue in ("q", "limited"):
+            ledger.task(
+                lambda ctx, n: None, name=queue, queue=queue, group=lambda p: f"g{p['n'] % 3}"
+            )
+            ledger.enqueue_many(queue, [{"payload": {"n": n}, "key": f"g{n}"} for n in range(40)])
+        ledger.set_group_limits("limited", max_leased=100)
         jobs, db = ledger.backend.jobs, ledger.backend.db
         for _ in range(10):
-            got = jobs.claim(["q"], "w", 1)
-            assert got and got[0].group is not None
+            for queue in ("q", "limited"):
+                got = jobs.claim([queue], "w", 1)
+                assert got and got[0].group is not None
+        query = (
+            "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE '%%jobledger_groups%%'"
+        )
+        # The two-statement claim runs on the main pool, the one-statement claim on the quick.
         with db.transaction() as c:
-            plans = c.execute(
-                "SELECT name, generic_plans + custom_plans FROM pg_prepared_statements"
-                " WHERE statement LIKE '%%jobledger_groups%%'"
-            ).fetchall()
-        runs = dict(plans)
-        assert {"jobledger_group_candidates_turns_1_1", "jobledger_group_claim_1_1"} <= set(runs)
-        # Ten claims, each statement prepared again after four runs: four or fewer since.
+            runs = dict(c.execute(query).fetchall())
+        runs |= dict(db.quickly(lambda c: c.execute(query).fetchall()))
+        assert {
+            "jobledger_group_candidates_turns_1_1",
+            "jobledger_group_claim_1_1",
+            "jobledger_group_claim_unlimited_1_1",
+        } <= set(runs), runs
+        # Ten claims of each way, each statement prepared again after four runs: four or fewer
+        # since.
         assert all(0 < n <= 4 for n in runs.values()), runs
         ledger.close()
     finally:
@@ -328,8 +346,8 @@ def test_a_grouped_claim_walks_the_turns_in_order_before_the_groups_are_analyzed
     """5,000 groups, one due job each, and nothing has analyzed the groups table (it fills from
     empty, by trigger): the planner takes a queue for a few dozen groups and reads all 5,000
     rows to sort them (16 ms a claim of 10 at 50,000 groups). Planned under ``WALK_IN_ORDER``,
-    as every grouped claim's transaction is, the walk reads the turn index in order and stops
-    at its limit."""
+    as the transaction of every grouped claim in two statements is (a queue with group
+    limits), the walk reads the turn index in order and stops at its limit."""
     from jobledger.backends.postgres import grouped
 
     with ledger_with_jobs(pg, 0, group=lambda p: f"g{p['n']}") as (ledger, schema):
@@ -360,5 +378,51 @@ def test_a_grouped_claim_walks_the_turns_in_order_before_the_groups_are_analyzed
         calls: list[object] = []
         real = grouped.walk_in_order
         monkeypatch.setattr(grouped, "walk_in_order", lambda c: calls.append(c) or real(c))
+        ledger.set_group_limits("q", max_leased=100)  # the claim that counts under the locks
         assert len(ledger.backend.jobs.claim(["q"], "w", 10)) == 10
         assert len(calls) == 1  # the claim plans its statements so
+
+
+def test_the_one_statement_grouped_claim_walks_the_turns_in_order_before_the_groups_are_analyzed(
+    pg,
+):
+    """The same 5,000 groups, unanalyzed, claimed in one statement (a queue without group
+    limits), which cannot set ``WALK_IN_ORDER`` for itself: its walk runs in functions planned
+    under those settings (migration 017), and the statement reaches the groups' rows by their
+    key, so a claim of 10 reads about as many groups' rows as it serves. Without the settings
+    (reset on the walk's function in a transaction rolled back) the same claim reads them all."""
+    with ledger_with_jobs(pg, 0, group=lambda p: f"g{p['n']}") as (ledger, schema):
+        ledger.migrate()
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            for table in ("jobs", "groups"):
+                conn.execute(
+                    f"ALTER TABLE {schema}.jobledger_{table} SET (autovacuum_enabled = false)"
+                )
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5000)])
+        db = ledger.backend.db
+        claim = db.statement("group_claim_unlimited", 10)
+        params = {"queue_0": "q", "now": None, "worker": "w", "lease_seconds": None}
+        params["claim"] = "0" * 32
+
+        def groups_rows_read(settings: bool) -> int:
+            # The rows the server counts as read (by any scan, in the functions too), before
+            # and after the claim: the view also holds counts not yet reported of earlier
+            # transactions of the session.
+            read = (
+                "SELECT seq_tup_read + idx_tup_fetch FROM pg_stat_xact_user_tables"
+                " WHERE schemaname = %s AND relname = 'jobledger_groups'"
+            )
+            with db.transaction() as c:
+                if not settings:
+                    walk = f"{schema}.jobledger_group_turns"
+                    c.execute(f"ALTER FUNCTION {walk} RESET ALL")
+                    c.execute(f"ALTER FUNCTION {walk} SET search_path = {schema}")
+                [(before,)] = c.execute(read, (schema,)).fetchall()
+                rows = c.execute(claim, params).fetchall()
+                assert len(rows) == 10 and not any(r[-3] for r in rows)  # none "limited"
+                [(after,)] = c.execute(read, (schema,)).fetchall()
+                raise psycopg.Rollback()  # leave the jobs and the groups as they were
+            return int(after - before)
+
+        assert groups_rows_read(settings=False) >= 5000  # the plan the settings keep it from
+        assert groups_rows_read(settings=True) <= 4 * 10  # walk, locks, turns written

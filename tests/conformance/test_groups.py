@@ -70,6 +70,19 @@ def test_leased_jobs_per_group_never_exceed_the_limit(api, work):
     assert [j.group for j in again] == ["hot"], "one slot freed, one job"
 
 
+def test_limits_set_or_lifted_between_claims_hold_from_the_next_claim(api, work):
+    """On PostgreSQL a queue without limits is claimed in one statement and a queue with limits
+    in two (the slots counted under the groups' locks): limits set after claims of the first
+    kind bind the very next claim, and lifted, stop binding it."""
+    put(api, "hot", 10)
+    assert len(claim(api, 2)) == 2
+    api.set_group_limits("q", max_leased=3)
+    assert len(claim(api, 10, worker="w2")) == 1, "two leased, one slot left"
+    assert claim(api, 10, worker="w3") == []
+    api.set_group_limits("q")
+    assert len(claim(api, 10, worker="w4")) == 7
+
+
 def test_a_group_rate_is_a_token_bucket_per_group(api, work):
     api.set_group_limits("q", rate=2, burst=2)
     put(api, "a", 20)

@@ -411,3 +411,44 @@ CREATE TRIGGER jobledger_group_returns AFTER UPDATE OF state ON jobledger_jobs
     FOR EACH ROW
     WHEN (NEW.group_name IS NOT NULL AND NEW.state = 'pending' AND OLD.state <> 'pending')
     EXECUTE FUNCTION jobledger_group_arrives();
+
+-- The grouped claim in one statement walks the turns through these (planned on the turn
+-- index whether or not the groups table was analyzed).
+-- The first groups of a queue in the order of their turns (never served first, then least
+-- recently served) that have a due job (one probe of the grouped index each) and are not
+-- paused: at most "keep" of them, from the first "scan" rows of the walk.
+CREATE FUNCTION jobledger_group_turns(p_queue text, p_now timestamptz, p_keep int, p_scan int)
+RETURNS TABLE (queue text, name text, served_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT w.queue, w.name, w.served_at
+    FROM (
+        SELECT g.queue, g.name, g.served_at, g.paused_until
+        FROM jobledger_groups AS g WHERE g.queue = p_queue
+        ORDER BY g.served_at NULLS FIRST, g.name
+        LIMIT p_scan
+    ) AS w
+    WHERE (SELECT j.run_at <= p_now FROM jobledger_jobs AS j
+           WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
+             AND j.group_name = w.name
+           ORDER BY j.run_at LIMIT 1)
+      AND (w.paused_until IS NULL OR w.paused_until <= p_now)
+    ORDER BY w.served_at NULLS FIRST, w.name
+    LIMIT p_keep;
+END
+$$;
+
+-- Whether a queue has more than n groups' rows (read through an index, n + 1 at most).
+CREATE FUNCTION jobledger_group_rows_over(p_queue text, p_n int) RETURNS boolean
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+BEGIN
+    RETURN (SELECT count(*) > p_n
+            FROM (SELECT 1 FROM jobledger_groups AS g WHERE g.queue = p_queue
+                  LIMIT p_n + 1) AS r);
+END
+$$;

@@ -46,7 +46,7 @@ PROBE_TIMEOUT = 3
 #: SQLSTATE of "too many clients": a server that says so is up (its pools may be full).
 _TOO_MANY_CONNECTIONS = "53300"
 
-#: The jobledger tables, as ``{name}`` in the named statements.
+#: The jobledger tables and functions, as ``{name}`` in the named statements.
 _TABLES = (
     ("jobs", "attempts", "events", "effects", "migrations", "tombstones")
     + ("leaders", "schedules", "ticks")
@@ -55,6 +55,7 @@ _TABLES = (
     + ("minute_stats", "sessions")
     + ("subscriptions",)
     + ("groups", "group_limits")
+    + ("group_turns", "group_rows_over")  # functions (migration 017)
 )
 
 

@@ -1,15 +1,25 @@
-"""The grouped claim on PostgreSQL (docs/groups.md). A grouped claim is one short transaction of two statements,
-both prepared (unless through a pooler in transaction mode) with the batch size written in, and
-sent through libpq's prepared call as the claim is (``prepared.py``): prepared again on each
-connection every ``REPLAN_EVERY`` runs, so that a generic plan made while the tables were
-nearly empty does not stay where nothing analyzes them:
+"""The grouped claim on PostgreSQL (docs/groups.md). Its statements are prepared (unless through a
+pooler in transaction mode) with the batch size written in, and sent through libpq's prepared
+call as the claim is (``prepared.py``): prepared again on each connection every
+``REPLAN_EVERY`` runs, so that a generic plan made while the tables were nearly empty does not
+stay where nothing analyzes them.
 
-1. ``group_candidates_turns`` walks the groups' rows in the order of their turns, least
-   recently served first (every group with pending jobs has a row: migration 012), keeps the
-   first ``limit`` with a due job, and locks the row of each that no other claim holds
-   (``FOR NO KEY UPDATE SKIP LOCKED``: skipped, never waited for). When the walk
-   stops short (many rows of groups without jobs ahead), ``group_candidates`` does the same from
-   a skip scan of the grouped index, which finds every group with due jobs;
+Queues without group limits (no leased limit, no rate) are claimed in **one statement**, its
+own transaction, as the claim without groups is: ``group_claim_unlimited`` walks the groups'
+rows in the order of their turns, least recently served first (every group with pending jobs
+has a row: migration 012), through functions planned on the turn index (migration 017); keeps
+the first ``limit`` with a due job; locks the row of each that no other claim holds (``FOR NO
+KEY UPDATE SKIP LOCKED``: skipped, never waited for); leases up to each one's share of the
+batch, one job per group per round; and writes their turns. With nothing to count under the
+locks, no second snapshot is needed. When the shares fall short and a group had its whole
+share, a second such statement takes the rest.
+
+Queues with limits, and a claim whose walk stopped short (many rows of groups without jobs
+ahead), take **one short transaction of two statements** (``_claim_locked``):
+
+1. ``group_candidates_turns`` walks and locks as above. When the walk stops short,
+   ``group_candidates`` does the same from a skip scan of the grouped index, which finds every
+   group with due jobs;
 2. ``group_claim`` reads those groups again in a new snapshot, taken after the locks, so every
    claim that held one of them before has committed: the count of leased jobs and the bucket
    are exact, and no two claims spend the same group's slots or tokens. In the same statement
@@ -66,6 +76,7 @@ class GroupedClaim:
         self._db = db
         self._seen: dict[tuple[str, ...], tuple[float, bool]] = {}
         self._seen_lock = threading.Lock()
+        self._limited_at: dict[tuple[str, ...], float] = {}
 
     def waiting(self, queues: Sequence[str]) -> bool:
         """Whether any of these queues has pending jobs with a group, as last seen at most
@@ -90,7 +101,56 @@ class GroupedClaim:
         claim: str,
     ) -> list[Any]:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``), their
-        tokens drawn from ``claim`` (``lease_set``)."""
+        tokens drawn from ``claim`` (``lease_set``). Queues without group limits are claimed in
+        one statement (``group_claim_unlimited``); queues with limits, and a claim whose walk of
+        the turns stopped short, in two (``_claim_locked``)."""
+        params = queue_params(queues) | {
+            "now": now,
+            "worker": worker,
+            "lease_seconds": lease_seconds,
+            "claim": claim,
+        }
+        taken: list[Any] = []
+        for _ in range(2):  # a second round takes what the shares left, as group_claim's does
+            if self._limited(queues):
+                break
+            asked = limit - len(taken)
+            statement = self._db.prepared("group_claim_unlimited", asked, len(queues))
+            rows = self._db.quick_prepared(statement, params)
+            limited, more, share = rows[0][-3:]
+            if limited:
+                with self._seen_lock:
+                    self._limited_at[tuple(queues)] = time.monotonic()
+                break
+            got = [r[:-3] for r in rows if r[0] is not None]
+            taken += got
+            if more and len(taken) < limit:
+                break  # the walk stopped short: the two-statement claim finds every group
+            if len(taken) == limit or not _had_whole_share(got, share, asked):
+                return taken
+            # The second round walks the turns again: the groups just served are now last.
+        else:
+            return taken
+        rest = limit - len(taken)
+        return taken + self._claim_locked(queues, worker, rest, now, lease_seconds, claim)
+
+    def _limited(self, queues: Sequence[str]) -> bool:
+        """Whether a queue of these had group limits at most ``GROUPS_RECHECK_SECONDS`` ago
+        (then the claim goes the two-statement way without asking again)."""
+        seen = self._limited_at.get(tuple(queues))
+        return seen is not None and time.monotonic() - seen < GROUPS_RECHECK_SECONDS
+
+    def _claim_locked(
+        self,
+        queues: Sequence[str],
+        worker: str,
+        limit: int,
+        now: datetime | None,
+        lease_seconds: float | None,
+        claim: str,
+    ) -> list[Any]:
+        """The grouped claim in two statements, each group's slots and tokens counted in a
+        snapshot taken after its lock."""
         params = queue_params(queues) | {"now": now}
         prepared = self._db.prepared
         with self._db.transaction() as c:
@@ -118,8 +178,17 @@ class GroupedClaim:
             share = claim_share(limit, len(found))
             rows = prepared("group_claim", limit).typed_rows(c, groups | {"share": share})
             rest = limit - len(rows)
-            if rest and share < limit and share in Counter((r[1], r[13]) for r in rows).values():
+            if rest and _had_whole_share(rows, share, limit):
                 # A group had its whole share and may have more: the rest as the claim would
                 # have taken it (the groups' leases and buckets now count this claim's).
                 rows += prepared("group_claim", rest).typed_rows(c, groups | {"share": rest})
             return rows
+
+
+def _had_whole_share(rows: Sequence[Any], share: int | None, asked: int) -> bool:
+    """Whether a claim of ``asked`` that read each group for ``share`` jobs (None: it found no
+    group) took a whole share from some group (``rows`` are its jobs): that group may have more,
+    which a claim that fell short takes in a second round."""
+    if share is None or share >= asked:
+        return False
+    return share in Counter((r[1], r[13]) for r in rows).values()

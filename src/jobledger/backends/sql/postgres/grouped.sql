@@ -191,3 +191,78 @@ WITH current AS (
         served_at = excluded.served_at
 )
 {@lease_returned}
+
+-- name: group_claim_unlimited
+-- A grouped claim in one statement, its own transaction, for queues without group limits
+-- (neither a leased limit nor a rate): with nothing to count under the groups' locks it needs
+-- no snapshot taken after them. It walks each queue's turns ({group_turns}, migration 017:
+-- planned on the turn index whether or not the groups table was analyzed) and locks the first
+-- {limit} groups that no other claim holds, their pause checked again on each row as locked;
+-- then, as group_claim, leases up to each one's share of the batch, one job per group per
+-- round, and writes the served groups' turns. Every row ends with "limited" (a queue of the
+-- claim has limits: nothing was claimed, the claim goes the two-statement way), "more" (as in
+-- group_candidates_turns) and "share"; a claim that leased nothing returns one row whose job
+-- columns are NULL.
+WITH limited AS MATERIALIZED (
+    SELECT EXISTS (
+        SELECT 1 FROM {queue_rows} AS q(name)
+        JOIN {group_limits} AS l ON l.queue = q.name
+        WHERE l.max_leased IS NOT NULL OR l.rate IS NOT NULL
+    ) AS limited
+), viable AS MATERIALIZED (
+    SELECT v.queue, v.name, v.served_at
+    FROM {queue_rows} AS q(name)
+    CROSS JOIN LATERAL {group_turns}(q.name, {now}, {limit}, 4 * {limit} + 64) AS v
+    WHERE NOT (SELECT x.limited FROM limited AS x)
+    ORDER BY v.served_at NULLS FIRST, v.queue, v.name
+    LIMIT {limit}
+), locked AS (
+    -- One probe of the groups' key per group kept (a join may read the whole table for them
+    -- before it is analyzed).
+    SELECT v.queue, v.name, v.served_at FROM viable AS v
+    CROSS JOIN LATERAL (
+        SELECT 1 FROM {groups} AS g
+        WHERE g.queue = v.queue AND g.name = v.name
+          AND (g.paused_until IS NULL OR g.paused_until <= {now})
+        {@group_lock}
+    ) AS g
+), numbered AS (
+    SELECT k.queue, k.name,
+           row_number() OVER (ORDER BY k.served_at NULLS FIRST, k.queue, k.name) AS ord,
+           ({limit} + count(*) OVER () - 1) / count(*) OVER () AS share
+    FROM locked AS k
+), picked AS (
+    SELECT p.id FROM (
+        SELECT s.id, a.ord,
+               row_number() OVER (PARTITION BY a.ord ORDER BY s.priority DESC, s.run_at, s.id)
+                   AS rn
+        FROM numbered AS a
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
+              AND group_name = a.name AND run_at <= {now}
+            ORDER BY priority DESC, run_at, id
+            LIMIT a.share
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+    ) AS p
+    ORDER BY p.rn, p.ord
+    LIMIT {limit}
+), {@lease_claimed}, served AS (
+    -- As group_claim writes them: no bucket (the queue has no rate), the turn now.
+    INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
+    SELECT DISTINCT c.queue, c.group_name, NULL::float8, {now}, {now} FROM claimed AS c
+    ON CONFLICT (queue, name) DO UPDATE
+    SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
+        served_at = excluded.served_at
+), returned AS (
+    {@lease_returned}
+)
+SELECT r.*, x.limited,
+       -- Counted only when fewer than {limit} groups were kept (see group_candidates_turns).
+       CASE WHEN (SELECT count(*) FROM viable) < {limit} THEN (
+           SELECT bool_or({group_rows_over}(q.name, 4 * {limit} + 64))
+           FROM {queue_rows} AS q(name))
+       ELSE false END AS more,
+       (SELECT max(n.share) FROM numbered AS n) AS share
+FROM limited AS x LEFT JOIN returned AS r ON true

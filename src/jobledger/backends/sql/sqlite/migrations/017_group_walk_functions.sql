@@ -1,0 +1,3 @@
+-- The walk of the groups' turns as functions (017): PostgreSQL only, where the grouped claim
+-- of queues without group limits is one statement that calls them. SQLite's grouped claim runs
+-- under its write lock and plans its walk as it always did: nothing changes here.
