@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 import psycopg
@@ -342,6 +344,23 @@ def test_the_grouped_claims_statements_are_prepared_again_as_the_claim_is(pg, mo
         pg.drop_schema(schema)
 
 
+@contextmanager
+def unanalyzed_groups(pg, groups: int) -> Iterator[tuple[Ledger, str]]:
+    """A ledger whose queue "q" has ``groups`` groups of one due job each, and nothing has
+    analyzed its tables (autovacuum off on them): the groups table filled from empty, by
+    trigger, as the enqueues fill it."""
+    with ledger_with_jobs(pg, 0, group=lambda p: f"g{p['n']}") as (ledger, schema):
+        ledger.migrate()
+        with psycopg.connect(pg.url, autocommit=True) as conn:
+            for table in ("jobs", "groups"):
+                conn.execute(
+                    f"ALTER TABLE {schema}.jobledger_{table} SET (autovacuum_enabled = false)"
+                )
+        jobs = [{"payload": {"n": n}, "key": f"k{n}"} for n in range(groups)]
+        ledger.enqueue_many("t", jobs)
+        yield ledger, schema
+
+
 def test_a_grouped_claim_walks_the_turns_in_order_before_the_groups_are_analyzed(pg, monkeypatch):
     """5,000 groups, one due job each, and nothing has analyzed the groups table (it fills from
     empty, by trigger): the planner takes a queue for a few dozen groups and reads all 5,000
@@ -350,14 +369,7 @@ def test_a_grouped_claim_walks_the_turns_in_order_before_the_groups_are_analyzed
     limits), the walk reads the turn index in order and stops at its limit."""
     from jobledger.backends.postgres import grouped
 
-    with ledger_with_jobs(pg, 0, group=lambda p: f"g{p['n']}") as (ledger, schema):
-        ledger.migrate()
-        with psycopg.connect(pg.url, autocommit=True) as conn:
-            for table in ("jobs", "groups"):
-                conn.execute(
-                    f"ALTER TABLE {schema}.jobledger_{table} SET (autovacuum_enabled = false)"
-                )
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5000)])
+    with unanalyzed_groups(pg, 5000) as (ledger, schema):
         db = ledger.backend.db
         turns = "EXPLAIN (ANALYZE, FORMAT JSON) " + db.statement("group_candidates_turns", 10)
 
@@ -391,14 +403,7 @@ def test_the_one_statement_grouped_claim_walks_the_turns_in_order_before_the_gro
     under those settings (migration 017), and the statement reaches the groups' rows by their
     key, so a claim of 10 reads about as many groups' rows as it serves. Without the settings
     (reset on the walk's function in a transaction rolled back) the same claim reads them all."""
-    with ledger_with_jobs(pg, 0, group=lambda p: f"g{p['n']}") as (ledger, schema):
-        ledger.migrate()
-        with psycopg.connect(pg.url, autocommit=True) as conn:
-            for table in ("jobs", "groups"):
-                conn.execute(
-                    f"ALTER TABLE {schema}.jobledger_{table} SET (autovacuum_enabled = false)"
-                )
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(5000)])
+    with unanalyzed_groups(pg, 5000) as (ledger, schema):
         db = ledger.backend.db
         claim = db.statement("group_claim_unlimited", 10)
         params = {"queue_0": "q", "now": None, "worker": "w", "lease_seconds": None}

@@ -131,8 +131,7 @@ class GroupedClaim:
             # The second round walks the turns again: the groups just served are now last.
         else:
             return taken
-        rest = limit - len(taken)
-        return taken + self._claim_locked(queues, worker, rest, now, lease_seconds, claim)
+        return taken + self._claim_locked(queues, limit - len(taken), params)
 
     def _limited(self, queues: Sequence[str]) -> bool:
         """Whether a queue of these had group limits at most ``GROUPS_RECHECK_SECONDS`` ago
@@ -140,18 +139,9 @@ class GroupedClaim:
         seen = self._limited_at.get(tuple(queues))
         return seen is not None and time.monotonic() - seen < GROUPS_RECHECK_SECONDS
 
-    def _claim_locked(
-        self,
-        queues: Sequence[str],
-        worker: str,
-        limit: int,
-        now: datetime | None,
-        lease_seconds: float | None,
-        claim: str,
-    ) -> list[Any]:
+    def _claim_locked(self, queues: Sequence[str], limit: int, params: dict[str, Any]) -> list[Any]:
         """The grouped claim in two statements, each group's slots and tokens counted in a
-        snapshot taken after its lock."""
-        params = queue_params(queues) | {"now": now}
+        snapshot taken after its lock (``params``: the claim's, as ``claim`` makes them)."""
         prepared = self._db.prepared
         with self._db.transaction() as c:
             walk_in_order(c)
@@ -165,13 +155,9 @@ class GroupedClaim:
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
-            groups = {
+            groups = params | {
                 "queues": text_array([r[0] for r in found]),
                 "names": text_array([r[1] for r in found]),
-                "worker": worker,
-                "now": now,
-                "lease_seconds": lease_seconds,
-                "claim": claim,
             }
             # Each group's share of the claim first (``claim_share``): no group's rows past its
             # share are locked.

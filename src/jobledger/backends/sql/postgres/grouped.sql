@@ -116,6 +116,32 @@ JOIN {groups} AS g ON g.queue = v.queue AND g.name = v.name
 -- (migration 012) does not stand in the way, and two claims exclude each other.
 FOR NO KEY UPDATE OF g SKIP LOCKED
 
+-- name: group_picked
+-- The jobs a grouped claim takes (group_claim, group_claim_unlimited): up to "take" due jobs of
+-- each group of "allowed" (its queue, name, order "ord" and "take"), locked, one per group per
+-- round in the groups' order, {limit} in all. Each group's jobs are numbered once, over the
+-- whole batch (numbered inside the lateral probe, each group paid a sort and a window of its
+-- own: 0.5 ms of a claim over 500).
+picked AS (
+    SELECT p.id FROM (
+        SELECT s.id, a.ord,
+               row_number() OVER (PARTITION BY a.ord ORDER BY s.priority DESC, s.run_at, s.id)
+                   AS rn
+        FROM allowed AS a
+        CROSS JOIN LATERAL (
+            SELECT id, priority, run_at FROM {jobs}
+            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
+              AND group_name = a.name AND run_at <= {now}
+            ORDER BY priority DESC, run_at, id
+            LIMIT GREATEST(a.take, 0)
+            FOR UPDATE SKIP LOCKED
+        ) AS s
+        WHERE a.take > 0
+    ) AS p
+    ORDER BY p.rn, p.ord
+    LIMIT {limit}
+)
+
 -- name: group_has_room
 -- Whether the group "w" (its row's columns, NULL without one) under the limits "l" of its
 -- queue may be served: not paused, under its leased limit, with a token.
@@ -160,27 +186,7 @@ WITH current AS (
                            AND j.queue = c.queue AND j.group_name = c.name
                          LIMIT COALESCE(c.max_leased, 0)) AS x), {limit})) AS take
     FROM current AS c
-), picked AS (
-    -- Each group's jobs are numbered once, over the whole batch (numbered inside the lateral
-    -- probe, each group paid a sort and a window of its own: 0.5 ms of a claim over 500).
-    SELECT p.id FROM (
-        SELECT s.id, a.ord,
-               row_number() OVER (PARTITION BY a.ord ORDER BY s.priority DESC, s.run_at, s.id)
-                   AS rn
-        FROM allowed AS a
-        CROSS JOIN LATERAL (
-            SELECT id, priority, run_at FROM {jobs}
-            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
-              AND group_name = a.name AND run_at <= {now}
-            ORDER BY priority DESC, run_at, id
-            LIMIT GREATEST(a.take, 0)
-            FOR UPDATE SKIP LOCKED
-        ) AS s
-        WHERE a.take > 0
-    ) AS p
-    ORDER BY p.rn, p.ord
-    LIMIT {limit}
-), {@lease_claimed}, served AS (
+), {@group_picked}, {@lease_claimed}, served AS (
     INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
     SELECT a.queue, a.name, a.tokens - t.taken, {now}, {now}
     FROM allowed AS a
@@ -226,29 +232,13 @@ WITH limited AS MATERIALIZED (
           AND (g.paused_until IS NULL OR g.paused_until <= {now})
         {@group_lock}
     ) AS g
-), numbered AS (
+), allowed AS (
+    -- The locked groups in the order of their turns, each allowed its share of the batch.
     SELECT k.queue, k.name,
            row_number() OVER (ORDER BY k.served_at NULLS FIRST, k.queue, k.name) AS ord,
-           ({limit} + count(*) OVER () - 1) / count(*) OVER () AS share
+           ({limit} + count(*) OVER () - 1) / count(*) OVER () AS take
     FROM locked AS k
-), picked AS (
-    SELECT p.id FROM (
-        SELECT s.id, a.ord,
-               row_number() OVER (PARTITION BY a.ord ORDER BY s.priority DESC, s.run_at, s.id)
-                   AS rn
-        FROM numbered AS a
-        CROSS JOIN LATERAL (
-            SELECT id, priority, run_at FROM {jobs}
-            WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
-              AND group_name = a.name AND run_at <= {now}
-            ORDER BY priority DESC, run_at, id
-            LIMIT a.share
-            FOR UPDATE SKIP LOCKED
-        ) AS s
-    ) AS p
-    ORDER BY p.rn, p.ord
-    LIMIT {limit}
-), {@lease_claimed}, served AS (
+), {@group_picked}, {@lease_claimed}, served AS (
     -- As group_claim writes them: no bucket (the queue has no rate), the turn now.
     INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
     SELECT DISTINCT c.queue, c.group_name, NULL::float8, {now}, {now} FROM claimed AS c
@@ -264,5 +254,5 @@ SELECT r.*, x.limited,
            SELECT bool_or({group_rows_over}(q.name, 4 * {limit} + 64))
            FROM {queue_rows} AS q(name))
        ELSE false END AS more,
-       (SELECT max(n.share) FROM numbered AS n) AS share
+       (SELECT max(a.take) FROM allowed AS a) AS share
 FROM limited AS x LEFT JOIN returned AS r ON true
