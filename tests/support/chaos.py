@@ -68,6 +68,11 @@ class ChaosConfig:
     stall_seconds: float = 60.0
     """The run fails when no job has finished for this long (machine seconds, see
     ``waiting.py``): a slow run is not a broken one, a stuck one is."""
+    grouped_every: int = 2
+    """Every n-th job carries a group, one of ``groups`` round the recipients (0: none does):
+    the workers' claims take both kinds, the grouped ones round the groups (on PostgreSQL in
+    one statement, the queue having no group limits)."""
+    groups: int = 40
     seed: int | None = None
     """Seeds the monkey's choices and the fault points' N (a random seed when None; the figures
     say which)."""
@@ -79,6 +84,8 @@ class ChaosFigures:
 
     backend: str
     jobs: int = 0
+    grouped: int = 0
+    """Jobs with a group, as the ledger has them at the end."""
     done: int = 0
     dead: int = 0
     kills: int = 0
@@ -104,7 +111,8 @@ class ChaosFigures:
 
     def line(self) -> str:
         return (
-            f"chaos [{self.backend}]: {self.jobs} jobs ({self.done} done, {self.dead} dead) in "
+            f"chaos [{self.backend}]: {self.jobs} jobs ({self.grouped} with a group; "
+            f"{self.done} done, {self.dead} dead) in "
             f"{self.seconds:.1f} s; kills {self.kills} + {self.fault_kills} at fault points, "
             f"worker restarts {self.restarts} ({self.startup_failures} after failing to "
             f"connect), database restarts {self.db_restarts}; attempts "
@@ -188,9 +196,17 @@ def run_chaos(
     harness = HistoryRecorder(history, host="harness") if history else None
     provider_history = HistoryRecorder(history, host="provider") if history else None
     keys = [f"message-{n}" for n in recipients]
+    every = config.grouped_every
     results = ledger.enqueue_many(
         "deliver",
-        [{"payload": {"n": n}, "key": key} for n, key in zip(recipients, keys, strict=True)],
+        [
+            {
+                "payload": {"n": n},
+                "key": key,
+                "group": f"tenant-{n % config.groups}" if every and n % every == 0 else None,
+            }
+            for n, key in zip(recipients, keys, strict=True)
+        ],
     )
     if harness is not None:
         for key, result in zip(keys, results, strict=True):
@@ -363,6 +379,7 @@ def _collect(
                 "id": job.id,
                 "key": job.key,
                 "state": job.state.value,
+                "group": job.group,
                 "attempts": job.attempts,
                 "attempt_limit": job.attempt_limit,
                 "last_error_class": job.last_error_class,
@@ -408,6 +425,7 @@ def _collect(
     by_state = {s: sum(1 for j in jobs if j.state is s) for s in JobState}
     figures.done = by_state[JobState.DONE]
     figures.dead = by_state[JobState.DEAD]
+    figures.grouped = sum(1 for j in jobs if j.group is not None)
     figures.attempts = sum(j.attempts for j in jobs)
     figures.lease_expiries = sum(1 for a in run.attempts if a["outcome"] == "lease_expired")
     figures.stale_writes = sum(1 for e in run.events if e["type"] == "lease_lost")
@@ -419,6 +437,10 @@ def _collect(
     problems = run.problems
     if len(jobs) != figures.jobs:
         problems.append(f"{figures.jobs} jobs enqueued, {len(jobs)} in the ledger (lost some)")
+    every = config.grouped_every
+    expected = len([n for n in range(figures.jobs) if every and n % every == 0])
+    if figures.grouped != expected:
+        problems.append(f"{expected} jobs enqueued with a group, {figures.grouped} have one")
     unfinished = [j.key for j in jobs if not j.state.is_final]
     if unfinished:
         problems.append(f"{len(unfinished)} jobs not finished: {unfinished[:5]}")
