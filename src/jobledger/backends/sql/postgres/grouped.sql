@@ -249,8 +249,9 @@ WITH limited AS MATERIALIZED (
     {@lease_returned}
 )
 SELECT r.*, x.limited,
-       -- Counted only when fewer than {limit} groups were kept (see group_candidates_turns).
-       CASE WHEN (SELECT count(*) FROM viable) < {limit} THEN (
+       -- Counted only when fewer than {limit} groups were kept (see group_candidates_turns),
+       -- and not for a claim that goes the two-statement way anyway.
+       CASE WHEN NOT x.limited AND (SELECT count(*) FROM viable) < {limit} THEN (
            SELECT bool_or({group_rows_over}(q.name, 4 * {limit} + 64))
            FROM {queue_rows} AS q(name))
        ELSE false END AS more,
