@@ -77,6 +77,11 @@ class ChaosConfig:
     """Seeds the monkey's choices and the fault points' N (a random seed when None; the figures
     say which)."""
 
+    def group_of(self, n: int) -> str | None:
+        """The group of the job for recipient ``n`` (``grouped_every``), or None."""
+        every = self.grouped_every
+        return f"tenant-{n % self.groups}" if every and n % every == 0 else None
+
 
 @dataclass
 class ChaosFigures:
@@ -196,15 +201,10 @@ def run_chaos(
     harness = HistoryRecorder(history, host="harness") if history else None
     provider_history = HistoryRecorder(history, host="provider") if history else None
     keys = [f"message-{n}" for n in recipients]
-    every = config.grouped_every
     results = ledger.enqueue_many(
         "deliver",
         [
-            {
-                "payload": {"n": n},
-                "key": key,
-                "group": f"tenant-{n % config.groups}" if every and n % every == 0 else None,
-            }
+            {"payload": {"n": n}, "key": key, "group": config.group_of(n)}
             for n, key in zip(recipients, keys, strict=True)
         ],
     )
@@ -437,8 +437,7 @@ def _collect(
     problems = run.problems
     if len(jobs) != figures.jobs:
         problems.append(f"{figures.jobs} jobs enqueued, {len(jobs)} in the ledger (lost some)")
-    every = config.grouped_every
-    expected = len([n for n in range(figures.jobs) if every and n % every == 0])
+    expected = sum(1 for n in range(figures.jobs) if config.group_of(n) is not None)
     if figures.grouped != expected:
         problems.append(f"{expected} jobs enqueued with a group, {figures.grouped} have one")
     unfinished = [j.key for j in jobs if not j.state.is_final]
