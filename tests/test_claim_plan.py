@@ -256,6 +256,80 @@ def test_the_prepared_claim_keeps_its_generic_plan_instead_of_planning_every_run
         pg.drop_schema(schema)
 
 
+def test_claims_of_many_sizes_keep_at_most_max_prepared_statements_on_a_connection(
+    pg, monkeypatch
+):
+    """Each claim size is a prepared statement of its own (its ``{limit}`` written in), each
+    holding its plan in the server session's memory: a worker whose claim sizes vary would
+    otherwise keep one for every size it ever asked for, on every connection. Past
+    ``MAX_PREPARED`` on one connection the least recently used statement is deallocated, and
+    prepared again when its size comes back; the statements still in use stay prepared."""
+    from jobledger.backends.postgres import prepared
+
+    monkeypatch.setattr(prepared, "MAX_PREPARED", 6)
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(400)])
+        jobs, db = ledger.backend.jobs, ledger.backend.db
+        names = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'jobledger_job_claim%'"
+
+        def claim(size: int) -> None:
+            assert len(jobs.claim(["q"], "w", size)) == size
+            jobs.rewind()  # from the start: job_claim, not job_claim_after
+
+        for size in range(1, 21):  # one thread: the quick pool's one connection
+            claim(size)
+        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
+        assert kept == {f"jobledger_job_claim_{size}_1" for size in range(15, 21)}
+        claim(3)  # deallocated above: prepared again, in place of 15 (the least recently used)
+        claim(16)  # used again: now 17 is the least recently used
+        claim(1)
+        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
+        assert kept == {f"jobledger_job_claim_{size}_1" for size in (1, 3, 16, 18, 19, 20)}
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
+
+
+def test_a_session_that_lost_its_prepared_statements_prepares_them_again(pg, monkeypatch):
+    """``DISCARD ALL`` on the connection drops every statement prepared there: the next claim
+    of a size prepared before prepares it again, and so does a claim of a new size that first
+    makes room (its ``DEALLOCATE`` of a statement already gone is not an error)."""
+    from jobledger.backends.postgres import prepared
+
+    monkeypatch.setattr(prepared, "MAX_PREPARED", 3)
+    schema, url = pg.new_schema_url()
+    try:
+        ledger = Ledger(url)
+        ledger.task(lambda ctx, n: None, name="t", queue="q")
+        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(100)])
+        jobs, db = ledger.backend.jobs, ledger.backend.db
+        names = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'jobledger_job_claim%'"
+
+        def claim(size: int) -> None:
+            assert len(jobs.claim(["q"], "w", size)) == size
+            jobs.rewind()
+
+        for size in (1, 2, 3):
+            claim(size)
+        db.quickly(lambda c: c.execute("DISCARD ALL"))
+        claim(4)  # makes room first: the least recently used is gone already
+        claim(1)
+        claim(2)
+        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
+        assert kept == {f"jobledger_job_claim_{size}_1" for size in (1, 2, 4)}
+        db.quickly(lambda c: c.execute("DISCARD ALL"))
+        claim(2)  # its statement is gone: the server says so, and it is prepared again
+        claim(4)
+        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
+        assert kept == {f"jobledger_job_claim_{size}_1" for size in (2, 4)}
+        ledger.close()
+    finally:
+        pg.drop_schema(schema)
+
+
 def test_a_prepared_claim_is_planned_again_as_its_table_grows(pg, monkeypatch):
     """A claim prepared while the jobs table was nearly empty gets a generic plan that reads the
     table whole for the rows it has just locked; PostgreSQL keeps that plan until the table's

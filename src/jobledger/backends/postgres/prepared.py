@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
@@ -31,7 +32,31 @@ _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 #: doing so as the table grew (7.5 ms a claim at 20,000 rows under a held xmin instead of
 #: 0.9). Preparing again costs a few custom plans per this many runs.
 REPLAN_EVERY = 1000
+#: Statements of this module kept prepared on one connection at most; past it the one used
+#: least recently is deallocated (and prepared again if it comes back). Each claim size is a
+#: statement of its own (``{limit}`` is written in, so that its plan knows it), and a prepared
+#: claim holds about 130 kB of its server session's memory: a worker whose claim sizes vary
+#: (with ``prefetch``, anything from half a batch to a whole one) kept hundreds of them on
+#: each connection, for as long as the connection lived. 100 is psycopg's own limit for the
+#: statements it prepares (``Connection.prepared_max``).
+MAX_PREPARED = 100
 _OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
+
+#: Per connection: the statements prepared on it, least recently used first. Changed only
+#: under the connection's lock, with which each statement runs.
+_prepared_on: weakref.WeakKeyDictionary[
+    psycopg.Connection[Any], OrderedDict[bytes, PreparedStatement]
+] = weakref.WeakKeyDictionary()
+_prepared_on_lock = threading.Lock()
+
+
+def _kept(conn: psycopg.Connection[Any]) -> OrderedDict[bytes, PreparedStatement]:
+    """The statements prepared on ``conn``, in the order of their last use."""
+    kept = _prepared_on.get(conn)
+    if kept is None:
+        with _prepared_on_lock:
+            kept = _prepared_on.setdefault(conn, OrderedDict())
+    return kept
 
 
 def _param(value: Any) -> bytes | None:
@@ -98,13 +123,18 @@ class PreparedStatement:
             if not self.prepare:
                 # None is NULL, as psycopg itself sends it (its stubs say otherwise).
                 return _check(conn, conn.pgconn.exec_params(self.sql, params))
+            kept = _kept(conn)
             for attempt in range(2):
                 runs = self._runs.get(conn)
                 if runs is None or runs >= REPLAN_EVERY:
                     if runs is not None:
                         _check(conn, conn.pgconn.exec_(b"DEALLOCATE " + self.name))
+                    else:
+                        _make_room(conn, kept)
                     _check(conn, conn.pgconn.prepare(self.name, self.sql))
                     runs = 0
+                kept[self.name] = self
+                kept.move_to_end(self.name)
                 with self._lock:
                     self._runs[conn] = runs + 1
                 try:
@@ -112,12 +142,17 @@ class PreparedStatement:
                     sent = conn.pgconn.exec_prepared(self.name, params)  # type: ignore[arg-type]
                     return _check(conn, sent)
                 except psycopg.errors.InvalidSqlStatementName:
-                    # The session lost its prepared statements (DISCARD ALL): prepare again.
-                    with self._lock:
-                        self._runs.pop(conn, None)
+                    # The session lost its prepared statements (DISCARD ALL): prepare again,
+                    # and the others when they next run.
+                    _forget_all(conn, kept)
                     if attempt:
                         raise
         raise AssertionError("unreachable")
+
+    def _forget(self, conn: psycopg.Connection[Any]) -> None:
+        """No longer prepared on ``conn``: its next run there prepares it."""
+        with self._lock:
+            self._runs.pop(conn, None)
 
     @staticmethod
     def _values(result: pq.abc.PGresult) -> list[tuple[bytes | None, ...]]:
@@ -125,6 +160,29 @@ class PreparedStatement:
             tuple(result.get_value(r, c) for c in range(result.nfields))
             for r in range(result.ntuples)
         ]
+
+
+def _make_room(conn: psycopg.Connection[Any], kept: OrderedDict[bytes, PreparedStatement]) -> None:
+    """Before one more statement is prepared on ``conn`` (under its lock): deallocate the least
+    recently used ones past ``MAX_PREPARED``. Outside a transaction only, where a failed
+    ``DEALLOCATE`` aborts nothing: in one (a grouped claim's) the connection keeps a few more
+    until its next statement outside."""
+    if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
+        return
+    while len(kept) >= MAX_PREPARED:
+        _, oldest = kept.popitem(last=False)
+        oldest._forget(conn)
+        try:
+            _check(conn, conn.pgconn.exec_(b"DEALLOCATE " + oldest.name))
+        except psycopg.errors.InvalidSqlStatementName:
+            _forget_all(conn, kept)  # the session lost its prepared statements (DISCARD ALL)
+
+
+def _forget_all(conn: psycopg.Connection[Any], kept: OrderedDict[bytes, PreparedStatement]) -> None:
+    """None of ``kept`` is prepared on ``conn`` any more."""
+    for statement in kept.values():
+        statement._forget(conn)
+    kept.clear()
 
 
 def _check(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
