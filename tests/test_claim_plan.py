@@ -256,9 +256,7 @@ def test_the_prepared_claim_keeps_its_generic_plan_instead_of_planning_every_run
         pg.drop_schema(schema)
 
 
-def test_claims_of_many_sizes_keep_at_most_max_prepared_statements_on_a_connection(
-    pg, monkeypatch
-):
+def test_claims_of_many_sizes_keep_at_most_max_prepared_statements_on_a_connection(pg, monkeypatch):
     """Each claim size is a prepared statement of its own (its ``{limit}`` written in), each
     holding its plan in the server session's memory: a worker whose claim sizes vary would
     otherwise keep one for every size it ever asked for, on every connection. Past
@@ -328,6 +326,32 @@ def test_a_session_that_lost_its_prepared_statements_prepares_them_again(pg, mon
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+def test_statements_are_deallocated_in_a_transaction_without_failing_it(pg, monkeypatch):
+    """A grouped claim's statements run in its transaction: the limit holds there too, and a
+    ``DEALLOCATE`` of a statement the session has lost (after ``DISCARD ALL``) fails under a
+    savepoint, not the transaction, which goes on and commits."""
+    from jobledger.backends.postgres import prepared
+
+    monkeypatch.setattr(prepared, "MAX_PREPARED", 3)
+    statements = [
+        prepared.PreparedStatement(f"jobledger_test_{n}", f"SELECT %(x)s::int + {n}")
+        for n in range(6)
+    ]
+    names = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'jobledger_test_%' ORDER BY 1"
+    with psycopg.connect(pg.url, autocommit=True) as conn:
+        for statement in statements[:3]:
+            statement.rows(conn, {"x": 1})
+        conn.execute("DISCARD ALL")
+        with conn.transaction():
+            assert statements[3].rows(conn, {"x": 1}) == [(b"4",)]  # makes room: gone already
+            for n, statement in enumerate(statements):
+                assert statement.rows(conn, {"x": 1}) == [(str(n + 1).encode(),)]
+            kept = [r[0] for r in conn.execute(names).fetchall()]
+            conn.execute("CREATE TEMP TABLE still_in_the_transaction ()")
+        assert kept == [f"jobledger_test_{n}" for n in (3, 4, 5)]
+        assert conn.execute("SELECT to_regclass('still_in_the_transaction')").fetchone() != (None,)
 
 
 def test_a_prepared_claim_is_planned_again_as_its_table_grows(pg, monkeypatch):

@@ -164,18 +164,30 @@ class PreparedStatement:
 
 def _make_room(conn: psycopg.Connection[Any], kept: OrderedDict[bytes, PreparedStatement]) -> None:
     """Before one more statement is prepared on ``conn`` (under its lock): deallocate the least
-    recently used ones past ``MAX_PREPARED``. Outside a transaction only, where a failed
-    ``DEALLOCATE`` aborts nothing: in one (a grouped claim's) the connection keeps a few more
-    until its next statement outside."""
-    if conn.pgconn.transaction_status != pq.TransactionStatus.IDLE:
-        return
+    recently used ones past ``MAX_PREPARED``."""
     while len(kept) >= MAX_PREPARED:
         _, oldest = kept.popitem(last=False)
         oldest._forget(conn)
         try:
-            _check(conn, conn.pgconn.exec_(b"DEALLOCATE " + oldest.name))
+            _deallocate(conn, oldest.name)
         except psycopg.errors.InvalidSqlStatementName:
             _forget_all(conn, kept)  # the session lost its prepared statements (DISCARD ALL)
+
+
+def _deallocate(conn: psycopg.Connection[Any], name: bytes) -> None:
+    """``DEALLOCATE name``; in a transaction (a grouped claim's) under a savepoint, so that
+    a statement the session no longer has fails it alone, not the transaction."""
+    if conn.pgconn.transaction_status == pq.TransactionStatus.IDLE:
+        _check(conn, conn.pgconn.exec_(b"DEALLOCATE " + name))
+        return
+    savepoint = b"SAVEPOINT jobledger_deallocate; "
+    release = b"; RELEASE SAVEPOINT jobledger_deallocate"
+    try:
+        _check(conn, conn.pgconn.exec_(savepoint + b"DEALLOCATE " + name + release))
+    except psycopg.errors.InvalidSqlStatementName:
+        back = b"ROLLBACK TO SAVEPOINT jobledger_deallocate" + release
+        _check(conn, conn.pgconn.exec_(back))
+        raise
 
 
 def _forget_all(conn: psycopg.Connection[Any], kept: OrderedDict[bytes, PreparedStatement]) -> None:
