@@ -256,6 +256,44 @@ def test_the_prepared_claim_keeps_its_generic_plan_instead_of_planning_every_run
         pg.drop_schema(schema)
 
 
+class ClaimsBySize:
+    """A ledger with due jobs in queue "q", claimed from one thread (so on the quick pool's one
+    connection) by size."""
+
+    def __init__(self, url: str, jobs: int):
+        self.ledger = Ledger(url)
+        self.ledger.task(lambda ctx, n: None, name="t", queue="q")
+        self.ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(jobs)])
+        self.db = self.ledger.backend.db
+
+    def claim(self, *sizes: int) -> None:
+        """Claims of these sizes, each from the start (``job_claim``, never ``job_claim_after``)."""
+        jobs = self.ledger.backend.jobs
+        for size in sizes:
+            assert len(jobs.claim(["q"], "w", size)) == size
+            jobs.rewind()
+
+    def prepared(self) -> set[int]:
+        """The sizes whose claim is prepared on the connection."""
+        names = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'jobledger_job_claim_%'"
+        rows = self.db.quickly(lambda c: c.execute(names).fetchall())
+        return {int(name.split("_")[-2]) for (name,) in rows}
+
+    def discard_all(self) -> None:
+        self.db.quickly(lambda c: c.execute("DISCARD ALL"))
+
+
+@contextmanager
+def claims_by_size(pg, jobs: int) -> Iterator[ClaimsBySize]:
+    schema, url = pg.new_schema_url()
+    try:
+        claims = ClaimsBySize(url, jobs)
+        yield claims
+        claims.ledger.close()
+    finally:
+        pg.drop_schema(schema)
+
+
 def test_claims_of_many_sizes_keep_at_most_max_prepared_statements_on_a_connection(pg, monkeypatch):
     """Each claim size is a prepared statement of its own (its ``{limit}`` written in), each
     holding its plan in the server session's memory: a worker whose claim sizes vary would
@@ -265,30 +303,13 @@ def test_claims_of_many_sizes_keep_at_most_max_prepared_statements_on_a_connecti
     from jobledger.backends.postgres import prepared
 
     monkeypatch.setattr(prepared, "MAX_PREPARED", 6)
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(400)])
-        jobs, db = ledger.backend.jobs, ledger.backend.db
-        names = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'jobledger_job_claim%'"
-
-        def claim(size: int) -> None:
-            assert len(jobs.claim(["q"], "w", size)) == size
-            jobs.rewind()  # from the start: job_claim, not job_claim_after
-
-        for size in range(1, 21):  # one thread: the quick pool's one connection
-            claim(size)
-        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
-        assert kept == {f"jobledger_job_claim_{size}_1" for size in range(15, 21)}
-        claim(3)  # deallocated above: prepared again, in place of 15 (the least recently used)
-        claim(16)  # used again: now 17 is the least recently used
-        claim(1)
-        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
-        assert kept == {f"jobledger_job_claim_{size}_1" for size in (1, 3, 16, 18, 19, 20)}
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
+    with claims_by_size(pg, 400) as claims:
+        claims.claim(*range(1, 21))
+        assert claims.prepared() == set(range(15, 21))
+        claims.claim(3)  # deallocated above: prepared again, in place of 15 (used least recently)
+        claims.claim(16)  # used again: now 17 is the least recently used
+        claims.claim(1)
+        assert claims.prepared() == {1, 3, 16, 18, 19, 20}
 
 
 def test_a_session_that_lost_its_prepared_statements_prepares_them_again(pg, monkeypatch):
@@ -298,34 +319,16 @@ def test_a_session_that_lost_its_prepared_statements_prepares_them_again(pg, mon
     from jobledger.backends.postgres import prepared
 
     monkeypatch.setattr(prepared, "MAX_PREPARED", 3)
-    schema, url = pg.new_schema_url()
-    try:
-        ledger = Ledger(url)
-        ledger.task(lambda ctx, n: None, name="t", queue="q")
-        ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(100)])
-        jobs, db = ledger.backend.jobs, ledger.backend.db
-        names = "SELECT name FROM pg_prepared_statements WHERE name LIKE 'jobledger_job_claim%'"
-
-        def claim(size: int) -> None:
-            assert len(jobs.claim(["q"], "w", size)) == size
-            jobs.rewind()
-
-        for size in (1, 2, 3):
-            claim(size)
-        db.quickly(lambda c: c.execute("DISCARD ALL"))
-        claim(4)  # makes room first: the least recently used is gone already
-        claim(1)
-        claim(2)
-        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
-        assert kept == {f"jobledger_job_claim_{size}_1" for size in (1, 2, 4)}
-        db.quickly(lambda c: c.execute("DISCARD ALL"))
-        claim(2)  # its statement is gone: the server says so, and it is prepared again
-        claim(4)
-        kept = {r[0] for r in db.quickly(lambda c: c.execute(names).fetchall())}
-        assert kept == {f"jobledger_job_claim_{size}_1" for size in (2, 4)}
-        ledger.close()
-    finally:
-        pg.drop_schema(schema)
+    with claims_by_size(pg, 100) as claims:
+        claims.claim(1, 2, 3)
+        claims.discard_all()
+        claims.claim(4)  # makes room first: the least recently used is gone already
+        claims.claim(1, 2)
+        assert claims.prepared() == {1, 2, 4}
+        claims.discard_all()
+        claims.claim(2)  # its statement is gone: the server says so, and it is prepared again
+        claims.claim(4)
+        assert claims.prepared() == {2, 4}
 
 
 def test_statements_are_deallocated_in_a_transaction_without_failing_it(pg, monkeypatch):
