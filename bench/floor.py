@@ -4,7 +4,7 @@ from one connection in batches (no queue library, no worker, no threads).
 Enqueue as ``enqueue_many`` does with batches of 1,000 new keys (PostgreSQL: a ``COPY`` into the
 jobs table in a transaction, after its ids, then the tombstone check; SQLite: one
 ``INSERT`` of 250 rows a statement in one transaction), then drain: claim a batch
-(each attempt begun), complete it (fenced by token, the attempts' rows written), until nothing
+(each attempt begun), complete it (fenced by token), until nothing
 is left.
 
 Before that, the floor of the single enqueue: a bare ``INSERT`` of one job row per call in
@@ -27,7 +27,6 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger._records import NewJob
-from jobledger.backends.postgres.jobs import without_open_rows
 from jobledger.backends.postgres.newjob import (
     NEW_JOB_SQL,
     new_job_copy,
@@ -134,8 +133,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
     single_per_s, statement_per_s, call_per_s = _single_postgres(dsn, sql, bare, single)
     # One queue, as PostgresDatabase.statement writes the claim for one.
     claim = sql["job_claim"].replace("{limit}", str(batch))
-    # As PostgresJobs sends a completion: its attempts' rows by a plain insert.
-    complete = without_open_rows(sql, "job_complete")
+    complete = sql["job_complete"]
     claim = claim.replace("{queue_rows}", "(VALUES (%(queue_0)s::text))")
     payload = json.dumps({"n": 0})
     # As the backend sends them: never prepared but the claim (a generic plan of a statement
@@ -287,18 +285,14 @@ def floor_sqlite(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict[s
         now = time.time()
         conn.execute("BEGIN IMMEDIATE")
         # As the backend completes: the jobs marked done fenced by their (id, token) pairs in
-        # the statement, which returns those it completed; their attempts' rows written.
+        # the statement, which returns those it completed.
         for first in range(0, len(rows), 500):
             part = rows[first : first + 500]
             pairs: list[Any] = [now]
             for r in part:
                 pairs += (r[0], r[6])
             text = sql["job_complete"].replace("{leases}", ", ".join(["(?, ?)"] * len(part)))
-            held = conn.execute(text, pairs).fetchall()
-            closed: list[Any] = [now]
-            closed += [job_id for job_id, _ in held]
-            text = sql["attempt_done"].replace("{ids}", ", ".join(["?"] * len(held)))
-            conn.execute(text, closed)
+            conn.execute(text, pairs).fetchall()
         conn.execute("COMMIT")
         done += len(rows)
     drained = time.perf_counter() - started

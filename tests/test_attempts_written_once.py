@@ -1,9 +1,11 @@
-"""An attempt's row is written once, when the attempt ends (migration 016): the claim leases the
-job and writes nothing to the attempts table; while the job is leased its attempt is read from
-the job's row (attempts, lease_token, leased_by, leased_at); the completion, the failure, the
-release and the rescue each insert the ended attempt's row. An attempt whose row was opened
-before 016 (or by a worker of that version, during a rolling upgrade) is closed in that row,
-not written twice. On each backend."""
+"""An attempt's row is written once, when the attempt ends (migration 016), and never for the
+attempt that completes its job: the claim leases the job and writes nothing to the attempts
+table; while the job is leased its attempt is read from the job's row (attempts, lease_token,
+leased_by, leased_at); the failure, the release and the rescue each insert the ended attempt's
+row; the completion inserts none, for a job done is never leased again and its row keeps that
+attempt, read from there with its end. An attempt whose row was opened before 016 (or by a
+worker of that version, during a rolling upgrade) is closed in that row, not written twice, or
+read as done once its job is. On each backend."""
 
 from __future__ import annotations
 
@@ -92,7 +94,7 @@ def test_a_claim_writes_no_attempt_row_and_each_end_writes_one(ledger):
     assert jobs.release([_lease(released)], now=t2) == []
     [rescued] = jobs.rescue(now=T0 + timedelta(seconds=61))
     assert rescued.job_id == expired.id
-    assert _rows(url) == 4
+    assert _rows(url) == 3  # no row for the attempt that completed its job: the job's row has it
     assert _ended(led, done.id) == [(1, "w1", T0, t1, AttemptOutcome.DONE, None)]
     assert _ended(led, failed.id) == [(1, "w1", T0, t1, AttemptOutcome.RETRY, "ValueError")]
     assert _ended(led, released.id) == [(1, "w1", T0, t2, AttemptOutcome.RELEASED, None)]
@@ -109,7 +111,7 @@ def test_a_claim_writes_no_attempt_row_and_each_end_writes_one(ledger):
         (1, "w1", AttemptOutcome.RETRY),
         (2, "w2", None),
     ]
-    assert _rows(url) == 4
+    assert _rows(url) == 3
 
 
 def test_an_attempt_opened_before_016_is_closed_in_its_own_row(ledger):
@@ -151,52 +153,62 @@ def test_an_attempt_opened_before_016_is_closed_in_its_own_row(ledger):
     t1 = T0 + timedelta(seconds=1)
     assert jobs.complete([_lease(first)], now=t1) == []
     jobs.fail([Failure(_lease(second), False, None, "KeyError", "gone")], now=t1)
-    assert _rows(url) == 2
+    assert _rows(url) == 2  # the completed job's open row is left as it was, and read as done
     assert _ended(led, first.id) == [(1, "old-worker", earlier, t1, AttemptOutcome.DONE, None)]
     assert _ended(led, second.id) == [
         (1, "old-worker", earlier, t1, AttemptOutcome.DEAD, "KeyError")
     ]
 
 
-def test_postgres_completions_insert_attempts_plainly_until_a_row_opened_before_016(pg):
-    """A completion sends its attempts' rows as a plain insert (no ON CONFLICT: no speculative
-    insertion per row). One that meets a row opened before 016 fails whole, changing nothing,
-    and is sent again with ``attempt_open_row``, which closes that row; so do the completions
-    after it, for ``OPEN_ROWS_SECONDS``."""
-    schema, url = pg.new_schema_url()
-    led = Ledger(url)
-    led.task(lambda ctx: None, name="t", queue="q", max_attempts=2, lease_seconds=60)
-    led.migrate()
-    try:
-        jobs = led.backend.jobs
-        hot, sent = jobs._db.hot, []
+def test_a_job_done_reads_its_last_attempt_from_its_row_after_earlier_ones(ledger):
+    """A job that failed once and then completed: its first attempt is a row, its second (the
+    one that completed it) is read from the job's row, in order, with its token; and a write
+    refused under the completing lease is told that its attempt came to "done" (a completion
+    whose answer was lost, sent again)."""
+    led, url = ledger
+    [job_id] = [r.id for r in led.enqueue_many("t", [{"key": "k"}], now=T0)]
+    jobs = led.backend.jobs
+    [first] = jobs.claim(["q"], "w1", 1, now=T0)
+    t1, t2, t3 = T0 + timedelta(seconds=1), T0 + timedelta(seconds=2), T0 + timedelta(seconds=3)
+    jobs.fail([Failure(_lease(first), True, t1, "ValueError", "boom")], now=t1)
+    [second] = jobs.claim(["q"], "w2", 1, now=t2)
+    assert jobs.complete([_lease(second)], now=t3) == []
+    assert _rows(url) == 1
+    assert _ended(led, job_id) == [
+        (1, "w1", T0, t1, AttemptOutcome.RETRY, "ValueError"),
+        (2, "w2", t2, t3, AttemptOutcome.DONE, None),
+    ]
+    tokens = [a.lease_token for a in led.backend.history.attempts(job_id)]
+    assert tokens == [first.lease_token, second.lease_token]
+    assert jobs.settled([_lease(second)]) == {job_id: "done"}
+    assert jobs.settled([_lease(first)]) == {job_id: "retry"}
 
-        def recording(text: str, params: dict[str, Any]) -> list[Any]:
-            sent.append("ON CONFLICT" in text)
-            return hot(text, params)
 
-        jobs._db.hot = recording
-        led.enqueue_many("t", [{"key": f"k{n}"} for n in range(4)], now=T0)
-        first, opened, other, last = jobs.claim(["q"], "w1", 4, now=T0)
-        t1, earlier = T0 + timedelta(seconds=1), T0 - timedelta(seconds=30)
-        assert jobs.complete([_lease(first)], now=t1) == []
-        assert sent == [False]
-        _execute(
-            url,
-            (
-                "INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, "
-                "started_at) VALUES (?, ?, ?, 'old-worker', ?)",
-                (opened.id, opened.attempt, opened.lease_token, earlier),
-            ),
-        )
-        assert jobs.complete([_lease(opened), _lease(other)], now=t1) == []
-        assert sent == [False, False, True]
-        assert _ended(led, opened.id) == [(1, "old-worker", earlier, t1, AttemptOutcome.DONE, None)]
-        assert _ended(led, other.id) == [(1, "w1", T0, t1, AttemptOutcome.DONE, None)]
-        assert jobs.complete([_lease(last)], now=t1) == []
-        assert sent == [False, False, True, True]
-        assert _rows(url) == 4
-        assert {j.state.value for j in led.jobs()} == {"done"}
-    finally:
-        led.close()
-        pg.drop_schema(schema)
+def test_a_prune_counts_the_attempt_a_job_done_kept_in_its_row_once(ledger):
+    """A prune reports the attempts it removed: a job done by a completion of this version
+    counts the attempt its row kept; one whose completing attempt has a row (written by an
+    earlier version) counts that row, not both."""
+    led, url = ledger
+    ids = [r.id for r in led.enqueue_many("t", [{"key": f"k{n}"} for n in range(2)], now=T0)]
+    jobs = led.backend.jobs
+    claimed = {j.id: j for j in jobs.claim(["q"], "w1", 2, now=T0)}
+    t1 = T0 + timedelta(seconds=1)
+    assert jobs.complete([_lease(j) for j in claimed.values()], now=t1) == []
+    older = claimed[ids[1]]
+    at = t1.timestamp() if url.startswith("sqlite") else t1
+    _execute(
+        url,
+        (
+            "INSERT INTO jobledger_attempts (job_id, attempt, lease_token, worker, started_at, "
+            "finished_at, outcome) VALUES (?, ?, ?, 'w1', ?, ?, 'done')",
+            (older.id, older.attempt, older.lease_token, at, at),
+        ),
+    )
+    assert _rows(url) == 1
+    for job_id in ids:
+        assert [(a.attempt, a.outcome) for a in led.backend.history.attempts(job_id)] == [
+            (1, AttemptOutcome.DONE)
+        ]
+    result = led.prune(timedelta(days=1), now=T0 + timedelta(days=2))
+    assert (result.jobs, result.attempts) == (2, 2)
+    assert _rows(url) == 0

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from jobledger import Ledger, SchemaMismatch
-from jobledger._records import Lease
+from jobledger._records import Failure, Lease
 from jobledger.backends import open_backend
 from jobledger.backends.sqlfiles import migrations
 from jobledger.backends.sqlite.database import split_statements
@@ -189,7 +189,9 @@ def test_sqlite_checks_without_lists_keep_rows_ids_and_constraints(tmp_path):
     ledger.migrate()
     ids = [ledger.enqueue(work, {"n": n}, key=f"k{n}").id for n in range(3)]
     [job] = ledger.backend.jobs.claim(["q"], "w", 1)
-    ledger.backend.jobs.complete([Lease(job.id, job.lease_token, job.attempt)])
+    # A failed attempt, so that the attempts table has a row (a completion writes none).
+    lease = Lease(job.id, job.lease_token, job.attempt)
+    ledger.backend.jobs.fail([Failure(lease, True, None, "ValueError", "boom")])
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("DELETE FROM jobledger_jobs WHERE id = ?", (ids[-1],))  # as a prune would
     # The jobs table as 013 found it: without the columns of later migrations (016's

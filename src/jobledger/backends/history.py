@@ -42,12 +42,16 @@ class Removal(Protocol):
 
     def take(self, c: Any, params: dict[str, Any], states: str) -> list[Any]:
         """The jobs a prune deletes, as ``(id, queue, key, task, payload digest, state,
-        finished_at)`` rows (``job_prune``, with ``{states}`` filled)."""
+        finished_at, attempts)`` rows (``job_prune``, with ``{states}`` filled)."""
         ...
 
-    def delete(self, c: Any, rows: Sequence[Any]) -> tuple[int, int, int]:
+    def delete(
+        self, c: Any, rows: Sequence[Any], done_last: Sequence[tuple[int, int]] = ()
+    ) -> tuple[int, int, int]:
         """Delete what is left of the jobs of ``rows`` (id, queue, key, …) after ``take`` or
-        ``job_purge``; return how many attempts, events and effects went with them."""
+        ``job_purge``; return how many attempts, events and effects went with them.
+        ``done_last``: the (job id, attempt) of the attempt that completed each job done among
+        them, counted too where it had no row (the job's own row kept it, and went with it)."""
         ...
 
 
@@ -245,7 +249,8 @@ class History:
                 db.executemany(
                     c, "tombstone_record", stones, now=clock, keep=float(keep_keys_seconds)
                 )
-            attempts, events, effects = self._removal.delete(c, rows)
+            done_last = [(r[0], r[7]) for r in rows if r[5] == "done" and r[7] > 0]
+            attempts, events, effects = self._removal.delete(c, rows, done_last)
         by_state = {}
         for r in rows:
             by_state[r[5]] = by_state.get(r[5], 0) + 1

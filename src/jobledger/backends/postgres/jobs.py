@@ -65,7 +65,7 @@ from .newjob import new_job_arrays, new_job_copy_pieces, new_job_values, text_ar
 from .plan import Atomic, Copy, Plan, Quick, Statement, run, run_steps
 from .prepared import PreparedStatement
 
-__all__ = ["PostgresJobs", "without_open_rows"]
+__all__ = ["PostgresJobs"]
 
 #: Claims kept to give back (``PostgresJobs._give_back_unanswered``): a claim that commits
 #: without its answer is one that the connection's end caught at its commit — the first of an
@@ -84,11 +84,6 @@ COPY_FROM = 100
 _queue_of = attrgetter("queue")
 _key_of = attrgetter("key")
 
-#: After a completion met an attempt's row opened before migration 016 (a worker of that
-#: version still ran, or its leases have not ended yet), completions send the statement that
-#: closes such rows for this many seconds before trying the plain insert again
-#: (``attempt_open_row`` in jobs.sql).
-OPEN_ROWS_SECONDS = 600.0
 
 _UUID = re.compile(
     r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
@@ -111,11 +106,6 @@ class PostgresJobs(Jobs):
         """Claims that may have committed without their answer reaching this process: the
         claim's token source, the worker, the ids it did get (see ``_give_back_unanswered``)."""
         self._unanswered_lock = threading.Lock()
-        self._plain_completions = {
-            name: without_open_rows(db.sql, name)
-            for name in ("job_complete", "job_complete_results")
-        }
-        self._open_rows_until = 0.0
         self._insert_one_text = db.sql["job_insert_one"]
         self._insert_one_statement = PreparedStatement(
             "jobledger_job_insert_one", self._insert_one_text, prepare=db.prepares
@@ -420,21 +410,10 @@ class PostgresJobs(Jobs):
             params["results"] = [results.get(lease.job_id) for lease in held]
             name = "job_complete_results"
         if conn is None:
-            rows = self._completed(name, params)
+            rows = self._db.hot(self._db.sql[name], params)
         else:
             rows = self._db.run(name, params, conn=conn)
         return {r[0] for r in rows}
-
-    def _completed(self, name: str, params: dict[str, Any]) -> list[Any]:
-        """A completion as its own transaction: its attempts' rows by a plain insert, unless an
-        attempt's row opened before 016 was met lately. One met now fails the plain statement
-        whole on the unique key (nothing was written) and it is sent as it is in jobs.sql."""
-        if time.monotonic() >= self._open_rows_until:
-            try:
-                return self._db.hot(self._plain_completions[name], params)
-            except psycopg.errors.UniqueViolation:
-                self._open_rows_until = time.monotonic() + OPEN_ROWS_SECONDS
-        return self._db.hot(self._db.sql[name], params)
 
     def store_result(self, lease: Lease, result: str | None) -> bool:
         if not _UUID.fullmatch(lease.token):
@@ -646,14 +625,6 @@ class PostgresJobs(Jobs):
 
 class _Again(Exception):
     """The publish transaction must be run again."""
-
-
-def without_open_rows(sql: dict[str, str], name: str) -> str:
-    """Statement ``name`` without ``attempt_open_row``: its attempts' rows inserted plainly."""
-    clause = sql["attempt_open_row"]
-    if sql[name].count(clause) != 1:
-        raise RuntimeError(f"{name} does not close its attempts with attempt_closed_once")
-    return sql[name].replace(clause, "")
 
 
 def _one_created(rows: list[Any]) -> list[InsertResult] | None:

@@ -24,11 +24,20 @@ class SqliteRemoval:
         # The digest of the payload's canonical JSON, as PostgreSQL's is of its jsonb text.
         return [(*r[:4], payload_digest(r[4]), *r[5:]) for r in rows]
 
-    def delete(self, c: sqlite3.Connection, rows: Sequence[Any]) -> tuple[int, int, int]:
+    def delete(
+        self,
+        c: sqlite3.Connection,
+        rows: Sequence[Any],
+        done_last: Sequence[tuple[int, int]] = (),
+    ) -> tuple[int, int, int]:
         ids = [(r[0],) for r in rows]
         sql = self._db.sql
+        # The attempts that completed jobs done and have no row: their jobs' rows kept them.
+        kept = sum(
+            1 for pair in done_last if not c.execute(sql["attempt_has_row"], pair).fetchone()
+        )
         c.executemany(sql["job_delete"], ids)
-        attempts = c.executemany(sql["attempt_delete"], ids).rowcount
+        attempts = kept + c.executemany(sql["attempt_delete"], ids).rowcount
         events = c.executemany(sql["event_delete"], ids).rowcount
         effects = c.executemany(sql["effect_delete"], [(r[1], r[2]) for r in rows]).rowcount
         c.executemany(sql["publish_request_delete"], ids)

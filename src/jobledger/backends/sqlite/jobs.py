@@ -361,10 +361,8 @@ class SqliteJobs(Jobs):
             if results:
                 stored = [(results[h.job_id], h.job_id) for h in held if h.job_id in results]
                 c.executemany(self._sql["job_result"], stored)
-            for part in _parts(held):
-                values = [clock]
-                values.extend(map(_lease_job, part))
-                c.execute(self._chunked("attempt_done", len(part)), values)
+        # The attempts that ended so get no row: each job's own keeps it (postgres/jobs.sql,
+        # done_rest).
         return {lease.job_id for lease in held}
 
     def _chunked(self, name: str, n: int) -> str:
@@ -471,12 +469,10 @@ CHUNK = 500
 #: The statements written for a number of rows: what stands for the rows, and one row.
 _CHUNKED = {
     "job_complete": ("{leases}", "(?, ?)"),
-    "attempt_done": ("{ids}", "?"),
 }
 
-#: A lease as job_complete names it, and as attempt_done does.
+#: A lease as job_complete names it.
 _lease_pair = attrgetter("job_id", "token")
-_lease_job = attrgetter("job_id")
 
 
 def _held(leases: Sequence[Lease], done: set[tuple[int, str]]) -> list[Lease]:

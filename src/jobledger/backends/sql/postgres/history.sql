@@ -11,17 +11,24 @@ SELECT id, queue, key, task, payload, state, priority, run_at, attempts, max_att
 FROM {jobs} WHERE {where} ORDER BY {order} {page}
 
 -- name: attempt_list
--- The attempts that ended, and the one running while the job is leased: that one has no row
--- yet (jobs.sql, attempt_close) and is read from the job's (an open row written before 016
--- stands for it instead).
-SELECT job_id, attempt, lease_token, worker, started_at, finished_at, outcome, error_class,
-       error_message, traceback
-FROM {attempts} WHERE job_id = %(job_id)s
+-- The attempts that ended, each a row; the one running while the job is leased, which has no
+-- row yet (jobs.sql, attempt_close); and the one that completed a job done, which never gets
+-- one (jobs.sql, done_rest). Those two are read from the job's row. A row opened before 016
+-- stands for the job's attempt instead: still open when its job is done, it ended so.
+SELECT a.job_id, a.attempt, a.lease_token, a.worker, a.started_at,
+       COALESCE(a.finished_at, d.finished_at), COALESCE(a.outcome, d.outcome), a.error_class,
+       a.error_message, a.traceback
+FROM {attempts} AS a
+LEFT JOIN (SELECT j.attempts, j.finished_at, 'done'::text AS outcome FROM {jobs} AS j
+           WHERE j.id = %(job_id)s AND j.state = 'done') AS d
+    ON d.attempts = a.attempt AND a.outcome IS NULL
+WHERE a.job_id = %(job_id)s
 UNION ALL
-SELECT j.id, j.attempts, j.lease_token, j.leased_by, COALESCE(j.leased_at, j.updated_at), NULL,
-       NULL, NULL, NULL, NULL
+SELECT j.id, j.attempts, j.lease_token, j.leased_by, COALESCE(j.leased_at, j.updated_at),
+       CASE WHEN j.state = 'done' THEN j.finished_at END,
+       CASE WHEN j.state = 'done' THEN 'done' END, NULL, NULL, NULL
 FROM {jobs} AS j
-WHERE j.id = %(job_id)s AND j.state = 'leased'
+WHERE j.id = %(job_id)s AND (j.state = 'leased' OR (j.state = 'done' AND j.attempts > 0))
   AND NOT EXISTS (SELECT 1 FROM {attempts} AS a WHERE a.job_id = j.id AND a.attempt = j.attempts)
 ORDER BY attempt
 
@@ -81,7 +88,7 @@ SELECT id, created_at FROM {jobs} WHERE id > %(after)s ORDER BY id LIMIT {limit}
 -- redrive) is re-checked after it commits.
 DELETE FROM {jobs} AS j
 {@job_prune_where}
-RETURNING id, queue, key, task, md5(payload::text), state, finished_at
+RETURNING id, queue, key, task, md5(payload::text), state, finished_at, attempts
 
 -- name: job_prune_count
 -- What job_prune would delete, by state (a dry run).
@@ -94,9 +101,12 @@ GROUP BY state
 DELETE FROM {jobs} WHERE {ids} RETURNING id, queue, key
 
 -- name: job_history_delete
--- What is left of deleted jobs: their attempts, events, effects and publish records.
+-- What is left of deleted jobs: their attempts, events, effects and publish records. The
+-- attempts counted: the rows deleted, and the attempt that completed each job done
+-- (%(done_ids)s, %(done_attempts)s) where it had none (its job's row kept it: jobs.sql,
+-- done_rest).
 WITH a AS (
-    DELETE FROM {attempts} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
+    DELETE FROM {attempts} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING job_id, attempt
 ), e AS (
     DELETE FROM {events} WHERE job_id = ANY(%(ids)s::bigint[]) RETURNING 1
 ), f AS (
@@ -106,7 +116,11 @@ WITH a AS (
 ), p AS (
     DELETE FROM {publish_requests} WHERE job_id = ANY(%(ids)s::bigint[])
 )
-SELECT (SELECT count(*) FROM a), (SELECT count(*) FROM e), (SELECT count(*) FROM f)
+SELECT (SELECT count(*) FROM a)
+       + (SELECT count(*)
+          FROM unnest(%(done_ids)s::bigint[], %(done_attempts)s::int[]) AS d(job_id, attempt)
+          WHERE NOT EXISTS (SELECT 1 FROM a WHERE a.job_id = d.job_id AND a.attempt = d.attempt)),
+       (SELECT count(*) FROM e), (SELECT count(*) FROM f)
 
 -- name: tombstone_record
 INSERT INTO {tombstones} AS t (queue, key, job_id, task, payload_digest, state, finished_at,

@@ -10,17 +10,24 @@ SELECT id, queue, key, task, payload, state, priority, run_at, attempts, max_att
 FROM jobledger_jobs WHERE {where} ORDER BY {order} {page}
 
 -- name: attempt_list
--- The attempts that ended, and the one running while the job is leased: that one has no row
--- yet (jobs.sql, attempt_done and attempt_close) and is read from the job's (an open row
--- written before 016 stands for it instead).
-SELECT job_id, attempt, lease_token, worker, started_at, finished_at, outcome, error_class,
-       error_message, traceback
-FROM jobledger_attempts WHERE job_id = :job_id
+-- The attempts that ended, each a row; the one running while the job is leased, which has no
+-- row yet (jobs.sql, attempt_close); and the one that completed a job done, which never gets
+-- one (jobs.sql, job_complete). Those two are read from the job's row. A row opened before
+-- 016 stands for the job's attempt instead: still open when its job is done, it ended so.
+SELECT a.job_id, a.attempt, a.lease_token, a.worker, a.started_at,
+       COALESCE(a.finished_at, d.finished_at), COALESCE(a.outcome, d.outcome), a.error_class,
+       a.error_message, a.traceback
+FROM jobledger_attempts AS a
+LEFT JOIN (SELECT j.attempts, j.finished_at, 'done' AS outcome FROM jobledger_jobs AS j
+           WHERE j.id = :job_id AND j.state = 'done') AS d
+    ON d.attempts = a.attempt AND a.outcome IS NULL
+WHERE a.job_id = :job_id
 UNION ALL
-SELECT j.id, j.attempts, j.lease_token, j.leased_by, COALESCE(j.leased_at, j.updated_at), NULL,
-       NULL, NULL, NULL, NULL
+SELECT j.id, j.attempts, j.lease_token, j.leased_by, COALESCE(j.leased_at, j.updated_at),
+       CASE WHEN j.state = 'done' THEN j.finished_at END,
+       CASE WHEN j.state = 'done' THEN 'done' END, NULL, NULL, NULL
 FROM jobledger_jobs AS j
-WHERE j.id = :job_id AND j.state = 'leased'
+WHERE j.id = :job_id AND (j.state = 'leased' OR (j.state = 'done' AND j.attempts > 0))
   AND NOT EXISTS (SELECT 1 FROM jobledger_attempts AS a
                   WHERE a.job_id = j.id AND a.attempt = j.attempts)
 ORDER BY attempt
@@ -77,7 +84,7 @@ SELECT id, created_at FROM jobledger_jobs WHERE id > :after ORDER BY id LIMIT {l
 -- name: job_prune
 -- Of one window, the jobs a prune takes; read under the write lock, then deleted with
 -- job_delete.
-SELECT id, queue, key, task, payload, state, finished_at FROM jobledger_jobs AS j
+SELECT id, queue, key, task, payload, state, finished_at, attempts FROM jobledger_jobs AS j
 {@job_prune_where}
 ORDER BY id
 
@@ -96,6 +103,10 @@ DELETE FROM jobledger_jobs WHERE id = ?
 
 -- name: attempt_delete
 DELETE FROM jobledger_attempts WHERE job_id = ?
+
+-- name: attempt_has_row
+-- Whether attempt ? of job ? has a row (the attempt that completed a job done has none).
+SELECT 1 FROM jobledger_attempts WHERE job_id = ? AND attempt = ?
 
 -- name: event_delete
 DELETE FROM jobledger_events WHERE job_id = ?

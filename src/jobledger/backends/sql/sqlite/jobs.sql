@@ -56,7 +56,8 @@ SELECT id, task, payload FROM jobledger_jobs WHERE queue = :queue AND key = :key
 -- How a claim leases a job: a new token, one more attempt, a lease from now. Every claim
 -- (job_claim, job_claim_keys, job_lease_ids) includes it, and then "leased". The attempt it
 -- begins is the job row's (attempts, lease_token, leased_by, leased_at) until it ends; its
--- row in jobledger_attempts is written then (attempt_close, attempt_done).
+-- row in jobledger_attempts is written then (attempt_close), unless it completes the job,
+-- whose row keeps it (job_complete).
 UPDATE jobledger_jobs
 SET state = 'leased',
     attempts = attempts + 1,
@@ -92,6 +93,9 @@ RETURNING lease_until
 -- The batch completion, fenced in the statement: ?1 the time, then {leases}, one "(?, ?)" per
 -- lease (the job's id and the lease's token). A job is done only if it is leased under that
 -- token; the jobs it completed come back, so a stale lease is told from a current one.
+-- The attempt that ended gets no row in jobledger_attempts: a job done is never leased again,
+-- so its row keeps that attempt whole, and attempt_list and attempt_settled read it there
+-- (as postgres/jobs.sql, done_rest).
 UPDATE jobledger_jobs
 SET state = 'done', lease_until = NULL, finished_at = ?1, updated_at = ?1
 FROM (VALUES {leases}) AS held
@@ -110,19 +114,9 @@ UPDATE jobledger_jobs SET result = ? WHERE id = ?
 UPDATE jobledger_jobs SET result = :result
 WHERE id = :id AND lease_token = :token AND state = 'done'
 
--- name: attempt_done
--- The attempts of the jobs job_complete just completed, written now: ?1 the time, then {ids},
--- one "?" per job. Each attempt's number, token, worker and start are read from the job's row,
--- completed a moment ago in the same transaction: one value bound per job.
-INSERT INTO jobledger_attempts
-    (job_id, attempt, lease_token, worker, started_at, finished_at, outcome)
-SELECT id, attempts, lease_token, COALESCE(leased_by, '?'), COALESCE(leased_at, ?1), ?1, 'done'
-FROM jobledger_jobs WHERE id IN ({ids})
-{@attempt_closed_once}
-
 -- name: attempt_close
 -- The attempt of job :id that ended (failed, timed out, released, its lease expired), written
--- now from the job's row as attempt_done writes it; :attempt is the attempt that ended (the
+-- now from the job's row; :attempt is the attempt that ended (the
 -- job's, the write that ended it being fenced by its lease).
 INSERT INTO jobledger_attempts
     (job_id, attempt, lease_token, worker, started_at, finished_at, outcome, error_class,
@@ -133,7 +127,7 @@ FROM jobledger_jobs WHERE id = :id
 {@attempt_closed_once}
 
 -- name: attempt_closed_once
--- The end of attempt_done and attempt_close. A row already there is an attempt opened before
+-- The end of attempt_close. A row already there is an attempt opened before
 -- 016 (or by a worker of that version): still open, it is closed by this write; closed, it
 -- stays as it is. The fenced update before it lets each attempt end once, so no other
 -- conflict arises.
@@ -169,6 +163,13 @@ SELECT CASE WHEN a.outcome <> 'timed_out' THEN a.outcome
             WHEN j.attempts = a.attempt AND j.state = 'dead' THEN 'dead' ELSE 'retry' END
 FROM jobledger_attempts AS a JOIN jobledger_jobs AS j ON j.id = a.job_id
 WHERE a.job_id = :id AND a.lease_token = :token AND a.finished_at IS NOT NULL
+UNION ALL
+-- A job done under the lease: its last attempt is its row's (job_complete), unless a row
+-- closed it (a completion before the attempt's row was left out), which the first half read.
+SELECT 'done' FROM jobledger_jobs AS j
+WHERE j.id = :id AND j.lease_token = :token AND j.state = 'done'
+  AND NOT EXISTS (SELECT 1 FROM jobledger_attempts AS a
+                  WHERE a.job_id = j.id AND a.attempt = j.attempts AND a.finished_at IS NOT NULL)
 
 -- name: job_rescue
 UPDATE jobledger_jobs
