@@ -42,16 +42,17 @@ REPLAN_EVERY = 1000
 MAX_PREPARED = 100
 _OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
 
-#: Per connection: the statements prepared on it, least recently used first. Changed only
-#: under the connection's lock, with which each statement runs.
-_prepared_on: weakref.WeakKeyDictionary[
-    psycopg.Connection[Any], OrderedDict[bytes, PreparedStatement]
-] = weakref.WeakKeyDictionary()
+#: Per connection: the names of the statements prepared on it, least recently used first, each
+#: with its runs since it was prepared. Changed only under the connection's lock, with which
+#: each statement runs.
+_prepared_on: weakref.WeakKeyDictionary[psycopg.Connection[Any], OrderedDict[bytes, int]] = (
+    weakref.WeakKeyDictionary()
+)
 _prepared_on_lock = threading.Lock()
 
 
-def _kept(conn: psycopg.Connection[Any]) -> OrderedDict[bytes, PreparedStatement]:
-    """The statements prepared on ``conn``, in the order of their last use."""
+def _kept(conn: psycopg.Connection[Any]) -> OrderedDict[bytes, int]:
+    """The statements prepared on ``conn`` (name: runs), in the order of their last use."""
     kept = _prepared_on.get(conn)
     if kept is None:
         with _prepared_on_lock:
@@ -96,11 +97,6 @@ class PreparedStatement:
             return f"${self.params.index(match[1]) + 1}"
 
         self.sql = _PLACEHOLDER.sub(number, text).encode()
-        self._runs: weakref.WeakKeyDictionary[psycopg.Connection[Any], int] = (
-            weakref.WeakKeyDictionary()
-        )
-        """Runs since the statement was prepared, per connection it is prepared on."""
-        self._lock = threading.Lock()
         self.prepare = prepare
 
     def rows(
@@ -125,7 +121,7 @@ class PreparedStatement:
                 return _check(conn, conn.pgconn.exec_params(self.sql, params))
             kept = _kept(conn)
             for attempt in range(2):
-                runs = self._runs.get(conn)
+                runs = kept.get(self.name)
                 if runs is None or runs >= REPLAN_EVERY:
                     if runs is not None:
                         _check(conn, conn.pgconn.exec_(b"DEALLOCATE " + self.name))
@@ -133,10 +129,8 @@ class PreparedStatement:
                         _make_room(conn, kept)
                     _check(conn, conn.pgconn.prepare(self.name, self.sql))
                     runs = 0
-                kept[self.name] = self
+                kept[self.name] = runs + 1
                 kept.move_to_end(self.name)
-                with self._lock:
-                    self._runs[conn] = runs + 1
                 try:
                     # None is NULL, as psycopg itself sends it (its stubs say otherwise).
                     sent = conn.pgconn.exec_prepared(self.name, params)  # type: ignore[arg-type]
@@ -144,15 +138,10 @@ class PreparedStatement:
                 except psycopg.errors.InvalidSqlStatementName:
                     # The session lost its prepared statements (DISCARD ALL): prepare again,
                     # and the others when they next run.
-                    _forget_all(conn, kept)
+                    kept.clear()
                     if attempt:
                         raise
         raise AssertionError("unreachable")
-
-    def _forget(self, conn: psycopg.Connection[Any]) -> None:
-        """No longer prepared on ``conn``: its next run there prepares it."""
-        with self._lock:
-            self._runs.pop(conn, None)
 
     @staticmethod
     def _values(result: pq.abc.PGresult) -> list[tuple[bytes | None, ...]]:
@@ -162,16 +151,15 @@ class PreparedStatement:
         ]
 
 
-def _make_room(conn: psycopg.Connection[Any], kept: OrderedDict[bytes, PreparedStatement]) -> None:
+def _make_room(conn: psycopg.Connection[Any], kept: OrderedDict[bytes, int]) -> None:
     """Before one more statement is prepared on ``conn`` (under its lock): deallocate the least
     recently used ones past ``MAX_PREPARED``."""
     while len(kept) >= MAX_PREPARED:
-        _, oldest = kept.popitem(last=False)
-        oldest._forget(conn)
+        oldest, _ = kept.popitem(last=False)
         try:
-            _deallocate(conn, oldest.name)
+            _deallocate(conn, oldest)
         except psycopg.errors.InvalidSqlStatementName:
-            _forget_all(conn, kept)  # the session lost its prepared statements (DISCARD ALL)
+            kept.clear()  # the session lost its prepared statements (DISCARD ALL)
 
 
 def _deallocate(conn: psycopg.Connection[Any], name: bytes) -> None:
@@ -188,13 +176,6 @@ def _deallocate(conn: psycopg.Connection[Any], name: bytes) -> None:
         back = b"ROLLBACK TO SAVEPOINT jobledger_deallocate" + release
         _check(conn, conn.pgconn.exec_(back))
         raise
-
-
-def _forget_all(conn: psycopg.Connection[Any], kept: OrderedDict[bytes, PreparedStatement]) -> None:
-    """None of ``kept`` is prepared on ``conn`` any more."""
-    for statement in kept.values():
-        statement._forget(conn)
-    kept.clear()
 
 
 def _check(conn: psycopg.Connection[Any], result: pq.abc.PGresult) -> pq.abc.PGresult:
