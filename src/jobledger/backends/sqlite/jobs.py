@@ -361,8 +361,8 @@ class SqliteJobs(Jobs):
             if results:
                 stored = [(results[h.job_id], h.job_id) for h in held if h.job_id in results]
                 c.executemany(self._sql["job_result"], stored)
-        # The attempts that ended so get no row: each job's own keeps it (postgres/jobs.sql,
-        # done_rest).
+        # The attempts that ended so get no row: each job's own keeps it (jobs.sql,
+        # job_complete).
         return {lease.job_id for lease in held}
 
     def _chunked(self, name: str, n: int) -> str:
