@@ -142,3 +142,29 @@ def test_the_sqlite_lock_bench_times_the_write_lock_and_each_thread(tmp_path):
     assert all(v > 0 for v in drain["cpu_us"].values()), drain["cpu_us"]
     assert alone["claim_in_lock_us"] > 0 and alone["completion_in_lock_us"] > 0
     assert "write lock held" in proc.stdout
+
+
+def test_the_index_cost_bench_drains_each_variant_of_the_jobs_table(pg, tmp_path):
+    """``python -m bench.index_cost``: each variant of the jobs table is drained whole, and a
+    variant without an index writes less WAL per job than the table as migrated (the index's
+    entries are what it no longer writes)."""
+    out = tmp_path / "index_cost.json"
+    proc = _bench(
+        pg, "bench.index_cost", "--jobs", "2000", "--rounds", "1", "--out", str(out), timeout=180
+    )
+    rounds = json.loads(out.read_text())["rounds"]
+    assert set(rounds) == {
+        "migrated",
+        "unique_key",
+        "plain_key",
+        "key_no_dedup",
+        "leased",
+        "triggers",
+        "keys_table",
+    }
+    for name, [figures] in rounds.items():
+        assert figures["jobs"] == 2000, (name, figures)
+        assert figures["wal_bytes"] > 0 and figures["wall_us"] > 0, (name, figures)
+    for without in ("unique_key", "leased", "keys_table"):
+        assert rounds[without][0]["wal_bytes"] < rounds["migrated"][0]["wal_bytes"], without
+    assert "without the unique key (queue, key)" in proc.stdout
