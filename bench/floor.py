@@ -142,45 +142,23 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
         conn.execute("SET TIME ZONE 'UTC'")
         started = time.perf_counter()
         for start in range(0, jobs, 1000):
-            batch = [
-                NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
-                for i in range(start, min(jobs, start + 1000))
-            ]
-            with conn.transaction():
-                ((clock, ids),) = conn.execute(
-                    sql["job_copy_start"], {"now": None, "n": len(batch)}
-                ).fetchall()
-                with conn.cursor().copy(sql["job_copy"]) as copy:
-                    copy.write(new_job_copy(batch, ids[1:-1].split(","), clock))
-                keys = {"queue": text_array(["bench"] * len(batch))}
-                keys["key"] = text_array([j.key for j in batch])
-                conn.execute(
-                    sql["job_copy_end"],
-                    keys | {"queues": ["bench"], "channel": "bench", "now": None},
-                ).fetchall()
+            copy_batch(
+                conn,
+                sql,
+                [
+                    NewJob("bench", f"k{i}", "noop", payload, 0, None, 3, 60.0, None)
+                    for i in range(start, min(jobs, start + 1000))
+                ],
+            )
         inserted = time.perf_counter() - started
-        params: dict[str, Any] = {
-            "queue_0": "bench",
-            "worker": "floor",
-            "now": None,
-            "lease_seconds": None,
-            "claim": "0" * 32,
-        }
+        params = claim_params("floor")
         done = 0
         started = time.perf_counter()
         while True:
             rows = conn.execute(claim, params, prepare=True).fetchall()
             if not rows:
                 break
-            conn.execute(
-                complete,
-                {
-                    "ids": "{" + ",".join([str(r[0]) for r in rows]) + "}",
-                    "tokens": "{" + ",".join([r[6] for r in rows]) + "}",
-                    "now": None,
-                    "tell": True,
-                },
-            )
+            complete_claimed(conn, complete, rows)
             done += len(rows)
         drained = time.perf_counter() - started
     return {
@@ -190,6 +168,52 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
         "enqueue_bulk_per_s": jobs / inserted,
         "drain_per_s": done / drained,
     }
+
+
+def copy_batch(conn: psycopg.Connection[Any], sql: dict[str, str], batch: list[NewJob]) -> None:
+    """One batch of new jobs of queue ``bench`` written as ``enqueue_many`` writes a large one
+    (``PostgresJobs._copy_fresh``): the ids and the insert's time, the ``COPY``, the check of
+    the tombstones and the ``NOTIFY``, in one transaction."""
+    with conn.transaction():
+        ((clock, ids),) = conn.execute(
+            sql["job_copy_start"], {"now": None, "n": len(batch)}
+        ).fetchall()
+        with conn.cursor().copy(sql["job_copy"]) as copy:
+            copy.write(new_job_copy(batch, ids[1:-1].split(","), clock))
+        keys = {"queue": text_array(["bench"] * len(batch))}
+        keys["key"] = text_array([j.key for j in batch])
+        conn.execute(
+            sql["job_copy_end"],
+            keys | {"queues": ["bench"], "channel": "bench", "now": None},
+        ).fetchall()
+
+
+def claim_params(worker: str) -> dict[str, Any]:
+    """The parameters of ``job_claim`` for queue ``bench`` (the database's clock, the jobs'
+    own lease)."""
+    return {
+        "queue_0": "bench",
+        "worker": worker,
+        "now": None,
+        "lease_seconds": None,
+        "claim": "0" * 32,
+    }
+
+
+def complete_claimed(
+    conn: psycopg.Connection[Any], complete: str, rows: list[tuple[Any, ...]]
+) -> None:
+    """Complete the jobs of a claim's ``rows`` (id first, token seventh) with ``complete``
+    (``job_complete``), fenced by their tokens, as a worker's completer does."""
+    conn.execute(
+        complete,
+        {
+            "ids": "{" + ",".join([str(r[0]) for r in rows]) + "}",
+            "tokens": "{" + ",".join([r[6] for r in rows]) + "}",
+            "now": None,
+            "tell": True,
+        },
+    )
 
 
 def _single_postgres(

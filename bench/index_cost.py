@@ -39,9 +39,8 @@ import psycopg
 
 from jobledger import Ledger
 from jobledger._records import NewJob
-from jobledger.backends.postgres.newjob import new_job_copy
 
-from .floor import _pg_sql
+from .floor import _pg_sql, claim_params, complete_claimed, copy_batch
 from .harness import fresh_database
 
 #: Each variant: what it is, and the statements that make it from the migrated schema.
@@ -128,16 +127,14 @@ def measure(dsn: str, statements: list[str], jobs: int, batch: int) -> dict[str,
         ((wal_start,),) = conn.execute("SELECT pg_current_wal_lsn()").fetchall()
         fill_cpu = _server_cpu(pid)
         for start in range(0, jobs, 1000):
-            part = [
-                NewJob("bench", _key(i), "noop", payload, 0, None, 3, 60.0, None)
-                for i in range(start, min(jobs, start + 1000))
-            ]
-            with conn.transaction():
-                ((clock, ids),) = conn.execute(
-                    sql["job_copy_start"], {"now": None, "n": len(part)}
-                ).fetchall()
-                with conn.cursor().copy(sql["job_copy"]) as copy:
-                    copy.write(new_job_copy(part, ids[1:-1].split(","), clock))
+            copy_batch(
+                conn,
+                sql,
+                [
+                    NewJob("bench", _key(i), "noop", payload, 0, None, 3, 60.0, None)
+                    for i in range(start, min(jobs, start + 1000))
+                ],
+            )
         if fill_cpu is not None:
             fill_cpu = _server_cpu(pid) - fill_cpu  # type: ignore[operator]
         ((fill_wal,),) = conn.execute(
@@ -145,13 +142,7 @@ def measure(dsn: str, statements: list[str], jobs: int, batch: int) -> dict[str,
         ).fetchall()
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")  # every variant starts its drain without dirty pages
-        params = {
-            "queue_0": "bench",
-            "worker": "index_cost",
-            "now": None,
-            "lease_seconds": None,
-            "claim": "0" * 32,
-        }
+        params = claim_params("index_cost")
         ((wal_start,),) = conn.execute("SELECT pg_current_wal_lsn()").fetchall()
         cpu = {"claim": 0.0, "complete": 0.0}
         measured = _server_cpu(pid) is not None
@@ -165,15 +156,7 @@ def measure(dsn: str, statements: list[str], jobs: int, batch: int) -> dict[str,
                 cpu["claim"] += after - before  # type: ignore[operator]
             if not rows:
                 break
-            conn.execute(
-                complete,
-                {
-                    "ids": "{" + ",".join([str(r[0]) for r in rows]) + "}",
-                    "tokens": "{" + ",".join([r[6] for r in rows]) + "}",
-                    "now": None,
-                    "tell": True,
-                },
-            )
+            complete_claimed(conn, complete, rows)
             if measured:
                 cpu["complete"] += _server_cpu(pid) - after  # type: ignore[operator]
             done += len(rows)
