@@ -38,6 +38,15 @@ from jobledger.backends.sqlfiles import queries
 
 from .harness import percentile
 
+#: The tables jobledger's statements name, as migrated into the ``public`` schema.
+PUBLIC_TABLES = {
+    "jobs": "public.jobledger_jobs",
+    "attempts": "public.jobledger_attempts",
+    "events": "public.jobledger_events",
+    "effects": "public.jobledger_effects",
+    "tombstones": "public.jobledger_tombstones",
+}
+
 
 def _pg_sql(schema_tables: dict[str, str]) -> dict[str, str]:
     named = {}
@@ -121,15 +130,7 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
         "bench_bare_insert",
         _BARE_INSERT.format(jobs="public.jobledger_jobs", json="::jsonb", now="now()"),
     )
-    sql = _pg_sql(
-        {
-            "jobs": "public.jobledger_jobs",
-            "attempts": "public.jobledger_attempts",
-            "events": "public.jobledger_events",
-            "effects": "public.jobledger_effects",
-            "tombstones": "public.jobledger_tombstones",
-        }
-    )
+    sql = _pg_sql(PUBLIC_TABLES)
     single_per_s, statement_per_s, call_per_s = _single_postgres(dsn, sql, bare, single)
     # One queue, as PostgresDatabase.statement writes the claim for one.
     claim = sql["job_claim"].replace("{limit}", str(batch))

@@ -40,8 +40,8 @@ import psycopg
 from jobledger import Ledger
 from jobledger._records import NewJob
 
-from .floor import _pg_sql, claim_params, complete_claimed, copy_batch
-from .harness import fresh_database
+from .floor import PUBLIC_TABLES, _pg_sql, claim_params, complete_claimed, copy_batch
+from .harness import _cpu_seconds, fresh_database
 
 #: Each variant: what it is, and the statements that make it from the migrated schema.
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -88,22 +88,17 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     ),
 }
 
-_TABLES = {
-    "jobs": "public.jobledger_jobs",
-    "attempts": "public.jobledger_attempts",
-    "events": "public.jobledger_events",
-    "effects": "public.jobledger_effects",
-    "tombstones": "public.jobledger_tombstones",
-}
+
+def _wal_lsn(conn: psycopg.Connection[Any]) -> str:
+    """The server's WAL position now."""
+    ((lsn,),) = conn.execute("SELECT pg_current_wal_lsn()::text").fetchall()
+    return str(lsn)
 
 
-def _server_cpu(pid: int) -> float | None:
-    """User plus system CPU seconds of the server process ``pid`` (None: not on this host)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _wal_since(conn: psycopg.Connection[Any], lsn: str) -> float:
+    """Bytes of WAL the server wrote since ``lsn``."""
+    ((written,),) = conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn,))
+    return float(written)
 
 
 def _key(i: int) -> str:
@@ -114,7 +109,7 @@ def _key(i: int) -> str:
 def measure(dsn: str, statements: list[str], jobs: int, batch: int) -> dict[str, Any]:
     """Fill and drain one database changed by ``statements``; figures per job."""
     Ledger(dsn).migrate()
-    sql = _pg_sql(_TABLES)
+    sql = _pg_sql(PUBLIC_TABLES)
     claim = sql["job_claim"].replace("{limit}", str(batch))
     claim = claim.replace("{queue_rows}", "(VALUES (%(queue_0)s::text))")
     complete = sql["job_complete"]
@@ -124,8 +119,10 @@ def measure(dsn: str, statements: list[str], jobs: int, batch: int) -> dict[str,
             conn.execute(statement)
         conn.execute("SET TIME ZONE 'UTC'")
         pid = conn.info.backend_pid
-        ((wal_start,),) = conn.execute("SELECT pg_current_wal_lsn()").fetchall()
-        fill_cpu = _server_cpu(pid)
+        # The server process's CPU is read from /proc: only where it runs on this host.
+        measured = Path(f"/proc/{pid}/stat").exists()
+        wal_start = _wal_lsn(conn)
+        fill_cpu = _cpu_seconds(pid)
         for start in range(0, jobs, 1000):
             copy_batch(
                 conn,
@@ -135,44 +132,36 @@ def measure(dsn: str, statements: list[str], jobs: int, batch: int) -> dict[str,
                     for i in range(start, min(jobs, start + 1000))
                 ],
             )
-        if fill_cpu is not None:
-            fill_cpu = _server_cpu(pid) - fill_cpu  # type: ignore[operator]
-        ((fill_wal,),) = conn.execute(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (wal_start,)
-        ).fetchall()
+        fill_cpu = _cpu_seconds(pid) - fill_cpu
+        fill_wal = _wal_since(conn, wal_start)
         conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")  # every variant starts its drain without dirty pages
         params = claim_params("index_cost")
-        ((wal_start,),) = conn.execute("SELECT pg_current_wal_lsn()").fetchall()
+        wal_start = _wal_lsn(conn)
         cpu = {"claim": 0.0, "complete": 0.0}
-        measured = _server_cpu(pid) is not None
         done = 0
         started = time.perf_counter()
         while True:
-            before = _server_cpu(pid)
+            before = _cpu_seconds(pid)
             rows = conn.execute(claim, params, prepare=True).fetchall()
-            after = _server_cpu(pid)
-            if measured:
-                cpu["claim"] += after - before  # type: ignore[operator]
+            after = _cpu_seconds(pid)
+            cpu["claim"] += after - before
             if not rows:
                 break
             complete_claimed(conn, complete, rows)
-            if measured:
-                cpu["complete"] += _server_cpu(pid) - after  # type: ignore[operator]
+            cpu["complete"] += _cpu_seconds(pid) - after
             done += len(rows)
         wall = time.perf_counter() - started
-        ((wal,),) = conn.execute(
-            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (wal_start,)
-        ).fetchall()
+        wal = _wal_since(conn, wal_start)
     per_job = 1e6 / max(1, done)
     return {
         "jobs": done,
-        "enqueue_cpu_us": None if fill_cpu is None else fill_cpu * 1e6 / max(1, jobs),
-        "enqueue_wal_bytes": float(fill_wal) / max(1, jobs),
+        "enqueue_cpu_us": fill_cpu * 1e6 / max(1, jobs) if measured else None,
+        "enqueue_wal_bytes": fill_wal / max(1, jobs),
         "claim_cpu_us": cpu["claim"] * per_job if measured else None,
         "complete_cpu_us": cpu["complete"] * per_job if measured else None,
         "cpu_us": (cpu["claim"] + cpu["complete"]) * per_job if measured else None,
-        "wal_bytes": float(wal) / max(1, done),
+        "wal_bytes": wal / max(1, done),
         "wall_us": wall * per_job,
     }
 
