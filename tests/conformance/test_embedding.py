@@ -227,6 +227,137 @@ def test_async_handlers_run_on_the_apps_loop_and_the_worker_never_blocks_it(ledg
     )
 
 
+class _Overlap:
+    """How many handlers run at once, and at most; they hold on until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = self.most = self.ran = 0
+        self.release = threading.Event()
+
+    def enter(self) -> None:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+
+    def leave(self) -> None:
+        with self.lock:
+            self.running -= 1
+            self.ran += 1
+
+    def check_bound(self, bound: int, ids: list[int], ledger: Ledger) -> None:
+        """Once ``bound`` handlers run and every job is claimed (handed to the worker), no more
+        start while a window of 0.5 machine seconds passes; then all are let go and end."""
+        try:
+            wait_until(lambda: self.running >= bound, what=f"{bound} handlers running")
+            wait_until(
+                lambda: all(ledger.job(i).state is JobState.LEASED for i in ids),
+                what="all claimed",
+            )
+            patience = Patience(0.5)
+            while not patience.expired() and self.running <= bound:
+                time.sleep(0.005)
+            running = self.running
+            assert running <= bound, f"{running} handlers ran at once (bound {bound})"
+        finally:
+            self.release.set()
+        wait_until(
+            lambda: _done(ledger, ids) == len(ids), what="all done", progress=lambda: self.ran
+        )
+        assert self.most == bound
+
+
+def test_a_worker_of_async_tasks_runs_them_on_its_loop_at_most_concurrency_at_once(ledger):
+    """Every task of the worker's queues is a coroutine: its jobs run as tasks of the loop (no
+    runner thread waits for each), and ``concurrency`` still bounds how many run at once."""
+    overlap = _Overlap()
+    runs_as: set[str] = set()
+
+    @ledger.task(queue="a")
+    async def held(ctx, n: int) -> None:
+        runs_as.add(asyncio.current_task().get_coro().__qualname__)  # type: ignore[union-attr]
+        overlap.enter()
+        try:
+            while not overlap.release.is_set():
+                await asyncio.sleep(0.002)
+        finally:
+            overlap.leave()
+
+    jobs = [{"payload": {"n": n}, "key": f"a{n}"} for n in range(40)]
+    ids = [r.id for r in ledger.enqueue_many(held, jobs)]
+    with ledger.worker(["a"], concurrency=4, batch_size=40, prefetch=40, poll_interval=0.05):
+        overlap.check_bound(4, ids, ledger)
+    assert runs_as == {"Worker._run_on_loop"}
+
+
+def test_a_stop_gives_back_the_async_jobs_that_wait_for_the_loop(ledger):
+    """Claimed async jobs waiting for a free place on the loop are given back at a stop,
+    uncharged, as those waiting for a runner thread are."""
+    overlap = _Overlap()
+
+    @ledger.task(queue="a", lease_seconds=30)
+    async def held(ctx, n: int) -> None:
+        overlap.enter()
+        try:
+            while not overlap.release.is_set():
+                await asyncio.sleep(0.002)
+        finally:
+            overlap.leave()
+
+    jobs = [{"payload": {"n": n}, "key": f"a{n}"} for n in range(5)]
+    ids = [r.id for r in ledger.enqueue_many(held, jobs)]
+    worker = ledger.worker(["a"], concurrency=1, batch_size=5, prefetch=5, poll_interval=0.05)
+    worker.start()
+    wait_until(lambda: overlap.running == 1, what="one running")
+    wait_until(lambda: all(ledger.job(i).state is JobState.LEASED for i in ids), what="claimed")
+    stopping = threading.Thread(target=worker.stop, kwargs={"timeout": 60})
+    stopping.start()
+    try:
+        wait_until(
+            lambda: sum(ledger.job(i).state is JobState.PENDING for i in ids) == 4,
+            what="the 4 waiting jobs given back",
+        )
+    finally:
+        overlap.release.set()
+        stopping.join(60)
+    assert overlap.ran == 1, "a job given back was run"
+    assert worker.stats.released == 4 and worker.stats.completed == 1
+    states = sorted(ledger.job(i).state.value for i in ids)
+    assert states == ["done"] + ["pending"] * 4
+    given_back = [ledger.job(i) for i in ids if ledger.job(i).state is JobState.PENDING]
+    assert all(j.attempt_limit == j.max_attempts + 1 for j in given_back), "uncharged"
+
+
+def test_a_worker_of_both_kinds_bounds_them_together(ledger):
+    """Sync and async tasks in one worker: ``concurrency`` bounds the handlers of both kinds
+    together, as runner threads do."""
+    overlap = _Overlap()
+
+    @ledger.task(queue="m")
+    async def held_async(ctx, n: int) -> None:
+        overlap.enter()
+        try:
+            while not overlap.release.is_set():
+                await asyncio.sleep(0.002)
+        finally:
+            overlap.leave()
+
+    @ledger.task(queue="m")
+    def held_sync(ctx, n: int) -> None:
+        overlap.enter()
+        try:
+            overlap.release.wait(60)
+        finally:
+            overlap.leave()
+
+    ids = []
+    for task in (held_async, held_sync):
+        jobs = [{"payload": {"n": n}, "key": f"{task.name}{n}"} for n in range(6)]
+        ids += [r.id for r in ledger.enqueue_many(task, jobs)]
+    with ledger.worker(["m"], concurrency=3, batch_size=12, prefetch=12, poll_interval=0.05):
+        overlap.check_bound(3, ids, ledger)
+
+
 def test_an_async_handler_on_the_apps_loop_is_cancelled_at_its_timeout(ledger):
     @ledger.task(queue="a", timeout=0.3, lease_seconds=5, backoff=QUICK)
     async def sleepy(ctx) -> None:

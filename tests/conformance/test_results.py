@@ -161,6 +161,38 @@ def test_a_result_is_stored_with_a_completion_in_the_handlers_transaction(ledger
     assert ledger.find("b2").state is JobState.DONE and ledger.result("b2") is None
 
 
+def test_async_handlers_on_the_loop_store_results_and_complete_in_their_transaction(ledger):
+    """A worker of only async tasks runs them as tasks of its loop: what they return is
+    stored, and a completion in the handler's transaction is its outcome there too."""
+
+    @ledger.task(queue="ra")
+    async def agive(ctx, i: int):  # type: ignore[no-untyped-def]
+        return VALUES[i]
+
+    @ledger.task(queue="ra")
+    async def abooked(ctx):  # type: ignore[no-untyped-def]
+        with ctx.transaction():
+            pass
+        return {"booked": ctx.key}
+
+    @ledger.task(queue="ra")
+    async def abooked_then_failed(ctx) -> None:
+        with ctx.transaction():
+            pass
+        raise RuntimeError("after the commit")
+
+    for i in range(len(VALUES)):
+        ledger.enqueue(agive, {"i": i}, key=f"a{i}")
+    ledger.enqueue(abooked, {}, key="b1")
+    ledger.enqueue(abooked_then_failed, {}, key="b2")
+    _burst(ledger, queue="ra", concurrency=4, batch_size=50)
+    for i, value in enumerate(VALUES):
+        assert ledger.result(f"a{i}") == value
+    assert ledger.result("b1") == {"booked": "b1"}
+    assert ledger.find("b2").state is JobState.DONE and ledger.result("b2") is None
+    assert {j.state for j in ledger.jobs()} == {JobState.DONE}
+
+
 def test_completions_store_results_only_under_a_held_lease(ledger, tasks):
     jobs = ledger.backend.jobs
     for n in range(4):

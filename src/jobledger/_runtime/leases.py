@@ -7,6 +7,7 @@ their timeout: their lease is no longer renewed, and the runtime records them as
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -45,8 +46,9 @@ class LeaseHold:
     timed_out: bool = field(init=False, default=False)
     orphaned: bool = field(init=False, default=False)
     """Its handler's thread was given up on after the timeout (a sync handler)."""
-    future: Future[Any] | None = field(init=False, default=None)
-    """An async handler's run on the runtime's event loop (cancelled on a timeout)."""
+    future: Future[Any] | asyncio.Task[Any] | None = field(init=False, default=None)
+    """An async handler's run on the runtime's event loop (cancelled on a timeout): a task of
+    the loop, or the future of a runner thread's hand-over to it."""
     started_at: float = field(init=False, default=0.0)
     lock: threading.Lock = field(init=False, default_factory=threading.Lock)
     span: Any = field(init=False, default=None)

@@ -8,8 +8,12 @@ Threads of one worker, and what each one touches:
   runner; without, a runner is free once its job's outcome is written), runs the rescuer every
   ``rescue_interval``, and sleeps on a wake-up (LISTEN/NOTIFY, an enqueue in this process) or a
   poll timeout;
-- ``concurrency`` **runner** threads run handlers (async handlers on one shared event loop: the
-  worker's own, or the application's when the worker was started from a running event loop);
+- ``concurrency`` **runner** threads run sync handlers;
+- async handlers run on one event loop: the worker's own, or the application's when the worker
+  was started from a running event loop. When every task of the worker's queues is a coroutine,
+  the fetch loop hands each claim to the loop at once and its jobs run there as tasks, up to
+  ``concurrency`` at a time, with no thread in between. A worker with both kinds runs an async
+  handler from a runner thread that waits for it, so that ``concurrency`` bounds both together;
 - the runtime's **completer** writes outcomes in batches and its **keeper** renews leases and
   ends attempts that run past their task's timeout (see ``jobledger._runtime.runtime``).
 
@@ -27,11 +31,13 @@ A worker runs once: in the calling thread (``run``, which blocks), or in threads
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue as queue_mod
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from datetime import datetime
@@ -177,6 +183,14 @@ class Worker(Runtime):
         self._runners = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
+        # A worker whose tasks are all coroutines runs them as tasks of the loop, up to
+        # ``concurrency`` at once, with no runner thread in between; one with both kinds runs
+        # each in a runner thread, so that ``concurrency`` bounds them together.
+        kinds = {t.is_async for t in ledger.tasks() if t.queue in queues}
+        self._direct_async = kinds == {True}
+        self._loop_waiting: deque[LeaseHold] = deque()
+        self._loop_running = 0
+        """Async jobs running as tasks of the loop (only the loop's thread touches these two)."""
         self._listener: Listener | None = None
         self._owns_loop = True
         """Whether ``_loop`` is the worker's own (stopped with it) or the application's."""
@@ -509,8 +523,24 @@ class Worker(Runtime):
             return
         with self._running_lock:
             self._busy += len(holds)
+        if not self._direct_async:
+            for hold in holds:
+                self._runnable.put(hold)
+            return
+        on_loop = []
         for hold in holds:
-            self._runnable.put(hold)
+            task = self.ledger.get_task(hold.job.task)
+            if task is not None and task.is_async:
+                on_loop.append(hold)
+            else:
+                self._runnable.put(hold)
+        if on_loop:
+            # One hand-over to the loop per claim, not one per job.
+            try:
+                self._event_loop().call_soon_threadsafe(self._loop_take, on_loop)
+            except RuntimeError:  # the application closed its loop: each attempt fails so
+                for hold in on_loop:
+                    self._runnable.put(hold)
 
     def _rescue(self) -> None:
         try:
@@ -550,36 +580,66 @@ class Worker(Runtime):
                 log.exception("unexpected error running job %d", hold.job.id)
             finally:
                 abandoned = hold.orphaned  # set only with timed_out, under the hold's lock
-                with self._running_lock:
-                    if abandoned:
-                        # Its slot was given to a new runner when it timed out: this thread
-                        # has served its turn.
-                        self._abandoned -= 1
-                        wake = True
-                    else:
-                        self._busy -= 1
-                        # Wake the fetch loop only when it may claim (see ``_free``), not once
-                        # per job: at thousands of jobs a second the wake-ups would cost.
-                        wake = self.prefetch > 0 and (
-                            self._busy <= self.concurrency
-                            or self.concurrency + self.prefetch - self._busy >= self._claim_at_least
-                        )
-                # ``set`` takes the event's lock and wakes its waiters even when it is set
-                # already: only the first runner after the fetch loop cleared it sets it.
-                if wake and not self._slot_free.is_set():
-                    self._slot_free.set()
+                self._returned(abandoned)
             if abandoned:
                 return
 
+    def _returned(self, abandoned: bool) -> None:
+        """A handler returned (or its job was given back before it started): its slot is free."""
+        with self._running_lock:
+            if abandoned:
+                # Its slot was given to a new runner when it timed out: this thread has served
+                # its turn.
+                self._abandoned -= 1
+                wake = True
+            else:
+                self._busy -= 1
+                # Wake the fetch loop only when it may claim (see ``_free``), not once per job:
+                # at thousands of jobs a second the wake-ups would cost.
+                wake = self.prefetch > 0 and (
+                    self._busy <= self.concurrency
+                    or self.concurrency + self.prefetch - self._busy >= self._claim_at_least
+                )
+        # ``set`` takes the event's lock and wakes its waiters even when it is set already:
+        # only the first runner after the fetch loop cleared it sets it.
+        if wake and not self._slot_free.is_set():
+            self._slot_free.set()
+
     def _execute(self, hold: LeaseHold) -> None:
-        job = hold.job
+        """Run one attempt in this runner thread (an async handler on the loop, waited for)."""
+        ctx, traced, task, error = self._before(hold)
+        value: Any = None
+        if task is not None:
+            try:
+                if task.is_async:
+                    value = self._run_async(task, ctx, hold)
+                else:
+                    value = task.fn(ctx, **hold.job.payload)
+            except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
+                error = exc
+        if self.tracer is not None:
+            self.tracer.returned(hold, traced, error)
+        if hold.timeout is not None and not self._returned_in_time(hold):
+            return
+        if ctx.completed:
+            self._completed_in_handler(hold, ctx, value, error)
+            return
+        duration = time.monotonic() - hold.started_at
+        fault_point("worker.before_finish")
+        self.finish(
+            returned(hold, value, duration) if error is None else self.fail(hold, error, duration)
+        )
+
+    def _before(
+        self, hold: LeaseHold
+    ) -> tuple[JobContext, object, Task | None, BaseException | None]:
+        """What comes before a handler runs: its context, its span, its task (or why it cannot
+        run: an unknown task, a payload its signature refuses) and its timeout."""
         fault_point("worker.after_claim")
         ctx = JobContext(hold, self._backend or self.backend, self.renew_one, self._now)
-        started = hold.started_at
-        error: BaseException | None = None
         tracer = self.tracer
         traced = tracer.start(hold, self.name) if tracer is not None else None
-        value: Any = None
+        job = hold.job
         try:
             task = self.ledger.get_task(job.task)
             if task is None:
@@ -588,56 +648,117 @@ class Worker(Runtime):
                 task.check_payload(job.payload)
             except PayloadError as exc:
                 raise Permanent(str(exc), error_class="PayloadError") from None
-            hold.timeout = self._timeout_of(task, job.queue)
-            if task.is_async:
-                value = self._run_async(task, ctx, hold)
-            else:
-                value = task.fn(ctx, **job.payload)
-        except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
-            error = exc
-        if tracer is not None:
-            tracer.returned(hold, traced, error)
-        duration = time.monotonic() - started
-        if hold.timeout is not None:
-            with hold.lock:
-                if hold.timed_out:
-                    # Recorded as timed out already: what the handler did is not its outcome.
-                    log.warning(
-                        "job %d %s/%s attempt %d: the handler returned %.1f s after its "
-                        "timeout; its outcome is discarded",
-                        job.id,
-                        job.queue,
-                        job.key,
-                        job.attempt,
-                        duration - hold.timeout,
-                    )
-                    return
-                hold.timeout = None  # returned in time: no longer subject to its timeout
-        if ctx.completed:
-            # Completed in the handler's own transaction (whatever it raised afterwards); what
-            # it returned is stored now.
-            item = returned(hold, value if error is None else None, duration)
-            self.recorder.completed_in_transaction(hold, duration, item)
-            if tracer is not None and hold.span is not None:
-                item.outcome = "done"
-                tracer.ended(item)
-            self.finished([hold])
-            return
-        fault_point("worker.before_finish")
-        self.finish(
-            returned(hold, value, duration) if error is None else self.fail(hold, error, duration)
-        )
+        except BaseException as exc:  # noqa: BLE001 - recorded as the attempt's outcome
+            return ctx, traced, None, exc
+        hold.timeout = self._timeout_of(task, job.queue)
+        return ctx, traced, task, None
 
-    def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> Any:
+    def _returned_in_time(self, hold: LeaseHold) -> bool:
+        """For an attempt with a timeout: False if it was recorded as timed out already (what
+        its handler did is not its outcome); otherwise it is no longer subject to its timeout."""
+        with hold.lock:
+            if hold.timed_out:
+                late = time.monotonic() - hold.started_at - (hold.timeout or 0.0)
+                log.warning(
+                    "job %d %s/%s attempt %d: the handler returned %.1f s after its "
+                    "timeout; its outcome is discarded",
+                    hold.job.id,
+                    hold.job.queue,
+                    hold.job.key,
+                    hold.job.attempt,
+                    late,
+                )
+                return False
+            hold.timeout = None  # returned in time: no longer subject to its timeout
+        return True
+
+    def _completed_in_handler(
+        self, hold: LeaseHold, ctx: JobContext, value: Any, error: BaseException | None
+    ) -> None:
+        """The handler completed its job in its own transaction (whatever it raised
+        afterwards): what it returned is stored now, and that is its outcome."""
+        duration = time.monotonic() - hold.started_at
+        item = returned(hold, value if error is None else None, duration)
+        self.recorder.completed_in_transaction(hold, duration, item)
+        if self.tracer is not None and hold.span is not None:
+            item.outcome = "done"
+            self.tracer.ended(item)
+        self.finished([hold])
+
+    # -- async handlers on the event loop ----------------------------------------------------------
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop async handlers run on: the application's, else the worker's own (started on
+        first use)."""
         with self._loop_lock:
-            # The application's loop when the worker was started from one, else its own.
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 threading.Thread(
                     target=loop.run_forever, name="jobledger-async", daemon=True
                 ).start()
                 self._loop = loop
-        future = asyncio.run_coroutine_threadsafe(task.fn(ctx, **hold.job.payload), self._loop)
+            return self._loop
+
+    def _loop_take(self, holds: list[LeaseHold]) -> None:
+        """On the loop: start what ``concurrency`` allows of a claim's async jobs, the rest as
+        those running end."""
+        self._loop_waiting.extend(holds)
+        self._loop_start()
+
+    def _loop_start(self) -> None:
+        waiting, loop = self._loop_waiting, self._loop
+        assert loop is not None
+        while waiting and self._loop_running < self.concurrency:
+            self._loop_running += 1
+            loop.create_task(self._run_on_loop(waiting.popleft()))
+
+    async def _run_on_loop(self, hold: LeaseHold) -> None:
+        """One attempt of an async handler, as a task of the loop (no runner thread)."""
+        try:
+            with hold.lock:
+                if hold.released:
+                    return
+                hold.started = True
+                hold.started_at = time.monotonic()
+                # Set before its timeout is: a timed-out attempt is cancelled, never orphaned.
+                hold.future = asyncio.current_task()
+            ctx, traced, task, error = self._before(hold)
+            value: Any = None
+            if task is not None:
+                try:
+                    value = await task.fn(ctx, **hold.job.payload)
+                except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
+                    error = exc
+            if self.tracer is not None:
+                self.tracer.returned(hold, traced, error)
+            if hold.timeout is not None and not self._returned_in_time(hold):
+                return
+            if ctx.completed:
+                # Storing its result is database work: on a thread, not on the loop.
+                loop = asyncio.get_running_loop()
+                done = functools.partial(self._completed_in_handler, hold, ctx, value, error)
+                await loop.run_in_executor(None, done)
+                return
+            duration = time.monotonic() - hold.started_at
+            fault_point("worker.before_finish")
+            self.finish(
+                returned(hold, value, duration)
+                if error is None
+                else self.fail(hold, error, duration)
+            )
+        except Exception:  # never lose a slot of the loop to a bug
+            log.exception("unexpected error running job %d", hold.job.id)
+        finally:
+            self._loop_running -= 1
+            self._returned(False)
+            self._loop_start()
+
+    def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> Any:
+        """An async handler of a worker that also has sync ones: run on the loop, its runner
+        thread waiting for it (so that ``concurrency`` bounds both kinds together)."""
+        future = asyncio.run_coroutine_threadsafe(
+            task.fn(ctx, **hold.job.payload), self._event_loop()
+        )
         with hold.lock:
             hold.future = future
             late = hold.timed_out
@@ -649,10 +770,8 @@ class Worker(Runtime):
         """A timed-out attempt: cancel an async handler; for a sync one, give its slot to a new
         runner thread (at most ``concurrency`` abandoned threads; then the worker stops
         claiming until one returns)."""
-        future = hold.future
         if not hold.orphaned:
-            if future is not None:
-                future.cancel()
+            _cancel(hold.future)
             return
         with self._running_lock:
             self._busy -= 1
@@ -687,9 +806,16 @@ class Worker(Runtime):
             # The application's loop runs on: async handlers still running past the deadline
             # are cancelled there (their outcome is not written; their leases expire).
             for hold in self._held():
-                if hold.future is not None:
-                    hold.future.cancel()
+                _cancel(hold.future)
         log.info("worker %s stopped: %s", self.name, self.stats)
+
+
+def _cancel(future: Future[Any] | asyncio.Task[Any] | None) -> None:
+    """Cancel an async handler's run, from any thread (a task of the loop on its loop)."""
+    if isinstance(future, asyncio.Task):
+        future.get_loop().call_soon_threadsafe(future.cancel)
+    elif future is not None:
+        future.cancel()
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
