@@ -373,7 +373,9 @@ def run_drain(
         adapter(system, "fill", dsn, *fill)
         left_sql = None if os.environ.get("BENCH_POLL_COUNT") else system.info.get("left_sql")
         poller = Poller(dsn, system.info["remaining_sql"], left_sql)
-        workers = Workers(system, dsn, processes)
+        workers = Workers(
+            system, dsn, processes, {"BENCH_ASYNC_HANDLERS": "1"} if async_handlers else None
+        )
         try:
             workers.wait_ready()
             workers_cpu = workers.cpu_seconds()

@@ -187,6 +187,9 @@ def _work(args) -> None:  # type: ignore[no-untyped-def]
         "warning",
         "--grace",
         "5",
+        # The drain of async handlers works the async task's queue alone (``ours_app``).
+        "--queues",
+        "bench-async" if os.environ.get("BENCH_ASYNC_HANDLERS") else QUEUE,
         *WORKER_OPTIONS[dialect],
     ]
     if dialect == "sqlite":

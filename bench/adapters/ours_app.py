@@ -28,9 +28,11 @@ def noop(ctx, n: int = 0, t: float | None = None) -> None:
     run.started(t)
 
 
-@ledger.task(queue="bench", lease_seconds=60, max_attempts=3)
+@ledger.task(queue="bench-async", lease_seconds=60, max_attempts=3)
 async def anoop(ctx, n: int = 0, t: float | None = None) -> None:
-    """``noop`` as a coroutine: the drain of async handlers (run on the worker's event loop)."""
+    """``noop`` as a coroutine: the drain of async handlers (run on the worker's event loop).
+    A queue of its own: a worker of only async tasks runs them as tasks of its loop, one with
+    both kinds through runner threads (docs/concepts.md)."""
     run.started(t)
 
 
