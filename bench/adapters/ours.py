@@ -190,7 +190,8 @@ def _work(args) -> None:  # type: ignore[no-untyped-def]
         # The drain of async handlers works the async task's queue alone (``ours_app``).
         "--queues",
         "bench-async" if os.environ.get("BENCH_ASYNC_HANDLERS") else QUEUE,
-        *WORKER_OPTIONS[dialect],
+        # A sweep of the settings gives its own (``BENCH_WORKER_OPTIONS="--concurrency 8 ..."``).
+        *(os.environ.get("BENCH_WORKER_OPTIONS") or " ".join(WORKER_OPTIONS[dialect])).split(),
     ]
     if dialect == "sqlite":
         command += ["--poll-interval", SQLITE_POLL]
