@@ -329,12 +329,14 @@ def test_a_stop_gives_back_the_async_jobs_that_wait_for_the_loop(ledger):
 
 
 def test_a_worker_of_both_kinds_bounds_them_together(ledger):
-    """Sync and async tasks in one worker: ``concurrency`` bounds the handlers of both kinds
-    together, as runner threads do."""
+    """Sync and async tasks in one worker: its async handlers run as tasks of the loop too, and
+    ``concurrency`` bounds the handlers of both kinds together."""
     overlap = _Overlap()
+    runs_as: set[str] = set()
 
     @ledger.task(queue="m")
     async def held_async(ctx, n: int) -> None:
+        runs_as.add(asyncio.current_task().get_coro().__qualname__)  # type: ignore[union-attr]
         overlap.enter()
         try:
             while not overlap.release.is_set():
@@ -356,6 +358,40 @@ def test_a_worker_of_both_kinds_bounds_them_together(ledger):
         ids += [r.id for r in ledger.enqueue_many(task, jobs)]
     with ledger.worker(["m"], concurrency=3, batch_size=12, prefetch=12, poll_interval=0.05):
         overlap.check_bound(3, ids, ledger)
+    assert runs_as == {"Worker._run_on_loop"}
+
+
+def test_a_stream_of_async_jobs_does_not_keep_a_sync_one_waiting(ledger):
+    """In a worker of both kinds whose slots async handlers hold, with many async jobs waiting
+    for one, a sync job claimed later gets the next slot an async handler frees: it starts
+    within the first few async jobs, not after all of them."""
+    starts: list[str] = []
+    gate = threading.Event()
+
+    @ledger.task(queue="f")
+    def late(ctx) -> None:
+        starts.append("sync")
+
+    @ledger.task(queue="f")
+    async def many(ctx, n: int) -> None:
+        starts.append("async")
+        while not gate.is_set():  # the first two hold both slots until the sync job waits
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.002)
+
+    # 30 claimed at once: few enough for the worker to claim again while they wait (``_free``).
+    jobs = [{"payload": {"n": n}, "key": f"a{n}"} for n in range(30)]
+    ids = [r.id for r in ledger.enqueue_many(many, jobs)]
+    ids.append(ledger.enqueue(late, {}, key="s", delay=0.3).id)
+    worker = ledger.worker(["f"], concurrency=2, batch_size=100, prefetch=100, poll_interval=0.05)
+    with worker:
+        try:
+            wait_until(lambda: worker._sync_waiting == 1, what="the sync job waiting for a slot")
+        finally:
+            gate.set()
+        wait_until(lambda: _done(ledger, ids) == 31, what="all done", progress=lambda: len(starts))
+    assert starts[:2] == ["async", "async"]
+    assert "sync" in starts[:6], f"the sync job started after {starts.index('sync')} async ones"
 
 
 def test_an_async_handler_on_the_apps_loop_is_cancelled_at_its_timeout(ledger):

@@ -107,6 +107,43 @@ def test_an_async_handler_past_its_timeout_is_cancelled(ledger):
         thread.join(30)
 
 
+def test_an_abandoned_sync_handler_gives_up_its_slot_to_the_async_ones(ledger):
+    """A worker of both kinds bounds them with slots: the slot of a sync handler abandoned past
+    its timeout is freed at once, so async jobs claimed behind it run at ``concurrency`` 1
+    while it still hangs."""
+    let_go = threading.Event()
+
+    @ledger.task(queue="t", timeout=2.0, lease_seconds=4, backoff=QUICK)
+    def hangs_once(ctx) -> None:
+        if ctx.attempt == 1:
+            let_go.wait(60)
+
+    @ledger.task(queue="t")
+    async def quick(ctx, n: int) -> None:
+        await asyncio.sleep(0)
+
+    hung, _ = ledger.enqueue(hangs_once, {}, key="h")
+    ids = [ledger.enqueue(quick, {"n": n}, key=f"q{n}", delay=0.1)[0] for n in range(5)]
+    worker = ledger.worker(["t"], concurrency=1, batch_size=10, prefetch=10, poll_interval=0.05)
+    thread = _run(worker)
+    try:
+        # Claimed while the sync handler holds the only slot: they wait for it.
+        wait_until(
+            lambda: all(ledger.job(i).state is JobState.LEASED for i in [hung, *ids]),
+            what="all claimed",
+        )
+        wait_until(
+            lambda: all(ledger.job(i).state is JobState.DONE for i in ids),
+            what="the async jobs done while the abandoned handler still hangs",
+        )
+        assert not let_go.is_set() and worker.stats.timed_out == 1
+    finally:
+        let_go.set()
+        worker.stop()
+        thread.join(30)
+    assert _outcomes(ledger, hung)[0] is AttemptOutcome.TIMED_OUT
+
+
 def test_a_worker_stops_claiming_while_its_abandoned_threads_fill_its_concurrency(ledger, caplog):
     """A sync handler's thread cannot be killed: with ``concurrency`` of them still running
     past their timeout the worker claims nothing (and says so), and claims again once one

@@ -9,11 +9,11 @@ Threads of one worker, and what each one touches:
   ``rescue_interval``, and sleeps on a wake-up (LISTEN/NOTIFY, an enqueue in this process) or a
   poll timeout;
 - ``concurrency`` **runner** threads run sync handlers;
-- async handlers run on one event loop: the worker's own, or the application's when the worker
-  was started from a running event loop. When every task of the worker's queues is a coroutine,
-  the fetch loop hands each claim to the loop at once and its jobs run there as tasks, up to
-  ``concurrency`` at a time, with no thread in between. A worker with both kinds runs an async
-  handler from a runner thread that waits for it, so that ``concurrency`` bounds both together;
+- async handlers run on one event loop (the worker's own, or the application's when the worker
+  was started from a running event loop): the fetch loop hands each claim's async jobs to the
+  loop in one call and they run there as tasks, with no thread in between. In a worker that has
+  async tasks, a handler of either kind holds one of ``concurrency`` slots (a semaphore) while
+  it runs, so that the bound holds for both kinds together;
 - the runtime's **completer** writes outcomes in batches and its **keeper** renews leases and
   ends attempts that run past their task's timeout (see ``jobledger._runtime.runtime``).
 
@@ -40,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from contextlib import suppress
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -183,14 +184,16 @@ class Worker(Runtime):
         self._runners = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_lock = threading.Lock()
-        # A worker whose tasks are all coroutines runs them as tasks of the loop, up to
-        # ``concurrency`` at once, with no runner thread in between; one with both kinds runs
-        # each in a runner thread, so that ``concurrency`` bounds them together.
-        kinds = {t.is_async for t in ledger.tasks() if t.queue in queues}
-        self._direct_async = kinds == {True}
+        # Async handlers run as tasks of the loop, with no runner thread in between. In a worker
+        # that has async tasks, a handler of either kind holds one of ``concurrency`` slots
+        # while it runs, so that the bound holds for both kinds together; a worker of sync tasks
+        # only needs none (its runner threads are the bound).
+        self._direct_async = any(t.is_async for t in ledger.tasks() if t.queue in queues)
+        self._slots = threading.Semaphore(concurrency) if self._direct_async else None
+        self._sync_waiting = 0
+        """Runner threads waiting for a slot (changed under ``_running_lock``)."""
         self._loop_waiting: deque[LeaseHold] = deque()
-        self._loop_running = 0
-        """Async jobs running as tasks of the loop (only the loop's thread touches these two)."""
+        """Async jobs handed to the loop that wait for a slot (only the loop's thread takes)."""
         self._listener: Listener | None = None
         self._owns_loop = True
         """Whether ``_loop`` is the worker's own (stopped with it) or the application's."""
@@ -565,10 +568,17 @@ class Worker(Runtime):
     # -- running handlers --------------------------------------------------------------------------
 
     def _runner(self) -> None:
+        slots = self._slots
         while True:
             hold = self._runnable.get()
             if hold is None:
                 return
+            if slots is not None and not slots.acquire(blocking=False):
+                with self._running_lock:
+                    self._sync_waiting += 1
+                slots.acquire()
+                with self._running_lock:
+                    self._sync_waiting -= 1
             try:
                 with hold.lock:
                     if hold.released:
@@ -581,8 +591,20 @@ class Worker(Runtime):
             finally:
                 abandoned = hold.orphaned  # set only with timed_out, under the hold's lock
                 self._returned(abandoned)
+                if slots is not None and not abandoned:  # (an abandoned one's went at once)
+                    self._free_slot()
             if abandoned:
                 return
+
+    def _free_slot(self) -> None:
+        """A runner thread's slot is free (not on the loop): async jobs waiting for one are
+        started on the loop."""
+        assert self._slots is not None
+        self._slots.release()
+        loop = self._loop
+        if self._loop_waiting and loop is not None:
+            with suppress(RuntimeError):  # the application's loop is closed
+                loop.call_soon_threadsafe(self._loop_start)
 
     def _returned(self, abandoned: bool) -> None:
         """A handler returned (or its job was given back before it started): its slot is free."""
@@ -706,10 +728,9 @@ class Worker(Runtime):
         self._loop_start()
 
     def _loop_start(self) -> None:
-        waiting, loop = self._loop_waiting, self._loop
-        assert loop is not None
-        while waiting and self._loop_running < self.concurrency:
-            self._loop_running += 1
+        waiting, loop, slots = self._loop_waiting, self._loop, self._slots
+        assert loop is not None and slots is not None
+        while waiting and slots.acquire(blocking=False):
             loop.create_task(self._run_on_loop(waiting.popleft()))
 
     async def _run_on_loop(self, hold: LeaseHold) -> None:
@@ -749,13 +770,17 @@ class Worker(Runtime):
         except Exception:  # never lose a slot of the loop to a bug
             log.exception("unexpected error running job %d", hold.job.id)
         finally:
-            self._loop_running -= 1
             self._returned(False)
-            self._loop_start()
+            assert self._slots is not None
+            self._slots.release()
+            # A runner thread waiting for a slot gets this one: without this, a steady stream
+            # of async jobs would keep sync ones waiting (it starts the loop's when it ends).
+            if not self._sync_waiting:
+                self._loop_start()
 
     def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> Any:
-        """An async handler of a worker that also has sync ones: run on the loop, its runner
-        thread waiting for it (so that ``concurrency`` bounds both kinds together)."""
+        """An async handler that reached a runner thread (its task was registered after the
+        worker started, or for another queue): run on the loop, the thread waiting for it."""
         future = asyncio.run_coroutine_threadsafe(
             task.fn(ctx, **hold.job.payload), self._event_loop()
         )
@@ -776,6 +801,8 @@ class Worker(Runtime):
         with self._running_lock:
             self._busy -= 1
             self._abandoned += 1
+        if self._slots is not None:
+            self._free_slot()
         if not self._stopping.is_set():
             self._add_runner()
         self._slot_free.set()
