@@ -234,6 +234,18 @@ class _Overlap:
         self.lock = threading.Lock()
         self.running = self.most = self.ran = 0
         self.release = threading.Event()
+        self.runs_as: set[str] = set()
+        """What the async handlers ran as: the qualified names of their tasks' coroutines."""
+
+    async def held(self) -> None:
+        """An async handler's body: run until released."""
+        self.runs_as.add(asyncio.current_task().get_coro().__qualname__)  # type: ignore[union-attr]
+        self.enter()
+        try:
+            while not self.release.is_set():
+                await asyncio.sleep(0.002)
+        finally:
+            self.leave()
 
     def enter(self) -> None:
         with self.lock:
@@ -271,23 +283,16 @@ def test_a_worker_of_async_tasks_runs_them_on_its_loop_at_most_concurrency_at_on
     """Every task of the worker's queues is a coroutine: its jobs run as tasks of the loop (no
     runner thread waits for each), and ``concurrency`` still bounds how many run at once."""
     overlap = _Overlap()
-    runs_as: set[str] = set()
 
     @ledger.task(queue="a")
     async def held(ctx, n: int) -> None:
-        runs_as.add(asyncio.current_task().get_coro().__qualname__)  # type: ignore[union-attr]
-        overlap.enter()
-        try:
-            while not overlap.release.is_set():
-                await asyncio.sleep(0.002)
-        finally:
-            overlap.leave()
+        await overlap.held()
 
     jobs = [{"payload": {"n": n}, "key": f"a{n}"} for n in range(40)]
     ids = [r.id for r in ledger.enqueue_many(held, jobs)]
     with ledger.worker(["a"], concurrency=4, batch_size=40, prefetch=40, poll_interval=0.05):
         overlap.check_bound(4, ids, ledger)
-    assert runs_as == {"Worker._run_on_loop"}
+    assert overlap.runs_as == {"Worker._run_on_loop"}
 
 
 def test_a_stop_gives_back_the_async_jobs_that_wait_for_the_loop(ledger):
@@ -297,12 +302,7 @@ def test_a_stop_gives_back_the_async_jobs_that_wait_for_the_loop(ledger):
 
     @ledger.task(queue="a", lease_seconds=30)
     async def held(ctx, n: int) -> None:
-        overlap.enter()
-        try:
-            while not overlap.release.is_set():
-                await asyncio.sleep(0.002)
-        finally:
-            overlap.leave()
+        await overlap.held()
 
     jobs = [{"payload": {"n": n}, "key": f"a{n}"} for n in range(5)]
     ids = [r.id for r in ledger.enqueue_many(held, jobs)]
@@ -332,17 +332,10 @@ def test_a_worker_of_both_kinds_bounds_them_together(ledger):
     """Sync and async tasks in one worker: its async handlers run as tasks of the loop too, and
     ``concurrency`` bounds the handlers of both kinds together."""
     overlap = _Overlap()
-    runs_as: set[str] = set()
 
     @ledger.task(queue="m")
     async def held_async(ctx, n: int) -> None:
-        runs_as.add(asyncio.current_task().get_coro().__qualname__)  # type: ignore[union-attr]
-        overlap.enter()
-        try:
-            while not overlap.release.is_set():
-                await asyncio.sleep(0.002)
-        finally:
-            overlap.leave()
+        await overlap.held()
 
     @ledger.task(queue="m")
     def held_sync(ctx, n: int) -> None:
@@ -358,7 +351,7 @@ def test_a_worker_of_both_kinds_bounds_them_together(ledger):
         ids += [r.id for r in ledger.enqueue_many(task, jobs)]
     with ledger.worker(["m"], concurrency=3, batch_size=12, prefetch=12, poll_interval=0.05):
         overlap.check_bound(3, ids, ledger)
-    assert runs_as == {"Worker._run_on_loop"}
+    assert overlap.runs_as == {"Worker._run_on_loop"}
 
 
 def test_a_stream_of_async_jobs_does_not_keep_a_sync_one_waiting(ledger):

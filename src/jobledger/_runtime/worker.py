@@ -651,18 +651,9 @@ class Worker(Runtime):
                     value = task.fn(ctx, **hold.job.payload)
             except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
                 error = exc
-        if self.tracer is not None:
-            self.tracer.returned(hold, traced, error)
-        if hold.timeout is not None and not self._returned_in_time(hold):
-            return
-        if ctx.completed:
-            self._completed_in_handler(hold, ctx, value, error)
-            return
-        duration = time.monotonic() - hold.started_at
-        fault_point("worker.before_finish")
-        self.finish(
-            returned(hold, value, duration) if error is None else self.fail(hold, error, duration)
-        )
+        store = self._after(hold, ctx, traced, value, error)
+        if store is not None:
+            store()
 
     def _before(
         self, hold: LeaseHold
@@ -686,6 +677,31 @@ class Worker(Runtime):
             return ctx, traced, None, exc
         hold.timeout = self._timeout_of(task, job.queue)
         return ctx, traced, task, None
+
+    def _after(
+        self,
+        hold: LeaseHold,
+        ctx: JobContext,
+        traced: object,
+        value: Any,
+        error: BaseException | None,
+    ) -> Callable[[], None] | None:
+        """What follows a handler's return: its span ends; then nothing more if the attempt
+        was recorded as timed out meanwhile; else its outcome goes to the completer, or, when
+        it completed its job in its own transaction, what stores that is returned (database
+        work, which the caller runs off the event loop)."""
+        if self.tracer is not None:
+            self.tracer.returned(hold, traced, error)
+        if hold.timeout is not None and not self._returned_in_time(hold):
+            return None
+        if ctx.completed:
+            return functools.partial(self._completed_in_handler, hold, ctx, value, error)
+        duration = time.monotonic() - hold.started_at
+        fault_point("worker.before_finish")
+        self.finish(
+            returned(hold, value, duration) if error is None else self.fail(hold, error, duration)
+        )
+        return None
 
     def _returned_in_time(self, hold: LeaseHold) -> bool:
         """For an attempt with a timeout: False if it was recorded as timed out already (what
@@ -765,23 +781,9 @@ class Worker(Runtime):
                     value = await task.fn(ctx, **hold.job.payload)
                 except BaseException as exc:  # noqa: BLE001 - every handler outcome is recorded
                     error = exc
-            if self.tracer is not None:
-                self.tracer.returned(hold, traced, error)
-            if hold.timeout is not None and not self._returned_in_time(hold):
-                return
-            if ctx.completed:
-                # Storing its result is database work: on a thread, not on the loop.
-                loop = asyncio.get_running_loop()
-                done = functools.partial(self._completed_in_handler, hold, ctx, value, error)
-                await loop.run_in_executor(None, done)
-                return
-            duration = time.monotonic() - hold.started_at
-            fault_point("worker.before_finish")
-            self.finish(
-                returned(hold, value, duration)
-                if error is None
-                else self.fail(hold, error, duration)
-            )
+            store = self._after(hold, ctx, traced, value, error)
+            if store is not None:  # database work: on a thread, not on the loop
+                await asyncio.get_running_loop().run_in_executor(None, store)
         except Exception:  # never lose a slot of the loop to a bug
             log.exception("unexpected error running job %d", hold.job.id)
         finally:
