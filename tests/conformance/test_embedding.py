@@ -387,6 +387,34 @@ def test_a_stream_of_async_jobs_does_not_keep_a_sync_one_waiting(ledger):
     assert "sync" in starts[:6], f"the sync job started after {starts.index('sync')} async ones"
 
 
+def test_an_async_job_after_the_apps_loop_closed_fails_and_the_worker_runs_on(ledger):
+    """The application closed the loop its worker runs async handlers on: an async job fails
+    (the hand-over to the loop is refused) instead of ending the worker; sync jobs still run."""
+
+    @ledger.task(queue="c", max_attempts=1)
+    async def on_loop(ctx) -> None:
+        pass
+
+    ledger.task(lambda ctx: None, name="plain", queue="c")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    worker = ledger.worker(["c"], concurrency=2, poll_interval=0.05)
+    worker.start(loop=loop)
+    try:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+        a = ledger.enqueue(on_loop, {}, key="a").id
+        wait_until(lambda: ledger.job(a).state is JobState.DEAD, what="the async job failed")
+        assert "closed" in (ledger.job(a).last_error or "")
+        b = ledger.enqueue("plain", {}, key="b").id
+        wait_until(lambda: ledger.job(b).state is JobState.DONE, what="a sync job done after it")
+        assert worker.running
+    finally:
+        worker.stop(timeout=5)
+
+
 def test_an_async_handler_on_the_apps_loop_is_cancelled_at_its_timeout(ledger):
     @ledger.task(queue="a", timeout=0.3, lease_seconds=5, backoff=QUICK)
     async def sleepy(ctx) -> None:

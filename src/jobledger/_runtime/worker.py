@@ -545,7 +545,8 @@ class Worker(Runtime):
             # One hand-over to the loop per claim, not one per job.
             try:
                 self._event_loop().call_soon_threadsafe(self._loop_take, on_loop)
-            except RuntimeError:  # the application closed its loop: each attempt fails so
+            except RuntimeError:  # the application closed its loop: to the runner threads,
+                # whose hand-over fails in turn, recorded as each attempt's failure
                 for hold in on_loop:
                     self._runnable.put(hold)
 
@@ -796,9 +797,13 @@ class Worker(Runtime):
     def _run_async(self, task: Task, ctx: JobContext, hold: LeaseHold) -> Any:
         """An async handler that reached a runner thread (its task was registered after the
         worker started, or for another queue): run on the loop, the thread waiting for it."""
-        future = asyncio.run_coroutine_threadsafe(
-            task.fn(ctx, **hold.job.payload), self._event_loop()
-        )
+        loop = self._event_loop()
+        run = task.fn(ctx, **hold.job.payload)
+        try:
+            future = asyncio.run_coroutine_threadsafe(run, loop)
+        except BaseException:  # the loop is closed: the coroutine will never run
+            run.close()
+            raise
         with hold.lock:
             hold.future = future
             late = hold.timed_out
