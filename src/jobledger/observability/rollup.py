@@ -95,11 +95,22 @@ class MinuteStatsRecorder(WorkerObserver):
     # -- what workers and consumers tell it ----------------------------------------------------
 
     def claimed(self, jobs: Sequence[ClaimedJob]) -> None:
-        # Added up per queue and task first: one row update per batch, not one per job.
+        # Added up per queue and task first: one row update per batch, not one per job. A
+        # batch shares its claim time, and jobs enqueued together their run time: a wait is
+        # worked out again only where the job before had other times (or queue, or task).
         minute = self._minute()
         waits: dict[tuple[str, str], list[float]] = {}
+        queue = task = run_at = until = lease = None
+        values: list[float] = []
+        wait = 0.0
         for job in jobs:
-            waits.setdefault((job.queue, job.task), []).append(claim_wait(job))
+            if job.queue != queue or job.task != task:
+                queue, task = job.queue, job.task
+                values = waits.setdefault((queue, task), [])
+            if job.run_at != run_at or job.lease_until != until or job.lease_seconds != lease:
+                run_at, until, lease = job.run_at, job.lease_until, job.lease_seconds
+                wait = claim_wait(job)
+            values.append(wait)
         for (queue, task), values in waits.items():
             self._add(
                 minute,
