@@ -6,12 +6,13 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime
 
 import pytest
 
 from jobledger import Ledger
 from jobledger.testing.demo.app import register
-from jobledger.testing.demo.story import DemoReport, _problems, _tally
+from jobledger.testing.demo.story import DemoReport, _problems, _tally, _this_weeks_tick
 from jobledger.testing.fakeprovider import FakeProvider
 
 from .support.processes import ROOT
@@ -40,6 +41,25 @@ def check_report(report: dict) -> None:
     assert report["attempts"] >= report["jobs"] + report["lease_expiries"]
     [dead] = report["dead_jobs"]
     assert "HTTP 400" in dead["error"] and dead["attempts"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("now", "tick"),
+    [
+        # Monday 00:21 in Berlin (Sunday 23:21 UTC): this week's tick is still to come.
+        ("2026-12-06T23:21:00+00:00", "2026-11-30T05:00:00+00:00"),
+        ("2026-12-07T04:59:59+00:00", "2026-11-30T05:00:00+00:00"),
+        ("2026-12-07T05:00:00+00:00", "2026-12-07T05:00:00+00:00"),
+        ("2026-12-13T22:59:00+00:00", "2026-12-07T05:00:00+00:00"),
+        # Across the change to summer time (Berlin at UTC+2 from 2027-03-28).
+        ("2027-03-29T03:00:00+00:00", "2027-03-22T05:00:00+00:00"),
+        ("2027-03-29T04:00:00+00:00", "2027-03-29T04:00:00+00:00"),
+    ],
+)
+def test_the_demos_tick_is_the_latest_monday_6_am_in_berlin_never_one_to_come(now, tick):
+    got = _this_weeks_tick(datetime.fromisoformat(now))
+    assert got == datetime.fromisoformat(tick)
+    assert got <= datetime.fromisoformat(now)
 
 
 @pytest.mark.slow

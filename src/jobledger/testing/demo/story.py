@@ -95,11 +95,15 @@ def iso_week(day: datetime | None = None) -> str:
 
 
 def _this_weeks_tick(now: datetime | None = None) -> datetime:
-    """This week's Monday 06:00 in Berlin (the weekly digest's tick), in UTC."""
+    """The weekly digest's latest tick, in UTC: this week's Monday 06:00 in Berlin, or last
+    week's before it (from Monday 00:00 to 06:00 in Berlin this week's tick is still to come,
+    and its jobs would not be due)."""
     local = (now or datetime.now(UTC)).astimezone(ZoneInfo("Europe/Berlin"))
     monday = (local - timedelta(days=local.weekday())).replace(
         hour=6, minute=0, second=0, microsecond=0
     )
+    if monday > local:
+        monday -= timedelta(days=7)  # wall-clock arithmetic: still 06:00 in Berlin
     return monday.astimezone(UTC)
 
 
