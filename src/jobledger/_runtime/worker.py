@@ -607,6 +607,13 @@ class Worker(Runtime):
                 self._sync_waiting -= 1
             self._slots_free -= 1
 
+    def _slot_freed(self) -> None:
+        """Under ``_running_lock``: a slot is free again; a runner thread waiting for one gets
+        it."""
+        self._slots_free += 1
+        if self._sync_waiting:
+            self._slot_taken.notify()
+
     def _wake_loop(self) -> None:
         """A slot was freed off the loop: async jobs waiting for one are started on the loop."""
         loop = self._loop
@@ -619,9 +626,7 @@ class Worker(Runtime):
         and its ``slot`` if it held one."""
         with self._running_lock:
             if slot:
-                self._slots_free += 1
-                if self._sync_waiting:
-                    self._slot_taken.notify()
+                self._slot_freed()
             if abandoned:
                 # Its slot was given to a new runner when it timed out: this thread has served
                 # its turn.
@@ -822,9 +827,7 @@ class Worker(Runtime):
             self._busy -= 1
             self._abandoned += 1
             if self._direct_async:
-                self._slots_free += 1
-                if self._sync_waiting:
-                    self._slot_taken.notify()
+                self._slot_freed()
         if self._direct_async:
             self._wake_loop()
         if not self._stopping.is_set():
