@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 
 from jobledger import Ledger
-from jobledger._records import Failure, Lease, MinuteStats, digest
+from jobledger._records import ClaimedJob, Failure, Lease, MinuteStats, digest
 from jobledger._services.keys import create_api_key
+from jobledger.observability.rollup import MinuteStatsRecorder
 
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 
@@ -71,6 +72,35 @@ def test_minute_stats_add_up_across_writers(ledger):
     ]
     assert backend.stats.minutes_prune(T0 - timedelta(days=2)) == 1
     assert len(backend.stats.minutes(T0 - timedelta(days=10))) == 2
+
+
+def test_a_flush_writes_rows_of_claims_and_rows_of_outcomes_only_together(ledger):
+    """One flush writes every row in one statement. A row that only counted outcomes (no claim,
+    so no wait) sits beside rows with measured waits; on PostgreSQL each column goes as one
+    typed array, so an ``int`` zero among ``float`` sums was refused (found by CI, through the
+    pooler: the server's last flush at shutdown)."""
+    recorder = MinuteStatsRecorder(clock=lambda: T0.timestamp())
+    job = ClaimedJob(
+        1, "a", "k1", "t", {}, 1, "0" * 32, T0 + timedelta(seconds=61), 60.0, T0, 0, None
+    )
+    recorder.claimed([job])
+    recorder.finished("b", "u", "done", None)  # no claim and no measured run in this minute
+    recorder.finished("c", "v", "dead", 0.25)
+    assert recorder.flush(ledger.minute_stats) == 3
+    got = {
+        (r.queue, r.task): (r.claimed, r.wait_sum, r.done, r.dead, r.run_sum)
+        for r in ledger.backend.stats.minutes(T0)
+    }
+    assert got == {
+        ("a", "t"): (1, 1.0, 0, 0, 0.0),
+        ("b", "u"): (0, 0.0, 1, 0, 0.0),
+        ("c", "v"): (0, 0.0, 0, 1, 0.25),
+    }
+    # The backend takes whole numbers where it stores seconds, from any writer.
+    ledger.backend.stats.minutes_add(
+        [MinuteStats(T0, "a", "t", wait_sum=2, wait_max=2), MinuteStats(T0, "d", "w", wait_sum=0.5)]
+    )
+    assert {r.queue: r.wait_sum for r in ledger.backend.stats.minutes(T0)}["a"] == 3.0
 
 
 def test_sessions_expire_and_follow_their_key(ledger):

@@ -85,14 +85,14 @@ class Stats:
                 "queue": r.queue,
                 "task": r.task,
                 "claimed": r.claimed,
-                "wait_sum": r.wait_sum,
-                "wait_max": r.wait_max,
+                "wait_sum": float(r.wait_sum),
+                "wait_max": float(r.wait_max),
                 "done": r.done,
                 "retried": r.retried,
                 "dead": r.dead,
                 "run_count": r.run_count,
-                "run_sum": r.run_sum,
-                "run_max": r.run_max,
+                "run_sum": float(r.run_sum),
+                "run_max": float(r.run_max),
             }
             for r in ordered
         ]

@@ -62,8 +62,10 @@ class _Sums:
     )
 
     def __init__(self) -> None:
+        # Counts start as ints and sums and maxima as floats: a flush writes many rows in one
+        # statement, whose columns PostgreSQL takes as arrays of one type each.
         for name in self.FIELDS:
-            setattr(self, name, 0)
+            setattr(self, name, 0.0 if name.endswith(("_sum", "_max")) else 0)
 
     def add(self, values: dict[str, Any]) -> None:
         for name, value in values.items():
