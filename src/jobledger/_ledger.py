@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 import weakref
@@ -49,6 +48,7 @@ from ._services.ratelimits import RateLimits
 from ._services.sessions import Sessions
 from ._services.stats import MinuteStatsBook
 from ._services.subscriptions import Subscriptions
+from ._signals import relayed_signals
 from ._task import (
     DEFAULT_LEASE_SECONDS,
     DEFAULT_MAX_ATTEMPTS,
@@ -745,15 +745,10 @@ class Ledger:
         if not handle_signals or threading.current_thread() is not threading.main_thread():
             return worker.run()
 
-        def on_signal(signum: int, frame: object) -> None:
-            worker.stop(graceful=not worker.stopping)
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        # The first SIGTERM or SIGINT stops gracefully, the next one hard (off the signal
+        # handler: see ``_signals``).
+        with relayed_signals(lambda signum, count: worker.stop(graceful=not worker.stopping)):
             return worker.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     # -- reading -----------------------------------------------------------------------------------
 

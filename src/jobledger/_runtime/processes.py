@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._signals import relayed_signals
+
 __all__ = ["ChildExit", "Supervisor", "WorkerProcesses"]
 
 log = logging.getLogger("jobledger.worker")
@@ -218,19 +220,9 @@ class WorkerProcesses:
         Called in the main thread, it passes SIGTERM and SIGINT on to the processes, as the CLI
         does."""
         self.start()
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-
-            def forward(signum: int, frame: object) -> None:
-                self._supervisor.send(signum)
-
-            previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
+        with relayed_signals(lambda signum, count: self._supervisor.send(signum)):
             while not self._done.wait(_POLL):
                 pass
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         return self.status
 
     def start(self) -> WorkerProcesses:

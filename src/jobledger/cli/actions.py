@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from .._signals import relayed_signals
 from .base import JobRef, job_option, jobs_option, open_ledger
 from .params import (
     DURATION,
@@ -181,17 +182,8 @@ def _ctrl_c() -> Iterator[threading.Event]:
     """An event that Ctrl-C (SIGINT) sets while the block runs, so that the work inside stops
     at its next safe point; a second Ctrl-C interrupts at once."""
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: Any) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    previous = signal.signal(signal.SIGINT, on_signal)
-    try:
+    with relayed_signals(lambda signum, count: stop.set(), [signal.SIGINT], interrupt_after=1):
         yield stop
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @contextmanager

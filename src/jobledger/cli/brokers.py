@@ -3,13 +3,13 @@ list, republish, prune): delivery through a message broker."""
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import click
 
+from .._signals import relayed_signals
 from .base import JobRef, load_app, open_ledger
 from .params import (
     DURATION,
@@ -33,18 +33,8 @@ from .params import (
 @contextmanager
 def _signals_stop(stop: Callable[[int], object]) -> Iterator[None]:
     """SIGTERM and SIGINT call ``stop(times_received)`` while the block runs."""
-    received = []
-
-    def on_signal(signum: int, frame: object) -> None:
-        received.append(signum)
-        stop(len(received))
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with relayed_signals(lambda signum, count: stop(count)):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _stamp(value: datetime | None) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from .._signals import relayed_signals
 from ..errors import ConfigError
 from .base import load_app, open_ledger
 from .params import (
@@ -264,9 +264,5 @@ def scheduler(
         cohorts=list(cohorts) or None, lease_seconds=lease_seconds, poll_interval=poll_interval
     )
 
-    def on_signal(signum: int, frame: Any) -> None:
-        runner.stop()
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, on_signal)
-    runner.run()
+    with relayed_signals(lambda signum, count: runner.stop()):
+        runner.run()

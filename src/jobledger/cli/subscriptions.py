@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from .._signals import relayed_signals
 from .base import open_ledger
 from .params import (
     Duration,
@@ -279,10 +279,6 @@ def push(
         MetricsServer(metrics, metrics_host, metrics_port).start()
     service = PushService(ledger, settings)
 
-    def on_signal(signum: int, frame: object) -> None:
-        service.stop(timeout=0)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     click.echo(f"jobledger push delivering from {ledger.url.redacted}", err=True)
-    service.run()
+    with relayed_signals(lambda signum, count: service.stop(timeout=0)):
+        service.run()
