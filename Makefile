@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# Test processes (pytest-xdist; 0 runs the suite in this one). Most tests wait on other
+# processes and the database, so two keep a 2-core machine busy; each file stays in one.
+TEST_WORKERS ?= 2
 
 .PHONY: test demo tour lint clean bench
 
@@ -19,7 +22,7 @@ test: $(BIN)/.installed
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/mypy
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## demo: the weekly digest story with worker processes and a crash, on a throw-away SQLite file
 demo: $(BIN)/.installed

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -49,9 +50,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
 
+#: Where each test process's PostgreSQL came from (``make test`` runs several: pytest-xdist).
+_sources: set[str] = set()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _server is not None:
         _server.close()
+        _sources.add(_server.source)
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:  # a test process of pytest-xdist: tell the controller
+            workeroutput["postgres_source"] = _server.source
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist's controller: a test process ended; note where its PostgreSQL came from."""
+    source = getattr(node, "workeroutput", {}).get("postgres_source")
+    if source:
+        _sources.add(source)
 
 
 def _drop_closed_log_streams() -> None:
@@ -147,7 +164,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             backend = _backend_of(report.nodeid)
             counts.setdefault(backend, {}).setdefault(outcome, 0)
             counts[backend][outcome] += 1
-    source = _server.source if _server is not None else "none"
+    source = ", ".join(sorted(_sources)) or "none"
     line = "; ".join(
         f"{backend}: " + ", ".join(f"{n} {outcome}" for outcome, n in sorted(by.items()))
         for backend, by in sorted(counts.items())
