@@ -19,7 +19,9 @@ from jobledger.testing.history import HistoryRecorder, HistoryReport, check_path
 
 def history_dir(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     root = os.environ.get("JOBLEDGER_HISTORY_DIR")
-    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name).strip("-")
+    # By the node id (file and name): tests of one name in two files, which may run at once
+    # in two test processes, never share a directory.
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.nodeid).strip("-")
     path = Path(root) / name if root else tmp_path / "history"
     path.mkdir(parents=True, exist_ok=True)
     for old in path.glob("*.jsonl"):  # a rerun of the same test starts a new history
