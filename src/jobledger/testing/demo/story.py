@@ -206,7 +206,7 @@ def run_demo(
         )
         for _ in range(workers):
             pool.start()
-        killed, holding = "", 0
+        killed, holding, kills = "", 0, 0
 
         def snapshot(phase: str) -> Snapshot:
             stats = next(iter(ledger.stats(late_after_seconds=3600)), None)
@@ -217,7 +217,7 @@ def run_demo(
                 finished,
                 sum(stats.attempts.values()) if stats else 0,
                 stats.lease_expiries_last_hour if stats else 0,
-                1 if killed else 0,
+                kills,
                 phase,
             )
 
@@ -237,10 +237,13 @@ def run_demo(
                 victim, _ = _holder(ledger, pool)
                 if victim is not None:
                     pool.kill(victim)
-                    killed = f"pid {victim.pid}"
+                    kills += 1
                     # Count its leases after the kill: between the look and the kill it may have
-                    # finished some. Now dead, it holds these until they expire.
+                    # finished some, or all (then the next holder is killed in its turn). Now
+                    # dead, it holds these until they expire.
                     holding = _held_by(ledger, victim.pid)
+                    if holding:
+                        killed = f"pid {victim.pid}"
                     pool.start()  # restart it
             time.sleep(0.1)
         pool.stop()
@@ -256,7 +259,7 @@ def run_demo(
             workers=workers,
             killed_worker=killed,
             killed_holding=holding,
-            restarts=1 if killed else 0,
+            restarts=kills,
             seconds=round(time.monotonic() - started_at, 1),
             kept=keep,
             **_tally(ledger, provider),
