@@ -742,11 +742,10 @@ class Ledger:
         )
         if stop is not None:
             worker.stop_when(stop)
-        if not handle_signals or threading.current_thread() is not threading.main_thread():
+        if not handle_signals:
             return worker.run()
-
         # The first SIGTERM or SIGINT stops gracefully, the next one hard (off the signal
-        # handler: see ``_signals``).
+        # handler, and only in the main thread: see ``_signals``).
         with relayed_signals(lambda signum, count: worker.stop(graceful=not worker.stopping)):
             return worker.run()
 

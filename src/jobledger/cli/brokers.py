@@ -3,8 +3,6 @@ list, republish, prune): delivery through a message broker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import click
@@ -28,13 +26,6 @@ from .params import (
     table,
     url_option,
 )
-
-
-@contextmanager
-def _signals_stop(stop: Callable[[int], object]) -> Iterator[None]:
-    """SIGTERM and SIGINT call ``stop(times_received)`` while the block runs."""
-    with relayed_signals(lambda signum, count: stop(count)):
-        yield
 
 
 def _stamp(value: datetime | None) -> str:
@@ -132,7 +123,7 @@ def relay(
         lease_seconds=lease_seconds,
         keep_published=keep_published or None,
     )
-    with _signals_stop(lambda _: runner.stop()):
+    with relayed_signals(lambda signum, count: runner.stop()):
         stats = runner.drain(timeout=timeout) if once else runner.run()
     click.echo(
         f"relay done: published {stats.published} ({stats.duplicates} already at the broker), "
@@ -197,7 +188,7 @@ def consume(
     )
     # The first signal stops taking messages and lets running jobs finish; a second stops
     # waiting for them.
-    with _signals_stop(lambda times: consumer.stop(graceful=times == 1)):
+    with relayed_signals(lambda signum, count: consumer.stop(graceful=count == 1)):
         consumer.run()
     click.echo(f"consumer done: {consumer.summary()}", err=True)
 
