@@ -12,6 +12,7 @@ Workers built by ``ledger.worker()`` and ``ledger.run_worker()`` get one (``inst
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -46,6 +47,9 @@ def claim_wait(job: ClaimedJob) -> float:
     return wait if wait > 0.0 else 0.0  # (not max(): this runs once per claimed job)
 
 
+_ZEROS = {f.name: f.default for f in dataclasses.fields(MinuteStats)}
+
+
 class _Sums:
     """One minute, queue and task, being added up (mutable, unlike ``MinuteStats``)."""
 
@@ -62,10 +66,11 @@ class _Sums:
     )
 
     def __init__(self) -> None:
-        # Counts start as ints and sums and maxima as floats: a flush writes many rows in one
-        # statement, whose columns PostgreSQL takes as arrays of one type each.
+        # Each starts at the record's zero, of its type (counts int, seconds float): a flush
+        # writes many rows in one statement, whose columns PostgreSQL takes as arrays of one
+        # type each.
         for name in self.FIELDS:
-            setattr(self, name, 0.0 if name.endswith(("_sum", "_max")) else 0)
+            setattr(self, name, _ZEROS[name])
 
     def add(self, values: dict[str, Any]) -> None:
         for name, value in values.items():
