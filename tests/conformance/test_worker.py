@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import threading
@@ -100,6 +101,51 @@ def test_shutdown_releases_claimed_but_unstarted_jobs(ledger):
     assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
     assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [AttemptOutcome.RELEASED]
     assert worker.stats.released == 1
+
+
+def _given_back_first(ledger, job_id):
+    row = ledger.job(job_id)
+    assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
+    assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [AttemptOutcome.RELEASED]
+
+
+def test_a_job_given_back_before_its_runner_reaches_it_never_runs(ledger):
+    # A shutdown gives back what no runner thread has started; a runner that reaches such a
+    # job afterwards must not run it (another worker may hold it by then).
+    ran = []
+    ledger.task(lambda ctx: ran.append(ctx.job_id), name="t", queue="w")
+    job_id, _ = ledger.enqueue("t", {}, key="k", now=T0)
+    worker = ledger.worker(["w"], concurrency=1)
+    worker._dispatch(worker.claim(["w"], 1))  # waiting for a runner thread; none started
+    worker.give_back_unstarted()
+    worker._runnable.put(None)
+    worker._runner()  # here, in this thread: it reaches the job, then the end
+    assert ran == []
+    _given_back_first(ledger, job_id)
+
+
+def test_an_async_job_given_back_before_the_loop_starts_it_never_runs(ledger):
+    ran = []
+
+    async def handler(ctx) -> None:
+        ran.append(ctx.job_id)
+
+    ledger.task(handler, name="t", queue="w")
+    job_id, _ = ledger.enqueue("t", {}, key="k", now=T0)
+    worker = ledger.worker(["w"], concurrency=1)
+    (hold,) = worker.claim(["w"], 1)
+    with worker._running_lock:  # as _dispatch counts it, without handing it to a loop
+        worker._busy += 1
+        worker._slots_free -= 1
+    worker.give_back_unstarted()
+
+    async def on_the_loop() -> None:
+        worker._loop = asyncio.get_running_loop()
+        await worker._run_on_loop(hold)
+
+    asyncio.run(on_the_loop())
+    assert ran == []
+    _given_back_first(ledger, job_id)
 
 
 def test_sigterm_stops_claiming_and_finishes_running_jobs(ledger, db_url, tmp_path):

@@ -581,11 +581,8 @@ class Worker(Runtime):
             if slots:
                 self._take_slot()
             try:
-                with hold.lock:
-                    if hold.released:
-                        continue
-                    hold.started = True
-                    hold.started_at = time.monotonic()
+                if not hold.start():
+                    continue
                 self._execute(hold)
             except Exception:  # never lose a runner thread to a bug
                 log.exception("unexpected error running job %d", hold.job.id)
@@ -773,13 +770,8 @@ class Worker(Runtime):
     async def _run_on_loop(self, hold: LeaseHold) -> None:
         """One attempt of an async handler, as a task of the loop (no runner thread)."""
         try:
-            with hold.lock:
-                if hold.released:
-                    return
-                hold.started = True
-                hold.started_at = time.monotonic()
-                # Set before its timeout is: a timed-out attempt is cancelled, never orphaned.
-                hold.future = asyncio.current_task()
+            if not hold.start(asyncio.current_task()):
+                return
             ctx, traced, task, error = self._before(hold)
             value: Any = None
             if task is not None:
