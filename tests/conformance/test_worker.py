@@ -91,22 +91,21 @@ def test_a_late_completion_is_refused_counted_and_recorded(ledger, db_url):
     other.close()
 
 
+def _given_back_first(ledger, job_id):
+    """The job is pending again, uncharged, its one attempt released."""
+    row = ledger.job(job_id)
+    assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
+    assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [AttemptOutcome.RELEASED]
+
+
 def test_shutdown_releases_claimed_but_unstarted_jobs(ledger):
     ledger.task(lambda ctx: None, name="t", queue="w")
     job_id, _ = ledger.enqueue("t", {}, key="k", now=T0)
     worker = ledger.worker(["w"], concurrency=1)
     worker._dispatch(worker.claim(["w"], 1))  # claimed; no runner started
     worker._shutdown()
-    row = ledger.job(job_id)
-    assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
-    assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [AttemptOutcome.RELEASED]
+    _given_back_first(ledger, job_id)
     assert worker.stats.released == 1
-
-
-def _given_back_first(ledger, job_id):
-    row = ledger.job(job_id)
-    assert row.state is JobState.PENDING and row.budget_left == row.max_attempts
-    assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [AttemptOutcome.RELEASED]
 
 
 def test_a_job_given_back_before_its_runner_reaches_it_never_runs(ledger):
