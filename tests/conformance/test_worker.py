@@ -108,6 +108,30 @@ def test_shutdown_releases_claimed_but_unstarted_jobs(ledger):
     assert worker.stats.released == 1
 
 
+def test_giving_back_a_job_another_host_took_over_is_a_lost_lease_not_a_release(ledger, db_url):
+    # A shutdown gives back what it never started; if another host took the job over in the
+    # meantime, the fence refuses the give-back, and the worker says so as for any refused
+    # write (a lost lease, in the job's history), not that it released the job.
+    ledger.task(lambda ctx: None, name="t", queue="w", lease_seconds=60)
+    job_id, _ = ledger.enqueue("t", {}, key="k")
+    worker = ledger.worker(["w"], concurrency=1)
+    worker._dispatch(worker.claim(["w"], 1))  # claimed; no runner started
+    later = datetime.now(UTC) + timedelta(minutes=2)
+    other = Ledger(db_url)
+    try:
+        assert [r.job_id for r in other.backend.jobs.rescue(now=later)] == [job_id]
+        [taken] = other.backend.jobs.claim(["w"], "other-host", 1, now=later)
+        worker._shutdown()
+    finally:
+        other.close()
+    row = ledger.job(job_id)
+    assert row.leased_by == "other-host" and row.lease_token == taken.lease_token
+    assert (worker.stats.released, worker.stats.lease_lost) == (0, 1)
+    [event] = ledger.backend.history.events(job_id)
+    assert event.kind == "lease_lost" and event.detail["action"] == "release"
+    assert event.actor == worker.name
+
+
 def test_a_job_given_back_before_its_runner_reaches_it_never_runs(ledger):
     # A shutdown gives back what no runner thread has started; a runner that reaches such a
     # job afterwards must not run it (another worker may hold it by then).

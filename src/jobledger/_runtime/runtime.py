@@ -326,16 +326,22 @@ class Runtime:
 
     def give_back(self, holds: list[LeaseHold]) -> None:
         """Give claimed jobs back at once, uncharged (never started, or not to be delivered
-        now); if the database is unavailable their leases expire instead."""
+        now); if the database is unavailable their leases expire instead. A give-back the
+        fence refuses (the job was rescued and taken meanwhile) is a lost lease, recorded as
+        the recorder records any refused write, not a release."""
         try:
-            self.backend.jobs.release([h.lease for h in holds], self._now())
-            self.stats.add(released=len(holds))
+            stale = set(self.backend.jobs.release([h.lease for h in holds], self._now()))
         except BackendUnavailable as exc:
             log.warning(
                 "could not release %d unstarted jobs (their leases will expire): %s",
                 len(holds),
                 exc,
             )
+        else:
+            self.stats.add(released=len(holds) - len(stale))
+            for hold in holds:
+                if hold.job.id in stale:
+                    self.recorder.lease_lost(hold, "release")
         self.finished(holds)
 
     def drain(self, deadline: float) -> None:
