@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from jobledger import JobState, LeaseLost, Ledger
 from jobledger._records import AttemptOutcome
+from jobledger._runtime.outcomes import Finished
 
 from ..support.processes import wait_exit, wait_until, worker_process
 from .conftest import T0
@@ -64,11 +65,7 @@ def test_a_late_completion_is_refused_counted_and_recorded(ledger, db_url):
     t.start()
     try:
         wait_until(lambda: ledger.job(job_id).state is JobState.LEASED, what="claim")
-        # Another host sees the lease as expired (its clock is 2 minutes ahead) and takes over.
-        later = datetime.now(UTC) + timedelta(minutes=2)
-        other = Ledger(db_url)
-        assert [r.job_id for r in other.backend.jobs.rescue(now=later)] == [job_id]
-        [taken] = other.backend.jobs.claim(["w"], "other-host", 1, now=later)
+        token = _taken_over(db_url, job_id)
         go.set()
         wait_until(lambda: worker.stats.lease_lost >= 2, what="refused writes")
     finally:
@@ -78,9 +75,7 @@ def test_a_late_completion_is_refused_counted_and_recorded(ledger, db_url):
     assert isinstance(seen["heartbeat"], LeaseLost)
     row = ledger.job(job_id)
     assert (
-        row.state is JobState.LEASED
-        and row.lease_token == taken.lease_token
-        and row.leased_by == "other-host"
+        row.state is JobState.LEASED and row.lease_token == token and row.leased_by == "other-host"
     )
     events = ledger.backend.history.events(job_id)
     assert {e.detail["action"] for e in events} == {"heartbeat", "fail"}
@@ -88,7 +83,6 @@ def test_a_late_completion_is_refused_counted_and_recorded(ledger, db_url):
         e.kind == "lease_lost" and e.actor == worker.name and e.detail["attempt"] == 1
         for e in events
     )
-    other.close()
 
 
 def _given_back_first(ledger, job_id):
@@ -108,6 +102,30 @@ def test_shutdown_releases_claimed_but_unstarted_jobs(ledger):
     assert worker.stats.released == 1
 
 
+def _taken_over(db_url, job_id) -> str:
+    """Another host sees the job's lease as expired (its clock is 2 minutes ahead), rescues
+    the job and claims it: the new lease's token."""
+    later = datetime.now(UTC) + timedelta(minutes=2)
+    other = Ledger(db_url)
+    try:
+        assert [r.job_id for r in other.backend.jobs.rescue(now=later)] == [job_id]
+        [taken] = other.backend.jobs.claim(["w"], "other-host", 1, now=later)
+    finally:
+        other.close()
+    return taken.lease_token
+
+
+def _lost_on_release(ledger, worker, job_id, token):
+    """The give-back was refused and said so: the other host keeps the job, and the history
+    has one lost lease, of a release, by this worker; nothing counted as released."""
+    row = ledger.job(job_id)
+    assert row.leased_by == "other-host" and row.lease_token == token
+    assert (worker.stats.released, worker.stats.lease_lost) == (0, 1)
+    [event] = ledger.backend.history.events(job_id)
+    assert event.kind == "lease_lost" and event.detail["action"] == "release"
+    assert event.actor == worker.name
+
+
 def test_giving_back_a_job_another_host_took_over_is_a_lost_lease_not_a_release(ledger, db_url):
     # A shutdown gives back what it never started; if another host took the job over in the
     # meantime, the fence refuses the give-back, and the worker says so as for any refused
@@ -116,20 +134,23 @@ def test_giving_back_a_job_another_host_took_over_is_a_lost_lease_not_a_release(
     job_id, _ = ledger.enqueue("t", {}, key="k")
     worker = ledger.worker(["w"], concurrency=1)
     worker._dispatch(worker.claim(["w"], 1))  # claimed; no runner started
-    later = datetime.now(UTC) + timedelta(minutes=2)
-    other = Ledger(db_url)
-    try:
-        assert [r.job_id for r in other.backend.jobs.rescue(now=later)] == [job_id]
-        [taken] = other.backend.jobs.claim(["w"], "other-host", 1, now=later)
-        worker._shutdown()
-    finally:
-        other.close()
-    row = ledger.job(job_id)
-    assert row.leased_by == "other-host" and row.lease_token == taken.lease_token
-    assert (worker.stats.released, worker.stats.lease_lost) == (0, 1)
-    [event] = ledger.backend.history.events(job_id)
-    assert event.kind == "lease_lost" and event.detail["action"] == "release"
-    assert event.actor == worker.name
+    token = _taken_over(db_url, job_id)
+    worker._shutdown()
+    _lost_on_release(ledger, worker, job_id, token)
+
+
+def test_a_released_outcome_the_fence_refuses_is_a_lost_lease(ledger, db_url):
+    # A transport that hands a job back as an outcome (a push delivery cancelled at
+    # shutdown) has it written by the recorder: refused, it is a lost lease too.
+    ledger.task(lambda ctx: None, name="t", queue="w", lease_seconds=60)
+    job_id, _ = ledger.enqueue("t", {}, key="k")
+    worker = ledger.worker(["w"], concurrency=1)
+    (hold,) = worker.claim(["w"], 1)
+    token = _taken_over(db_url, job_id)
+    given_back = Finished(hold, released=True)
+    worker.recorder.write([given_back])
+    assert given_back.outcome == "lease_lost"
+    _lost_on_release(ledger, worker, job_id, token)
 
 
 def test_a_job_given_back_before_its_runner_reaches_it_never_runs(ledger):
