@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import Future
 
 import pytest
 
@@ -79,6 +80,24 @@ def test_a_timed_out_job_with_its_attempts_spent_is_dead(ledger):
         let_go.set()
         worker.stop()
         thread.join(30)
+
+
+def test_an_attempt_is_timed_out_once_however_often_the_keeper_looks(ledger):
+    # The keeper looks at every held attempt each tick, and an attempt it has timed out stays
+    # held until the completer has written its outcome: a second look must not end it again
+    # (a second outcome, a second abandoned slot).
+    ledger.task(lambda ctx: None, name="t", queue="t", timeout=0.5)
+    ledger.enqueue("t", {}, key="k")
+    worker = ledger.worker(["t"], concurrency=1)
+    (hold,) = worker.claim(["t"], 1)
+    hold.timeout = 0.5  # as the worker sets it before the handler runs
+    assert hold.start(Future())  # an async handler's run: cancelled, no thread to replace
+    ended = []
+    worker.finish = ended.append  # what would go to the completer (not started here)
+    worker.time_out(hold)
+    worker.time_out(hold)
+    assert len(ended) == 1 and ended[0].failure.timed_out
+    assert worker.stats.timed_out == 1 and hold.future.cancelled()
 
 
 def test_an_async_handler_past_its_timeout_is_cancelled(ledger):

@@ -58,11 +58,11 @@ class LeaseHold:
         self.lease = Lease(self.job.id, self.job.lease_token, self.job.attempt)
         self.lease_until = self.job.lease_until
 
-    def start(self, future: asyncio.Task[Any] | None = None) -> bool:
+    def start(self, future: Future[Any] | asyncio.Task[Any] | None = None) -> bool:
         """Its handler is about to run: the attempt is marked started (and its clock set), under
         the lock, unless the job was given back first (False: it must not run). ``future``: the
-        loop's task that runs an async handler, set before its timeout can be (a timed-out
-        attempt on the loop is cancelled, never orphaned)."""
+        run of an async handler (as ``future`` below), set before its timeout can be (a
+        timed-out attempt on the loop is cancelled, never orphaned)."""
         with self.lock:
             if self.released:
                 return False
