@@ -159,6 +159,33 @@ def test_a_deposed_leader_writes_nothing_and_its_tick_is_finished_once(ledger):
     assert keys(ledger) == sorted(f"{n}:2026-W33" for n in range(35))
 
 
+def test_a_leader_whose_clock_says_its_lease_is_fresh_is_fenced_all_the_same(ledger):
+    """A renewed its lease a second before the tick by its own clock, so it does not renew
+    again during the tick; B's clock is past the end of that lease, and B takes over while A
+    stalls. A's next batch is refused in its transaction by the fence (the database, not A's
+    clock, says who leads): the customer that only A's pass sees gets no job from it."""
+    a, b = scheduler(ledger, "a"), scheduler(ledger, "b")
+    passes, stalled = [], []
+
+    def customers(tick):
+        deposed = not stalled  # the first pass here is a's, which stalls; then b's runs
+        for n in range(36 if deposed else 35):  # a customer joins between the two reads
+            if n == 10 and deposed:
+                stalled.append(True)
+                passes.append(b.run_once(MONDAY + timedelta(seconds=LEASE + 1)))
+            yield n
+
+    weekly_fan_out(ledger, customers, batch_size=10)
+    a.run_once(T0 + hours(1))
+    a.run_once(MONDAY - timedelta(seconds=1))  # renewed: fresh for a third of the lease
+    result = a.run_once(MONDAY)
+    assert result.leading == [] and result.ticks == [], "a lost the lead mid-tick"
+    [b_pass] = passes
+    [tick] = b_pass.ticks
+    assert (tick.state, tick.leader, tick.jobs_created) == (TickState.DONE, "b", 35)
+    assert keys(ledger) == sorted(f"{n}:2026-W33" for n in range(35))
+
+
 def test_a_tick_that_crashed_half_way_is_finished_by_the_next_leader(ledger):
     weekly_fan_out(ledger, 250, batch_size=50)
     a, b = scheduler(ledger, "a"), scheduler(ledger, "b")
