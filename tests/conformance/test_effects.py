@@ -81,6 +81,29 @@ def test_transactional_completion_rolled_back_with_the_handler(ledger):
     assert row.state is JobState.DEAD and "validation failed" in row.last_error
 
 
+def test_a_second_transactional_completion_is_refused_before_its_block_runs(ledger):
+    _make_table(ledger)
+    seen = []
+
+    @ledger.task(queue="holds")
+    def release_hold(ctx, hold_id: int) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(_sql(ledger, "UPDATE holds SET released = true WHERE id = ?"), (hold_id,))
+        try:
+            with ctx.transaction() as conn:
+                seen.append("the second block ran")
+                conn.execute(
+                    _sql(ledger, "UPDATE holds SET released = false WHERE id = ?"), (hold_id,)
+                )
+        except RuntimeError as exc:
+            seen.append(str(exc))
+
+    job_id, _ = ledger.enqueue(release_hold, {"hold_id": 1842}, key="h")
+    assert run_burst(ledger).completed == 1
+    assert seen == ["this job was already completed in a transaction"]
+    assert _released(ledger) and ledger.job(job_id).state is JobState.DONE
+
+
 def test_transactional_completion_with_a_lost_lease_commits_nothing(ledger):
     _make_table(ledger)
     ledger.task(lambda ctx, hold_id: None, name="release_hold", queue="holds")
