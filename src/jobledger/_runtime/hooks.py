@@ -50,7 +50,8 @@ class WorkerObserver:
         """Leases were renewed: each job with its new ``lease_until``."""
 
     def on_lease_lost(self, worker: Runtime, job: ClaimedJob, action: str) -> None:
-        """A write (``heartbeat``, ``complete``, ``fail``) was refused: the token was stale."""
+        """A write (``heartbeat``, ``complete``, ``fail``, ``release``) was refused: the token
+        was stale."""
 
     def on_rescue(self, worker: Runtime, rescued: Sequence[RescueResult]) -> None:
         """The worker's rescuer closed expired leases."""

@@ -114,7 +114,7 @@ class Metrics:
         self.stale_writes = Counter(
             "jobledger_stale_token_writes",
             "Writes refused because their lease token was stale (heartbeat, complete, fail, "
-            "ack, nack, extend): a worker or consumer that lost its lease.",
+            "release, ack, nack, extend): a worker or consumer that lost its lease.",
             ["queue", "action"],
             registry=r,
         )
