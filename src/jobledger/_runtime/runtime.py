@@ -326,22 +326,18 @@ class Runtime:
 
     def give_back(self, holds: list[LeaseHold]) -> None:
         """Give claimed jobs back at once, uncharged (never started, or not to be delivered
-        now); if the database is unavailable their leases expire instead. A give-back the
-        fence refuses (the job was rescued and taken meanwhile) is a lost lease, recorded as
-        the recorder records any refused write, not a release."""
+        now); if the database is unavailable their leases expire instead. Written by the
+        recorder, as every outcome is: a give-back the fence refuses (the job was rescued and
+        taken meanwhile) is a lost lease, not a release, unless it was this give-back's own
+        write sent again after its answer was lost."""
         try:
-            stale = set(self.backend.jobs.release([h.lease for h in holds], self._now()))
+            self.recorder.write([Finished(hold, released=True) for hold in holds])
         except BackendUnavailable as exc:
             log.warning(
                 "could not release %d unstarted jobs (their leases will expire): %s",
                 len(holds),
                 exc,
             )
-        else:
-            self.stats.add(released=len(holds) - len(stale))
-            for hold in holds:
-                if hold.job.id in stale:
-                    self.recorder.lease_lost(hold, "release")
         self.finished(holds)
 
     def drain(self, deadline: float) -> None:
