@@ -168,3 +168,26 @@ def test_the_index_cost_bench_drains_each_variant_of_the_jobs_table(pg, tmp_path
     for without in ("unique_key", "leased", "keys_table"):
         assert rounds[without][0]["wal_bytes"] < rounds["migrated"][0]["wal_bytes"], without
     assert "without the unique key (queue, key)" in proc.stdout
+
+
+def test_the_single_parts_bench_measures_every_variant_of_the_single_enqueue(pg, tmp_path):
+    """``python -m bench.single_parts``: every variant of the single enqueue's statement is
+    sent (each call inserts its row), beside the whole call and the call's Python alone."""
+    out = tmp_path / "single_parts.json"
+    proc = _bench(
+        pg, "bench.single_parts", "--rounds", "2", "--calls", "5", "--out", str(out), timeout=120
+    )
+    [figures] = json.loads(out.read_text())["runs"]
+    assert set(figures) == {
+        "bare",
+        "bare_notify",
+        "bare_on_conflict",
+        "statement",
+        "no_notify",
+        "no_key_probe",
+        "no_tombstone_probe",
+        "call",
+        "python_us",
+    }
+    assert all(us > 0 for us in figures.values()), figures
+    assert "jobledger's statement, every check" in proc.stdout
