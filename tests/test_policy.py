@@ -69,6 +69,15 @@ def test_status_classes(status, retry):
     assert classify_status(204) is None
 
 
+@pytest.mark.parametrize("status", [501, 505, 507, 511, 599])
+def test_every_5xx_is_transient_not_only_the_listed_ones(status):
+    # Docs promise "429 and 5xx retry": a 5xx that is not in the named set (a 501 from a
+    # half-deployed provider, a 507) is the server's trouble, not the request's, so it must not
+    # send the job to the dead letters at once.
+    decision = classify_status(status)
+    assert decision is not None and decision.retry is True
+
+
 def test_classify_exceptions():
     assert classify(Retry("wait", after=30)).delay == 30
     assert classify(Retry("wait", after=NOW + timedelta(seconds=45)), NOW).delay == 45
