@@ -136,6 +136,14 @@ def test_bad_keys_are_refused(api, tasks, key):
         api.enqueue("work", {"n": 1}, key=key, now=T0)
 
 
+def test_a_key_of_exactly_512_characters_is_accepted_on_the_full_check_too(api, tasks):
+    # The limit is inclusive. A key that is not printable (U+0085 is valid in a key) skips the
+    # quick check and goes through the full one, which must draw the line at the same place.
+    for key in ("k" * 512, "\x85" + "k" * 511):
+        job_id, created = api.enqueue("work", {"n": 1}, key=key, now=T0)
+        assert created and api.job(job_id).key == key
+
+
 def test_a_key_is_required(api, tasks):
     with pytest.raises(PayloadError, match="a key is required"):
         api.enqueue("work", {"n": 1}, now=T0)

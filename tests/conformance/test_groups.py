@@ -51,6 +51,13 @@ def test_a_bad_group_is_refused_and_nothing_is_written(api, work, bad):
     assert api.jobs() == []
 
 
+def test_a_group_of_exactly_200_characters_is_accepted(api, work):
+    # The limit is inclusive: the longest group the docs allow must be stored as given.
+    longest = "g" * 200
+    job_id, _ = api.enqueue(work, {"tenant": "t"}, key="k", group=longest, now=T0)
+    assert api.job(job_id).group == longest
+
+
 def test_bad_limits_are_refused(api):
     for kwargs in ({"max_leased": 0}, {"rate": -1}, {"rate": 1, "burst": 0.5}, {"burst": 3}):
         with pytest.raises(ConfigError):
