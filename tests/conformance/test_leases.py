@@ -231,6 +231,21 @@ def test_lease_expiries_count_as_attempts_and_a_poison_pill_dies(ledger, tasks):
     assert ledger.backend.jobs.claim(["q"], "w", 1, now=at(1000)) == []
 
 
+@pytest.mark.parametrize("value", [0, -1, True, "5", 7 * 24 * 3600.0 + 1])
+def test_a_bad_lease_is_refused_when_the_task_is_built(ledger, value):
+    # A lease of 0 seconds would be expired as soon as it is taken: every claim would be
+    # rescued and charged an attempt while its handler still runs.
+    from jobledger import ConfigError
+
+    with pytest.raises(ConfigError, match="lease_seconds"):
+        ledger.task(lambda ctx: None, name="bad", lease_seconds=value)
+
+
+def test_a_lease_of_exactly_seven_days_is_accepted(ledger):
+    task = ledger.task(lambda ctx: None, name="long", lease_seconds=7 * 24 * 3600)
+    assert task.lease_seconds == 7 * 24 * 3600.0
+
+
 def test_lease_seconds_can_be_given_at_claim(ledger, tasks):
     enqueue(ledger, 1)
     [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0, lease_seconds=5)
