@@ -74,6 +74,19 @@ def run_burst(ledger, now, **options):
     )
 
 
+@pytest.mark.parametrize("value", [0, 1001, True, 2.0, "3"])
+def test_a_bad_attempt_budget_is_refused_when_the_task_is_built(ledger, value):
+    from jobledger import ConfigError
+
+    with pytest.raises(ConfigError, match="max_attempts must be a whole number from 1 to 1000"):
+        ledger.task(lambda ctx: None, name="bad", max_attempts=value)
+
+
+def test_a_budget_of_exactly_1000_attempts_is_accepted(ledger):
+    # The bound is inclusive, as the message says ("from 1 to 1000").
+    assert ledger.task(lambda ctx: None, name="patient", max_attempts=1000).max_attempts == 1000
+
+
 def test_worker_records_each_outcome(ledger):
     calls = []
 

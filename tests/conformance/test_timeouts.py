@@ -208,6 +208,12 @@ def test_a_bad_timeout_is_refused_when_the_task_is_built(ledger, value):
         ledger.task(lambda ctx: None, name="bad", timeout=value)
 
 
+def test_a_timeout_of_exactly_seven_days_is_accepted(ledger):
+    # The bound is inclusive, as the message says ("at most 7 days").
+    task = ledger.task(lambda ctx: None, name="slow", timeout=7 * 24 * 3600)
+    assert task.timeout == 7 * 24 * 3600.0
+
+
 def test_a_declared_queue_s_timeout_bounds_the_tasks_that_set_none(ledger):
     """The queue's ``timeout_seconds`` is the default of its tasks (and of the jobs published
     to it over HTTP, which carry the queue's task name)."""
