@@ -110,6 +110,8 @@ def test_duplicate_keys_within_one_batch(api, tasks):
         ({"n": float("nan")}, "not valid JSON"),
         ({"n": object()}, "not JSON-serialisable"),
         ({"blob": "x" * (256 * 1024)}, "256 KiB"),
+        # The limit is in bytes of UTF-8, not in characters: 70,000 four-byte characters.
+        ({"blob": "\U0001f680" * 70_000}, "280011 bytes"),
     ],
 )
 def test_bad_payloads_are_refused_clearly(api, tasks, payload, message):
