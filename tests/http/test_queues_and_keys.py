@@ -119,6 +119,17 @@ def test_keys_see_only_their_queues(api):
     assert_problem(publisher.put("/v1/queues/d", json={}), 403, "forbidden")
 
 
+def test_a_read_key_sees_every_queue_and_changes_none(api):
+    # A read key is the one an operator's tooling uses to look at everything: it holds no
+    # per-queue scope, yet must list and read every queue (and still declare none).
+    for name in ("a", "b"):
+        api.queue(name)
+    reader = api.client(api.key("read"))
+    assert [q["name"] for q in reader.get("/v1/queues").json()["queues"]] == ["a", "b"]
+    assert reader.get("/v1/queues/b").json()["name"] == "b"
+    assert_problem(reader.put("/v1/queues/c", json={}), 403, "forbidden")
+
+
 def test_missing_or_bad_keys_are_401(api):
     api.queue()
     for header in (None, "Bearer", "Basic dXNlcjpwYXNz", "Bearer jlk_0000000000_wrong", "Token a"):
