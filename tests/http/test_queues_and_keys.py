@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from jobledger import ConfigError
 from jobledger._records import digest
 from jobledger.cli import main
 
@@ -247,6 +248,30 @@ def test_cli_errors_are_one_line(cli, tmp_path, args, message):
     assert result.returncode == 2, result
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "name, scopes, message",
+    [
+        ("", ["admin"], "a key name is 1-200 characters"),
+        ("   ", ["admin"], "a key name is 1-200 characters"),
+        ("x" * 201, ["admin"], "a key name is 1-200 characters"),
+        ("line\nbreak", ["admin"], "control characters"),
+        ("ops", [], "needs at least one scope"),
+        ("ops", ["publish:bad name"], "queue name 'bad name' is invalid"),
+    ],
+)
+def test_a_key_with_a_bad_name_or_scope_is_refused_and_not_stored(ledger, name, scopes, message):
+    with pytest.raises(ConfigError, match=message):
+        ledger.keys.create(name, scopes)
+    assert ledger.keys.list() == []
+
+
+def test_a_key_s_name_and_scopes_are_stored_trimmed_and_once(ledger):
+    _, record = ledger.keys.create(" ops ", [" admin ", "publish:q", "publish:q"])
+    assert (record.name, record.scopes) == ("ops", ("admin", "publish:q"))
+    _, longest = ledger.keys.create("x" * 200, "read consume:*")
+    assert longest.scopes == ("read", "consume:*")
 
 
 def test_cli_on_an_unmigrated_database_says_what_to_do(cli, tmp_path):
