@@ -274,6 +274,31 @@ def test_a_key_s_name_and_scopes_are_stored_trimmed_and_once(ledger):
     assert longest.scopes == ("read", "consume:*")
 
 
+@pytest.mark.parametrize(
+    "limits, message",
+    [
+        ({"rate_per_second": 0}, "rate must be >= 0.001"),
+        ({"rate_per_second": 0.0005}, "rate must be >= 0.001"),
+        ({"rate_per_second": float("inf")}, "rate must be a number"),
+        ({"rate_per_second": True}, "rate must be a number"),
+        ({"rate_per_second": 1, "burst": 0.5}, "burst must be >= 1"),
+        ({"burst": 5}, "burst needs a rate"),
+    ],
+)
+def test_a_key_with_a_bad_publish_limit_is_refused_and_not_stored(ledger, limits, message):
+    with pytest.raises(ConfigError, match=message):
+        ledger.keys.create("ops", ["publish:q"], **limits)
+    assert ledger.keys.list() == []
+
+
+def test_a_key_s_burst_defaults_to_its_rate_and_at_least_one(ledger):
+    # A burst below 1 would refuse every publish: a message costs 1.
+    slow = ledger.keys.create("slow", ["publish:q"], rate_per_second=0.001)[1]
+    fast = ledger.keys.create("fast", ["publish:q"], rate_per_second=5)[1]
+    assert (slow.rate_per_second, slow.burst) == (0.001, 1.0)
+    assert (fast.rate_per_second, fast.burst) == (5.0, 5.0)
+
+
 def test_cli_on_an_unmigrated_database_says_what_to_do(cli, tmp_path):
     result = cli(
         "keys", "create", "--name", "x", "--scope", "admin", url=f"sqlite:///{tmp_path}/x.db"
