@@ -128,6 +128,21 @@ def test_verification_refuses_with_a_reason(headers, now, reason):
     assert caught.value.reason == reason
 
 
+@pytest.mark.parametrize(("now", "one_second_more"), [(700, 699), (1300, 1301)])
+def test_a_timestamp_exactly_five_minutes_away_either_way_verifies(now, one_second_more):
+    # The tolerance is inclusive: a receiver whose clock is five minutes behind or ahead of the
+    # sender's must still accept the delivery, as the specification's libraries do.
+    secret = generate_secret()
+    headers = {
+        "webhook-id": "k",
+        "webhook-timestamp": "1000",
+        "webhook-signature": sign(secret, "k", 1000, b"{}"),
+    }
+    assert verify_webhook([secret], headers, b"{}", now=now) == "k"
+    with pytest.raises(WebhookVerificationError):
+        verify_webhook([secret], headers, b"{}", now=one_second_more)
+
+
 def test_a_signature_of_another_body_id_or_time_does_not_verify():
     secret = generate_secret()
     good = sign(secret, "k", 1000, b"{}")
