@@ -100,6 +100,23 @@ def test_rotation_header_carries_one_signature_per_secret():
             1,
             "invalid-header",
         ),
+        # Digits only in ASCII: U+00B2 (a byte of a latin-1 header) is a digit to str.isdigit
+        # that int() refuses, and Arabic-Indic digits are ones it reads.
+        (
+            {"webhook-id": "k", "webhook-timestamp": "\u00b2", "webhook-signature": "v1,x"},
+            1,
+            "invalid-header",
+        ),
+        (
+            {"webhook-id": "k", "webhook-timestamp": "\u0661", "webhook-signature": "v1,x"},
+            1,
+            "invalid-header",
+        ),
+        (
+            {"webhook-id": "k", "webhook-timestamp": "1" * 13, "webhook-signature": "v1,x"},
+            1,
+            "invalid-header",
+        ),
         (
             {"webhook-id": "k", "webhook-timestamp": "1000", "webhook-signature": "v1,x"},
             1301,
