@@ -173,6 +173,21 @@ def test_a_signature_of_another_body_id_or_time_does_not_verify():
             )
 
 
+def test_only_a_v1_signature_is_checked_as_the_hmac():
+    # Other versions (``v1a`` is the specification's asymmetric one) are skipped, not read as
+    # HMAC: a valid digest under another label does not verify.
+    secret = generate_secret()
+    digest = sign(secret, "k", 1000, b"{}").removeprefix("v1,")
+    for label in ("v1a", "v2", "V1", ""):
+        headers = {
+            "webhook-id": "k",
+            "webhook-timestamp": "1000",
+            "webhook-signature": f"{label},{digest}",
+        }
+        with pytest.raises(WebhookVerificationError, match="no-matching-signature"):
+            verify_webhook([secret], headers, b"{}", now=1000)
+
+
 @pytest.mark.parametrize(
     "secret",
     [
