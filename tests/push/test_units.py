@@ -188,6 +188,18 @@ def test_only_a_v1_signature_is_checked_as_the_hmac():
             verify_webhook([secret], headers, b"{}", now=1000)
 
 
+def test_title_case_header_names_verify_too():
+    # The docstring promises lower-case or title-case names: a plain dict from a framework that
+    # keeps the sender's case.
+    secret = generate_secret()
+    headers = {
+        "Webhook-Id": "k",
+        "Webhook-Timestamp": "1000",
+        "Webhook-Signature": sign(secret, "k", 1000, b"{}"),
+    }
+    assert verify_webhook([secret], headers, b"{}", now=1000) == "k"
+
+
 @pytest.mark.parametrize(
     "secret",
     [
