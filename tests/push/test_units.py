@@ -200,6 +200,12 @@ def test_title_case_header_names_verify_too():
     assert verify_webhook([secret], headers, b"{}", now=1000) == "k"
 
 
+def test_secrets_of_24_to_64_bytes_are_accepted():
+    for size in (24, 64):
+        secret = "whsec_" + base64.b64encode(bytes(range(size))).decode()
+        assert secret_bytes(secret) == bytes(range(size))
+
+
 @pytest.mark.parametrize(
     "secret",
     [
