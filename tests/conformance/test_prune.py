@@ -206,6 +206,25 @@ def _prune_without_commit(ledger, db_url, key: str, now):
     return conn
 
 
+def _wait_for_the_insert_to_wait(ledger, db_url, inserter: threading.Thread) -> None:
+    """Return once ``inserter``'s insert waits on a key's lock (PostgreSQL), held by a prune
+    that has not committed yet."""
+    if ledger.url.dialect == "postgres":
+        with psycopg.connect(db_url.split("?")[0], autocommit=True) as watch:
+            wait_until(
+                lambda: watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock'"
+                    " AND (query LIKE '%%INSERT INTO%%' OR query LIKE 'COPY %%')"
+                ).fetchone()[0],
+                what="the insert to wait on the key's lock",
+            )
+    else:
+        # SQLite: the insert waits for the write lock (BEGIN IMMEDIATE); nothing to observe,
+        # and the outcome must hold whether it started waiting already or not.
+        inserter.join(0.2)
+
+
 @pytest.mark.parametrize("others", [0, 150])
 def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks, others):
     """The enqueue starts while the prune's transaction holds the key, and goes on when the
@@ -224,20 +243,7 @@ def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks
     enqueuer = threading.Thread(target=go)
     enqueuer.start()
     started.wait()
-    if api.url.dialect == "postgres":
-        with psycopg.connect(db_url.split("?")[0], autocommit=True) as watch:
-            wait_until(
-                lambda: watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE wait_event_type = 'Lock'"
-                    " AND (query LIKE '%%INSERT INTO%%' OR query LIKE 'COPY %%')"
-                ).fetchone()[0],
-                what="the enqueue to wait on the key's lock",
-            )
-    else:
-        # SQLite: the enqueue waits for the write lock (BEGIN IMMEDIATE); nothing to observe,
-        # and the outcome below must hold whether it started waiting already or not.
-        enqueuer.join(0.2)
+    _wait_for_the_insert_to_wait(api, db_url, enqueuer)
     prune.commit()
     prune.close()
     enqueuer.join(10)
@@ -245,6 +251,34 @@ def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks
     assert (result.id, result.created, result.pruned) == (job_id, False, True)
     assert [r.created for r in rest] == [True] * others
     assert [j.key for j in api.jobs(JobFilter(queue="q", limit=1000))] == [e["key"] for e in extra]
+
+
+def test_a_publish_racing_a_prune_of_its_key_creates_nothing(ledger, db_url, tasks):
+    """As an enqueue (above), a publish over the HTTP API that waited on the key while a prune
+    deleted its job goes ahead once the prune commits; the prune's tombstone, visible then,
+    wins: the publish takes its insert back and answers a replay of the pruned job."""
+    from jobledger._records import NewJob, PublishItem
+
+    job_id = finish(ledger, 1)
+    prune = _prune_without_commit(ledger, db_url, "k1", at(2 * DAY))
+    job = NewJob("q", "k1", "work", encode_payload({"n": 1}), 0, None, 3, 30.0)
+    outcomes = []
+    started = threading.Event()
+
+    def go() -> None:
+        started.set()
+        outcomes.extend(ledger.backend.jobs.publish([PublishItem(job, "fp")], now=at(3 * DAY)))
+
+    publisher = threading.Thread(target=go)
+    publisher.start()
+    started.wait()
+    _wait_for_the_insert_to_wait(ledger, db_url, publisher)
+    prune.commit()
+    prune.close()
+    publisher.join(10)
+    [outcome] = outcomes
+    assert (outcome.status, outcome.job_id, outcome.state) == ("replayed", job_id, JobState.DONE)
+    assert ledger.jobs() == []
 
 
 def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(api, tasks):
