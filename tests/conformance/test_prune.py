@@ -13,6 +13,7 @@ import pytest
 from jobledger import JobFilter, JobState, KeyConflict, NotFound
 from jobledger._records import Failure, encode_payload, payload_digest
 
+from ..support.async_api import app_connection
 from ..support.processes import wait_until
 from .conftest import T0, at, enqueue, lease_of
 
@@ -137,6 +138,31 @@ def test_the_key_is_free_again_after_the_horizon(api, tasks):
     # A later prune deletes the expired tombstone.
     assert api.prune(DAY, now=at(10 * DAY + 2)).expired_tombstones == 1
     assert api.backend.history.tombstones("k1") == []
+
+
+def test_at_its_horizon_a_tombstone_no_longer_holds_its_key_on_any_path(ledger, tasks):
+    """A tombstone holds its key until its horizon, not at it: the instant a prune counts it
+    expired, an enqueue creates the job, whichever way it goes in — alone, in the caller's
+    transaction (PostgreSQL's checked path: its insert, then its look at the tombstones) or
+    published over the HTTP API."""
+    from jobledger._records import NewJob, PublishItem
+
+    for n in (1, 2, 3):
+        finish(ledger, n)  # finished at T0
+    assert ledger.prune(DAY, keep_keys=10 * DAY, now=at(2 * DAY)).tombstones == 3
+    horizon = at(10 * DAY)
+    assert ledger.enqueue("work", {"n": 1}, key="k1", now=horizon).created
+    conn = app_connection(ledger)
+    try:
+        assert ledger.enqueue("work", {"n": 2}, key="k2", conn=conn, now=horizon).created
+        conn.commit()
+    finally:
+        conn.close()
+    job = NewJob("q", "k3", "work", encode_payload({"n": 3}), 0, None, 3, 30.0)
+    [published] = ledger.backend.jobs.publish([PublishItem(job, "fp")], now=horizon)
+    assert published.status == "created"
+    assert sorted(j.key for j in ledger.jobs()) == ["k1", "k2", "k3"]
+    assert ledger.prune(DAY, now=horizon).expired_tombstones == 3
 
 
 def test_without_keep_keys_the_key_is_free_at_once(api, tasks):
