@@ -210,6 +210,9 @@ def test_completions_store_results_only_under_a_held_lease(ledger, tasks):
     # A result is never written over a job that this lease did not complete.
     assert jobs.store_result(d, '"late"') is False
     assert jobs.store_result(a, '"again"') is True and ledger.job(a.job_id).result == "again"
+    # Nor over a job done under another lease: the token names the lease that completed it.
+    assert jobs.store_result(Lease(a.job_id, "0" * 32, a.attempt), '"other"') is False
+    assert ledger.job(a.job_id).result == "again"
 
 
 def test_result_of_a_job_not_finished_and_of_unknown_keys(ledger, tasks):
