@@ -316,6 +316,25 @@ def test_publish_batch_gives_each_message_its_own_result(api):
     assert api.ledger.job(int(results[4]["message_id"])).priority == 5
 
 
+def test_a_new_key_named_twice_in_a_batch_with_another_body_is_422_the_second_time(api):
+    """A key new to the ledger, named twice in one batch: the first message creates its job,
+    the second is a replay of it with the same body and reuses the key with another one."""
+    api.queue()
+    messages = [
+        {"key": "k", "payload": {"n": 1}},
+        {"key": "k", "payload": {"n": 2}},
+        {"key": "k", "payload": {"n": 1}},
+    ]
+    response = api.admin.post("/v1/queue/publish-batch", json={"queue": "q", "messages": messages})
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == [201, 422, 200]
+    assert results[1]["error"]["type"] == "urn:jobledger:problem:key-reused"
+    assert results[2]["message_id"] == results[0]["message_id"]
+    [job] = api.ledger.jobs()
+    assert job.payload == {"n": 1}
+
+
 def test_publish_batch_limits(api):
     api.queue()
     too_many = [{"payload": {"n": n}} for n in range(501)]
