@@ -153,7 +153,10 @@ def test_jobs_without_a_group_and_groups_share_a_claim(api, work):
     assert Counter(j.group for j in claim(api, 8)) == {None: 8}
 
 
-def test_a_group_pause_holds_for_every_worker_until_it_ends(api, work):
+@pytest.mark.parametrize("limits", [{}, {"max_leased": 10}])
+def test_a_group_pause_holds_for_every_worker_until_it_ends(api, work, limits):
+    """With or without group limits (on PostgreSQL, a claim in one statement or in two)."""
+    api.set_group_limits("q", **limits)
     put(api, "throttled", 5)
     put(api, "fine", 5)
     [job] = [j for j in claim(api, 2) if j.group == "throttled"]
