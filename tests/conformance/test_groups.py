@@ -77,6 +77,21 @@ def test_leased_jobs_per_group_never_exceed_the_limit(api, work):
     assert [j.group for j in again] == ["hot"], "one slot freed, one job"
 
 
+def test_a_group_at_its_leased_limit_does_not_take_the_turn_of_a_group_with_room(api, work):
+    """A claim passes over a group whose slots are all leased: that group, first in the order
+    of the turns, does not fill a claim of one, and the next group with room is served."""
+    api.set_group_limits("q", max_leased=1)
+    put(api, "a", 2)
+    put(api, "b", 2)
+    [first] = claim(api, 1)
+    [second] = claim(api, 1, at(1))
+    assert (first.group, second.group) == ("a", "b")
+    assert api.backend.jobs.complete([lease_of(second)], at(2)) == []
+    # "a" was served longest ago, but its one slot is taken: "b" gets the claim.
+    [third] = claim(api, 1, at(3))
+    assert third.group == "b"
+
+
 def test_limits_set_or_lifted_between_claims_hold_from_the_next_claim(api, work):
     """On PostgreSQL a queue without limits is claimed in one statement and a queue with limits
     in two (the slots counted under the groups' locks): limits set after claims of the first
