@@ -75,6 +75,22 @@ def test_redrive_skips_what_is_no_longer_dead(api, tasks):
     assert [e.actor for e in api.backend.history.events(job_id)] == ["ana"]
 
 
+def test_redrive_moves_only_dead_and_cancelled_jobs_whatever_the_filter_names(api, tasks):
+    """A filter may name any state, but a redrive never moves a job that is pending, leased or
+    done: a done job run again would repeat its effect, a leased one would be run twice."""
+    leased, done = enqueue(api, 1), enqueue(api, 2)
+    claimed = {j.id: j for j in api.backend.jobs.claim(["q"], "w", 2, now=T0)}
+    api.backend.jobs.complete([lease_of(claimed[done])], now=T0)
+    pending = enqueue(api, 3)
+    others = (JobState.PENDING, JobState.LEASED, JobState.DONE)
+    result = api.redrive(
+        ids=[pending, leased, done], where=JobFilter(states=others), actor="ana", reason="r"
+    )
+    assert result.ids == []
+    assert [api.job(i).state for i in (pending, leased, done)] == list(others)
+    assert all(api.backend.history.events(i) == [] for i in (pending, leased, done))
+
+
 def test_redrive_needs_actor_and_reason(api, tasks):
     with pytest.raises(ConfigError):
         api.redrive(ids=[1], actor="", reason="x")
