@@ -140,6 +140,22 @@ def test_cancel_pending_only(api, tasks):
     ).ids == [job_id]
 
 
+def test_cancel_refuses_leased_dead_and_done_jobs(api, tasks):
+    """The ledger looks at the job's state first; the backend's cancel refuses all the same, for
+    a job can be claimed between that look and the cancel's write."""
+    leased, done = enqueue(api, 1), enqueue(api, 2)
+    claimed = {j.id: j for j in api.backend.jobs.claim(["q"], "w", 2, now=T0)}
+    api.backend.jobs.complete([lease_of(claimed[done])], now=T0)
+    dead = make_dead(api, 3)
+    for job_id, state in ((leased, "leased"), (done, "done"), (dead, "dead")):
+        with pytest.raises(InvalidTransition, match=state):
+            api.cancel(job_id, actor="ana", reason="not needed")
+        with pytest.raises(InvalidTransition, match=state):
+            api.backend.history.cancel(job_id, "ana", "not needed")
+        assert api.job(job_id).state is JobState(state)
+        assert api.backend.history.events(job_id) == []
+
+
 def test_unknown_job(api, tasks):
     with pytest.raises(NotFound):
         api.find("no-such-key")
