@@ -356,6 +356,18 @@ def test_prune_keeps_jobs_within_their_queues_retention(api, tasks):
     assert result.jobs == 2
 
 
+def test_prune_takes_jobs_finished_more_than_older_than_ago_and_keeps_one_at_the_cut_off(
+    api, tasks
+):
+    at_cut_off = finish(api, 1, now=at(DAY))
+    older = finish(api, 2, now=at(DAY - 1))
+    result = api.prune(timedelta(days=30), now=at(31 * DAY))
+    assert result.jobs == 1
+    assert [j.id for j in api.jobs()] == [at_cut_off]
+    with pytest.raises(NotFound):
+        api.job(older)
+
+
 def test_prune_deletes_the_publish_record_with_its_job(api, tasks):
     from jobledger._records import NewJob, PublishItem, QueueSettings
 
