@@ -368,6 +368,16 @@ def test_prune_takes_jobs_finished_more_than_older_than_ago_and_keeps_one_at_the
         api.job(older)
 
 
+def test_a_queues_retention_keeps_a_job_that_finished_exactly_that_long_ago(api, tasks):
+    from jobledger._records import QueueSettings
+
+    api.backend.api.queue_put(QueueSettings(name="q", retention_seconds=60 * DAY), now=T0)
+    kept = finish(api, 1)
+    assert api.prune(timedelta(days=30), now=at(60 * DAY)).jobs == 0
+    assert api.job(kept).state is JobState.DONE
+    assert api.prune(timedelta(days=30), now=at(60 * DAY + 1)).jobs == 1
+
+
 def test_prune_deletes_the_publish_record_with_its_job(api, tasks):
     from jobledger._records import NewJob, PublishItem, QueueSettings
 
