@@ -146,6 +146,24 @@ def test_every_way_back_to_pending_writes_a_record_in_its_transaction(ledger, bo
     assert [r.published_at is None for r in every] == [False] * 6 + [True]
 
 
+def test_a_job_of_a_queue_not_routed_writes_no_record_when_it_is_pending_again(ledger, box):
+    """Another queue is routed ("digests"); a job of "polled" going back to pending (a retry, a
+    rescue, a release, a redrive) is for the polling workers only."""
+    job_id, _ = ledger.enqueue("polled", {"n": 1}, key="k", now=T0)
+    be = ledger.backend
+    [job] = be.jobs.claim(["polled"], "w1", 1, at(1))
+    be.jobs.fail([Failure(lease_of(job), True, at(30), "X", "boom")], at(2))
+    be.jobs.claim(["polled"], "w1", 1, at(30))
+    assert [r.job_id for r in be.jobs.rescue(at(100))] == [job_id]
+    [job] = be.jobs.claim(["polled"], "w1", 1, at(101))
+    be.jobs.release([lease_of(job)], at(102))
+    [job] = be.jobs.claim(["polled"], "w1", 1, at(103))
+    be.jobs.fail([Failure(lease_of(job), False, None, "Permanent", "no")], at(104))
+    ledger.redrive(actor="ops", reason="fixed", ids=[job_id], now=at(105))
+    assert ledger.job(job_id).state is JobState.PENDING
+    assert records(ledger) == []
+
+
 def test_a_new_record_supersedes_one_not_yet_published(ledger, box):
     job_id, _ = ledger.enqueue("digest", {"n": 1}, key="k", delay=60, now=T0)
     ledger.cancel(job_id, actor="ops", reason="not now", now=at(1))
