@@ -147,6 +147,7 @@ def test_republish_writes_one_record_for_each_due_job_without_one_waiting(ledger
     lost = enqueue(ledger, "digests", "lost")
     waiting = enqueue(ledger, "digests", "waiting")
     enqueue(ledger, "digests", "later", delay=3600)
+    enqueue(ledger, "polled", "polled")  # due, and no record: its queue is not routed
     [rec] = outbox.records(job_id=lost)
     outbox.mark([rec.id], relay, now=at(1))  # published, and then the broker lost it
     assert outbox.republish("digests", due_before=at(60), now=at(120)) == 1
