@@ -19,8 +19,10 @@ def outbox(ledger):
     return ledger.backend.outbox
 
 
-def enqueue(ledger, queue: str, key: str, now=T0, delay: float = 0) -> int:
-    job_id, created = ledger.enqueue(f"t_{queue}", {}, key=key, now=now, delay=delay or None)
+def enqueue(ledger, queue: str, key: str, now=T0, delay: float = 0, group=None) -> int:
+    job_id, created = ledger.enqueue(
+        f"t_{queue}", {}, key=key, now=now, delay=delay or None, group=group
+    )
     assert created
     return job_id
 
@@ -34,6 +36,7 @@ def relay(ledger):
 
 def test_routing_a_queue_backfills_its_pending_jobs_once_and_only_it(ledger, outbox):
     before = [enqueue(ledger, "digests", f"k{n}") for n in range(3)]
+    before.append(enqueue(ledger, "digests", "grouped", group="tenant-1"))
     enqueue(ledger, "polled", "p0")
     route, backfilled = outbox.route_add("digests", "ops:ana", "to rabbit", now=at(1))
     assert (route.queue, route.routed_by, route.note, route.routed_at) == (
@@ -42,7 +45,7 @@ def test_routing_a_queue_backfills_its_pending_jobs_once_and_only_it(ledger, out
         "to rabbit",
         at(1),
     )
-    assert backfilled == 3
+    assert backfilled == 4  # with a group or without
     again, more = outbox.route_add("digests", "ops:ben", None, now=at(2))
     assert more == 0 and again == route  # routed already: nothing changes
     assert [r.queue for r in outbox.routes()] == ["digests"]
