@@ -166,6 +166,22 @@ def test_republish_writes_one_record_for_each_due_job_without_one_waiting(ledger
     assert outbox.republish("polled", due_before=at(60), now=at(121)) == 0  # not routed
 
 
+def test_republish_counts_only_a_record_waiting_to_be_published(ledger, outbox, relay):
+    """A record superseded before it was published is not waiting: a job whose newer record
+    was published and then lost by the broker is published again. So is a job with a group."""
+    outbox.route_add("digests", "ops", now=T0)
+    job_id = enqueue(ledger, "digests", "moved", delay=30)
+    grouped = enqueue(ledger, "digests", "grouped", group="tenant-1")
+    ledger.cancel(job_id, actor="ops", reason="not now", now=at(1))
+    ledger.backend.history.redrive([job_id], "ops", "now", now=at(2))
+    superseded, newer = sorted(outbox.records(job_id=job_id), key=lambda r: r.id)
+    assert superseded.superseded_at == at(2) and superseded.published_at is None
+    [for_group] = outbox.records(job_id=grouped)
+    outbox.mark([newer.id, for_group.id], relay, now=at(3))  # then lost by the broker
+    assert outbox.republish("digests", due_before=at(60), now=at(120)) == 2
+    assert sorted(r.job_id for r in outbox.due(10, now=at(120))) == sorted([job_id, grouped])
+
+
 def test_prune_deletes_published_records_before_a_time_in_batches(ledger, outbox, relay):
     outbox.route_add("digests", "ops", now=T0)
     for n in range(4):
