@@ -119,16 +119,19 @@ def test_the_pruner_prunes_old_rollups_expired_sessions_and_tombstones_under_one
 
 def test_the_pruner_deletes_the_rows_of_idle_groups_only(ledger, tasks):
     """A group's row (pause, rate bucket, turn) goes once the group has had no job, no pause and
-    no claim for a day; a group with a job waiting, a pause in force or a recent claim keeps it."""
+    no claim for a day; a group with a job waiting or running, a pause in force or a recent
+    claim keeps it."""
     backend = ledger.backend
     ledger.set_group_limits("q", rate=1.0, burst=2)
-    ids = {g: enqueue(ledger, n, group=g) for n, g in enumerate(["idle", "waiting", "busy"])}
-    # Every group is claimed (its row written) at T0; "idle" is done then, "waiting" released.
+    groups = ["idle", "waiting", "busy", "running"]
+    ids = {g: enqueue(ledger, n, group=g) for n, g in enumerate(groups)}
+    # Every group is claimed (its row written) at T0; "idle" is done then, "waiting" released,
+    # and "running"'s job is still leased a day later (its lease renewed all along).
     for job in backend.jobs.claim(["q"], "w", 10, now=at(1)):
-        if job.id == ids["idle"]:
-            backend.jobs.complete([lease_of(job)], at(2))
-        elif job.id == ids["waiting"]:
+        if job.id == ids["waiting"]:
             backend.jobs.release([lease_of(job)], at(2))
+        elif job.id == ids["running"]:
+            running = job
         else:
             backend.jobs.complete([lease_of(job)], at(2))
     later = T0 + KEEP_IDLE_GROUPS + timedelta(hours=1)
@@ -137,13 +140,15 @@ def test_the_pruner_deletes_the_rows_of_idle_groups_only(ledger, tasks):
     [served] = backend.jobs.claim(["q"], "w", 1, now=later - timedelta(seconds=30))
     assert served.group == "busy"
     backend.jobs.complete([lease_of(served)], later - timedelta(seconds=20))
+    assert backend.jobs.heartbeat([lease_of(running)], now=later - timedelta(seconds=10))
 
-    assert _group_rows(ledger) == {"idle", "waiting", "busy", "paused"}
+    assert _group_rows(ledger) == {"idle", "waiting", "busy", "running", "paused"}
 
     pruner = Pruner(lambda: backend, "p1")
     pruned = pruner.run_once(now=later)
     assert pruned is not None and pruned.groups == 1
-    assert _group_rows(ledger) == {"waiting", "busy", "paused"}
+    assert _group_rows(ledger) == {"waiting", "busy", "running", "paused"}
+    assert ledger.job(ids["running"]).state is JobState.LEASED
     again = pruner.run_once(now=later)
     assert again is not None and again.groups == 0
 
