@@ -191,8 +191,11 @@ def test_a_group_pause_holds_for_every_worker_until_it_ends(api, work, limits):
 
 def test_a_pause_only_extends_and_an_operator_can_lift_it(api, work):
     put(api, "g", 2)
-    assert api.pause_group("q", "g", seconds=60, now=T0) == at(60)
-    assert api.pause_group("q", "g", seconds=10, now=T0) == at(60)
+    assert api.pause_group("q", "g", seconds=60, reason="HTTP 429", now=T0) == at(60)
+    assert api.pause_group("q", "g", seconds=10, reason="shorter", now=T0) == at(60)
+    # The pause in force keeps its own reason: the shorter one changed nothing.
+    [status] = api.groups("q", at(1))
+    assert (status.paused_until, status.paused_reason) == (at(60), "HTTP 429")
     assert claim(api, 5, at(30)) == []
     assert api.resume_group("q", "g", now=at(30)) is True
     assert api.resume_group("q", "g", now=at(30)) is False
