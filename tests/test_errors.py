@@ -68,6 +68,24 @@ def test_postgres_connections_cut_mid_use(pg):
     pg.drop_schema(schema)
 
 
+def test_a_closed_backend_says_it_is_closed_not_that_the_database_is_unavailable(ledger):
+    """A use of a backend after the ledger closed it (a thread still holding it) is the
+    caller's mistake: the error says so, rather than sending an operator to look at a database
+    that is fine. (The ledger itself opens a new backend on its next use.)"""
+    ledger.task(lambda ctx: None, name="t")
+    ledger.enqueue("t", {}, key="before")
+    backend = ledger.backend
+    ledger.close()
+    uses = (
+        lambda: backend.jobs.claim(["default"], "w", 1),
+        lambda: backend.history.find_key("before"),
+    )
+    for use in uses:
+        with pytest.raises(BackendUnavailable, match="is closed") as err:
+            use()
+        assert "unavailable" not in str(err.value)
+
+
 @pytest.mark.parametrize(
     "url, message",
     [

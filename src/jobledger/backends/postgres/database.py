@@ -359,13 +359,14 @@ class PostgresDatabase:
                 f"PostgreSQL at {self.url.redacted} has no jobledger tables in schema "
                 f"{self.schema!r} ({first_line(exc)}); run `jobledger migrate`"
             ) from None
-        except (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout) as exc:
-            self.outage.suspect()
-            raise self.unavailable(exc) from None
         except psycopg_pool.PoolClosed as exc:
+            # PoolClosed is a kind of OperationalError: caught first, or the clause below took it.
             if self._closed:
                 raise BackendUnavailable(f"the ledger for {self.url.redacted} is closed") from exc
             raise self.unavailable(exc) from None  # closed by an outage: see _release_pools
+        except (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout) as exc:
+            self.outage.suspect()
+            raise self.unavailable(exc) from None
 
     @contextmanager
     def transaction(self, conn: Any = None) -> Iterator[psycopg.Connection[Any]]:
