@@ -190,6 +190,20 @@ def test_tick_prune_deletes_only_finished_ticks_behind_the_cursor_and_the_cut_of
     assert schedules.tick_prune(before=at(3 * HOUR + 1)) == 1
 
 
+def test_tick_prune_keeps_a_tick_that_never_finished_even_behind_the_cursor(backend, lease):
+    """A tick whose run stopped half-way (its scheduler died; its error, if any, recorded) stays
+    for an operator to see, after later ticks moved the cursor past it."""
+    schedules = backend.schedules
+    schedules.declare([definition()], lease, now=T0)
+    for hour in (1, 2, 3):
+        schedules.tick_start("digest", at(hour * HOUR), lease, now=at(hour * HOUR))
+    for hour in (2, 3):
+        schedules.tick_finish("digest", at(hour * HOUR), lease, now=at(hour * HOUR))
+    assert schedules.tick_prune(before=at(10 * HOUR)) == 1  # hour 2
+    [last, stopped] = schedules.ticks()
+    assert (last.tick_time, stopped.tick_time, stopped.state) == (at(3 * HOUR), at(HOUR), "running")
+
+
 def test_a_schedule_keeps_its_pause_when_declared_again(backend, lease):
     schedules = backend.schedules
     schedules.declare([definition()], lease, now=T0)
