@@ -98,4 +98,6 @@ def test_a_rate_limit_bucket_allows_its_burst_then_refills_at_its_rate(api):
     assert api.ratelimit_take("b", 2.0, 4.0, now=at(0.5)) == 0.0  # ... and nothing was taken
     assert api.ratelimit_take("b", 2.0, 4.0, cost=2, now=at(0.5)) == pytest.approx(1.0)
     assert api.ratelimit_take("b", 2.0, 4.0, cost=4, now=at(10)) == 0.0  # refilled to the burst
+    # The idle spell refilled the bucket to its burst and no further: the next one waits.
+    assert api.ratelimit_take("b", 2.0, 4.0, now=at(10)) == pytest.approx(0.5)
     assert api.ratelimit_take("other", 2.0, 4.0, cost=4, now=at(10)) == 0.0  # its own bucket
