@@ -44,6 +44,26 @@ def test_reconnecting_to_a_database_that_is_down_backs_off(monkeypatch):
     assert 2 <= attempts <= 5
 
 
+def test_a_connection_made_again_starts_the_backoff_over(pg):
+    """After a long outage the next break is retried after a tenth of a second, not after the
+    backoff the outage had reached."""
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    ledger.migrate()
+    try:
+        listener = ledger.backend.listener(["q"])
+        listener._failures = 8  # as after a long outage, then the database is back
+        assert listener.wait(0.1) is True  # connected
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (listener._conn.info.backend_pid,))
+        assert listener.wait(2.0) is True  # broken: wake up, someone must look
+        assert listener._retry_at - time.monotonic() <= 0.1
+        listener.close()
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)
+
+
 def test_listener_wakes_after_its_connection_is_killed_and_listens_again(pg):
     schema, url = pg.new_schema_url()
     ledger = Ledger(url)
