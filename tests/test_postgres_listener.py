@@ -64,6 +64,24 @@ def test_a_connection_made_again_starts_the_backoff_over(pg):
         pg.drop_schema(schema)
 
 
+def test_a_listener_is_woken_only_for_its_own_queues(pg):
+    schema, url = pg.new_schema_url()
+    ledger = Ledger(url)
+    ledger.migrate()
+    try:
+        listener = ledger.backend.listener(["a"])
+        assert listener.wait(0.1) is True  # connected
+        with psycopg.connect(pg.url, autocommit=True) as admin:
+            for queue in ("b", "a"):
+                admin.execute("SELECT pg_notify(%s, %s)", (ledger.backend.db.channel, queue))
+        # The notifications arrive in order: "b" is passed over, "a" wakes it.
+        assert listener.woken(5.0) == {"a"}
+        listener.close()
+    finally:
+        ledger.close()
+        pg.drop_schema(schema)
+
+
 def test_listener_wakes_after_its_connection_is_killed_and_listens_again(pg):
     schema, url = pg.new_schema_url()
     ledger = Ledger(url)
