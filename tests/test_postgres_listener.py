@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from jobledger import Ledger
+from jobledger._records import Lease
 from jobledger.backends.postgres.listener import PgListener
 from jobledger.backends.url import DatabaseURL
 
@@ -105,6 +106,10 @@ def test_listener_wakes_after_its_connection_is_killed_and_listens_again(pg):
         pg.drop_schema(schema)
 
 
+def lease_of(job) -> Lease:
+    return Lease(job.id, job.lease_token, job.attempt)
+
+
 def _notes(conn: psycopg.Connection) -> list[str]:  # type: ignore[type-arg]
     """The notifications already received on ``conn`` (a round trip fetches them)."""
     conn.execute("SELECT 1")
@@ -132,6 +137,14 @@ def test_completions_tell_waiters_for_results_only_while_one_listens(pg):
                 told = _notes(spy)
                 assert told and set(told) == {"q"} and len(told) <= 3, told
                 assert listener.wait_finished(5.0) == {"q"}
+                # One batch of two queues: the notification names none, so look at every one.
+                ledger.enqueue("t", {"n": 1}, key="r1", queue="r")
+                ledger.enqueue("t", {"n": 2}, key="q1")
+                jobs = ledger.backend.jobs
+                leases = [lease_of(j) for j in jobs.claim(["q", "r"], "w", 2)]
+                assert len(leases) == 2 and jobs.complete(leases) == []
+                assert _notes(spy) == [""]
+                assert listener.wait_finished(5.0) == {"*"}
             finally:
                 listener.close()
             # The lock went with the listener's connection: silence again.
