@@ -259,3 +259,25 @@ def test_release_gives_the_job_back_without_charging_it(ledger, tasks):
     row = ledger.job(job_id)
     assert row.state is JobState.PENDING and row.budget_left == 3
     assert [a.outcome for a in ledger.backend.history.attempts(job_id)] == [AttemptOutcome.RELEASED]
+
+
+def test_a_token_that_is_no_uuid_is_a_stale_token_for_every_write(ledger, tasks):
+    """A token as a pull consumer may send it, of the receipt's characters but no UUID: every
+    write by a lease refuses it as stale (on PostgreSQL, rather than fail the whole batch on
+    the cast), and writes the other leases of the batch."""
+    ids = [enqueue(ledger, n) for n in range(4)]
+    jobs = ledger.backend.jobs
+    held = {j.id: lease_of(j) for j in jobs.claim(["q"], "w", 4, now=T0)}
+    odd = "-" * 4 + "9b2f0c3e5d6a47b8a1c2d3e4f5a6b7c8"
+    a, b, c, d = (held[i] for i in ids)
+    bad = [Lease(i, odd, 1) for i in ids]
+    assert jobs.heartbeat([bad[1], a], now=at(1)) == {ids[0]: at(31)}
+    assert jobs.complete([bad[1], a], now=at(2)) == [ids[1]]
+    assert jobs.release([bad[2], b], now=at(2)) == [ids[2]]
+    failures = [Failure(lease, True, None, "X", "boom") for lease in (bad[3], c)]
+    assert [r.state for r in jobs.fail(failures, now=at(2))] == [None, JobState.PENDING]
+    assert jobs.complete([bad[2], d], results={ids[3]: "1"}, now=at(2)) == [ids[2]]
+    assert jobs.store_result(bad[3], "2") is False
+    states = [JobState.DONE, JobState.PENDING, JobState.PENDING, JobState.DONE]
+    assert [ledger.job(i).state for i in ids] == states
+    assert ledger.job(ids[3]).result == 1
