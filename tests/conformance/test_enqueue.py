@@ -20,6 +20,7 @@ from jobledger import (
 from jobledger.errors import ConfigError
 
 from ..support.async_api import app_connection, is_async
+from ..support.processes import wait_until
 from .conftest import T0, at, enqueue, lease_of
 
 
@@ -303,6 +304,39 @@ def test_concurrent_enqueues_of_one_key_make_one_job(api, tasks):
         t.join()
     assert len({r.id for r in results}) == 1
     assert sum(r.created for r in results) == 1
+
+
+def test_a_batch_racing_a_transaction_that_inserts_one_of_its_keys(ledger, tasks):
+    """A small batch of new keys (PostgreSQL: one statement) waits on a key that the caller's
+    open transaction has just inserted; once that commits, the batch reports the key's job as
+    existing and creates the others (on PostgreSQL the statement fails, writing nothing, and
+    the checked path answers)."""
+    conn = app_connection(ledger)
+    theirs, _ = ledger.enqueue("work", {"n": 1}, key="k1", conn=conn, now=T0)
+    results = []
+    batch = [{"payload": {"n": n}, "key": f"k{n}"} for n in (1, 2)]
+    enqueuer = threading.Thread(target=lambda: results.append(ledger.enqueue_many("work", batch)))
+    enqueuer.start()
+    if ledger.url.dialect == "postgres":
+        with psycopg.connect(ledger.url.conninfo, autocommit=True) as watch:
+            wait_until(
+                lambda: watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND query LIKE '%%INSERT INTO%%'"
+                ).fetchone()[0],
+                what="the batch to wait on the key's lock",
+            )
+    else:
+        # SQLite: the batch waits for the write lock; nothing to observe, and the outcome
+        # must hold whether it started waiting already or not.
+        enqueuer.join(0.2)
+    conn.commit()
+    conn.close()
+    enqueuer.join(10)
+    [[first, second]] = results
+    assert (first.id, first.created) == (theirs, False)
+    assert second.created
+    assert sorted(j.key for j in ledger.jobs()) == ["k1", "k2"]
 
 
 def _app_write_transaction(db_url: str):
