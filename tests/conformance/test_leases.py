@@ -281,3 +281,24 @@ def test_a_token_that_is_no_uuid_is_a_stale_token_for_every_write(ledger, tasks)
     states = [JobState.DONE, JobState.PENDING, JobState.PENDING, JobState.DONE]
     assert [ledger.job(i).state for i in ids] == states
     assert ledger.job(ids[3]).result == 1
+
+
+def test_a_release_under_the_token_of_an_ended_attempt_changes_nothing(ledger, tasks):
+    """A give-back names the lease's own token, but the attempt already ended under it: the job
+    completed, failed for good, or was given back already (a give-back sent again). A job done
+    or dead must not be made pending again (its effect would run twice), and a job given back
+    once must not get a second free attempt."""
+    done_id, dead_id, given_id = enqueue(ledger, 1), enqueue(ledger, 2), enqueue(ledger, 3)
+    done, dead, given = ledger.backend.jobs.claim(["q"], "w", 3, now=T0)
+    assert [done.id, dead.id, given.id] == [done_id, dead_id, given_id]
+    assert ledger.backend.jobs.complete([lease_of(done)], now=at(1)) == []
+    ledger.backend.jobs.fail([Failure(lease_of(dead), False, None, "E", "no")], now=at(1))
+    assert ledger.backend.jobs.release([lease_of(given)], now=at(1)) == []
+    before = {job_id: ledger.job(job_id) for job_id in (done_id, dead_id, given_id)}
+    leases = [lease_of(done), lease_of(dead), lease_of(given)]
+    assert ledger.backend.jobs.release(leases, now=at(2)) == [done_id, dead_id, given_id]
+    assert {job_id: ledger.job(job_id) for job_id in before} == before
+    assert ledger.job(given_id).budget_left == 3
+    assert [a.outcome for a in ledger.backend.history.attempts(given_id)] == [
+        AttemptOutcome.RELEASED
+    ]
