@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger._records import OutboxReason
+from jobledger._records import Failure, Lease, OutboxReason
 from jobledger.errors import LeadershipLost, NotFound
 
 from .conftest import T0, at
@@ -180,6 +180,30 @@ def test_republish_counts_only_a_record_waiting_to_be_published(ledger, outbox, 
     outbox.mark([newer.id, for_group.id], relay, now=at(3))  # then lost by the broker
     assert outbox.republish("digests", due_before=at(60), now=at(120)) == 2
     assert sorted(r.job_id for r in outbox.due(10, now=at(120))) == sorted([job_id, grouped])
+
+
+def test_prune_deletes_superseded_records_too(ledger, outbox, relay):
+    """A superseded record is never published, so it goes by the time it was superseded;
+    otherwise the outbox would keep every one of them for ever."""
+    outbox.route_add("digests", "ops", now=T0)
+    job_id = retried_before_its_record_was_published(ledger, outbox, "retried")
+    assert outbox.prune(published_before=at(2)) == 0
+    assert outbox.prune(published_before=at(3)) == 1
+    [left] = outbox.records(job_id=job_id)
+    assert left.reason is OutboxReason.RETRY
+
+
+def retried_before_its_record_was_published(ledger, outbox, key: str) -> int:
+    """A job whose first record was never published: a worker claimed it and it failed with a
+    retry, so that record is superseded (never to be published) and a newer one waits."""
+    job_id = enqueue(ledger, "digests", key)
+    [job] = ledger.backend.jobs.claim(["digests"], "w", 1, now=at(1))
+    lease = Lease(job.id, job.lease_token, job.attempt)
+    ledger.backend.jobs.fail([Failure(lease, True, at(2), "E", "try again")], now=at(2))
+    newer, superseded = outbox.records(job_id=job_id)
+    assert superseded.superseded_at == at(2) and superseded.published_at is None
+    assert newer.reason is OutboxReason.RETRY and newer.superseded_at is None
+    return job_id
 
 
 def test_prune_deletes_published_records_before_a_time_in_batches(ledger, outbox, relay):
