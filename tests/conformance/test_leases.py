@@ -181,6 +181,20 @@ def test_wrong_token_on_a_pending_or_done_job_changes_nothing(ledger, tasks):
     assert ledger.backend.jobs.complete([lease_of(job)], now=T0) == [job_id]  # twice: refused
 
 
+def test_a_heartbeat_under_the_token_of_an_ended_attempt_changes_nothing(ledger, tasks):
+    """A renewal names the lease's own token, but its attempt already ended under it (the job
+    completed, or failed for good): the renewal is refused, so the worker learns it holds no
+    lease, and the finished job gets no lease time back."""
+    done_id, dead_id = enqueue(ledger, 1), enqueue(ledger, 2)
+    done, dead = ledger.backend.jobs.claim(["q"], "w", 2, now=T0)
+    assert [done.id, dead.id] == [done_id, dead_id]
+    assert ledger.backend.jobs.complete([lease_of(done)], now=at(1)) == []
+    ledger.backend.jobs.fail([Failure(lease_of(dead), False, None, "E", "no")], now=at(1))
+    before = [ledger.job(done_id), ledger.job(dead_id)]
+    assert ledger.backend.jobs.heartbeat([lease_of(done), lease_of(dead)], now=at(2)) == {}
+    assert [ledger.job(done_id), ledger.job(dead_id)] == before
+
+
 def test_heartbeat_extends_the_lease(ledger, tasks):
     job_id = enqueue(ledger, 1)
     [job] = ledger.backend.jobs.claim(["q"], "a", 1, now=T0)
