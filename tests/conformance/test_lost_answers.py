@@ -11,6 +11,7 @@ tests/faults/test_failover.py, meets the same thing for real, when the timing fa
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from jobledger import JobState, Ledger
-from jobledger._records import AttemptOutcome, ClaimedJob, Failure
+from jobledger._records import AttemptOutcome, ClaimedJob, Failure, Lease
 from jobledger._runtime.leases import LeaseHold
 from jobledger._runtime.outcomes import Finished, Recorder
 from jobledger.errors import BackendUnavailable
@@ -326,3 +327,29 @@ def test_a_renewal_refused_after_a_completion_in_the_handlers_transaction_is_no_
     assert stats.completed == 1 and stats.lease_lost == 0
     assert ledger.job(job_id).state is JobState.DONE
     assert refusals(ledger, job_id) == []
+
+
+def test_settled_tells_a_lease_only_what_its_own_token_closed(ledger, tasks):
+    """The recorder asks what a refused write's attempt came to, to tell its own write sent
+    again from a write made stale by someone else: the answer must come from the attempt
+    closed under that very token. A token that closed nothing gets no answer, even on a job
+    whose other attempts ended or that another lease completed; and an attempt that timed out
+    and was retried says "retry", even once a later attempt left the job dead."""
+    jobs = ledger.backend.jobs
+    forged_token = "0" * 32 if ledger.url.dialect == "sqlite" else str(uuid.UUID(int=0))
+    job_id = enqueue(ledger, 1)
+    [first] = jobs.claim(["q"], "w", 1, now=T0)
+    timed_out = Failure(lease_of(first), True, at(1), "Timeout", "ran past", timed_out=True)
+    jobs.fail([timed_out], now=at(1))
+    [second] = jobs.claim(["q"], "w", 1, now=at(1))
+    jobs.fail([Failure(lease_of(second), False, None, "HTTP 400", "no")], now=at(2))
+    assert ledger.job(job_id).state is JobState.DEAD
+    assert jobs.settled([lease_of(first)]) == {job_id: "retry"}
+    assert jobs.settled([lease_of(second)]) == {job_id: "dead"}
+    assert jobs.settled([Lease(job_id, forged_token, 2)]) == {}
+
+    done_id = enqueue(ledger, 2)
+    [third] = jobs.claim(["q"], "w", 1, now=at(3))
+    assert jobs.complete([lease_of(third)], now=at(4)) == []
+    assert jobs.settled([lease_of(third)]) == {done_id: "done"}
+    assert jobs.settled([Lease(done_id, forged_token, 1)]) == {}
