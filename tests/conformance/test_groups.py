@@ -297,6 +297,20 @@ def test_a_due_group_behind_many_idle_groups_rows_is_still_found(api, work):
     assert [j.group for j in claim(api, 1, at(3))] == ["late"]
 
 
+def test_behind_many_idle_groups_rows_a_group_with_nothing_due_does_not_take_the_turn(api, work):
+    """When the walk of the turns stops short (many rows of groups without jobs ahead) and the
+    claim finds every group with pending jobs instead, a group whose jobs are not due yet,
+    never served, does not take the place of a due group served later."""
+    for n in range(100):
+        put(api, f"idle{n:03d}", 1)
+    api.backend.jobs.complete([lease_of(j) for j in claim(api, 100, at(1))], at(1))
+    put(api, "z-due", 2, now=at(1))
+    [served] = claim(api, 1, at(2))
+    api.backend.jobs.complete([lease_of(served)], at(2))
+    put(api, "a-future", 1, now=at(2), delay=3600)
+    assert [j.group for j in claim(api, 1, at(3))] == ["z-due"]
+
+
 def test_a_group_pruned_while_it_had_only_dead_jobs_is_claimed_again_after_a_redrive(api, work):
     [job_id] = put(api, "gone", 1)
     [job] = claim(api, 1, at(1))
