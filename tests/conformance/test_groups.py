@@ -117,6 +117,16 @@ def test_a_group_rate_is_a_token_bucket_per_group(api, work):
     assert Counter(j.group for j in claim(api, 20, at(60))) == {"a": 2, "b": 2}
 
 
+def test_a_rate_below_one_a_second_without_a_burst_holds_one_job(api, work):
+    """A rate of one job every two seconds, no burst given: the bucket holds one token, so a
+    group's first job goes at once and the next one two seconds later."""
+    api.set_group_limits("q", rate=0.5)
+    put(api, "a", 3)
+    assert [j.group for j in claim(api, 10)] == ["a"]
+    assert claim(api, 10, at(1)) == []
+    assert [j.group for j in claim(api, 10, at(2))] == ["a"]
+
+
 def test_fair_claiming_takes_one_job_per_group_per_round(api, work):
     put(api, "flood", 500)
     cold = [f"c{i}" for i in range(10)]
