@@ -92,6 +92,19 @@ def test_a_group_at_its_leased_limit_does_not_take_the_turn_of_a_group_with_room
     assert third.group == "b"
 
 
+def test_a_claim_from_its_position_leaves_grouped_jobs_to_the_grouped_claim(api, work):
+    """On PostgreSQL a worker's next claim starts past the jobs it has taken (its position);
+    the lower priorities it reads from there are jobs without a group only: a group's jobs
+    are taken by the grouped claim, within the group's leased limit."""
+    api.set_group_limits("q", max_leased=1)
+    api.enqueue("untyped", {}, key="p1", queue="q", priority=5, now=T0)
+    put(api, "g", 2)
+    put(api, "h", 2, priority=5)  # at the position's priority, after it
+    api.enqueue("untyped", {}, key="p2", queue="q", now=T0)
+    assert [j.key for j in claim(api, 1)] == ["p1"]
+    assert sorted(j.key for j in claim(api, 10, at(1))) == ["g:0", "h:0", "p2"]
+
+
 def test_limits_set_or_lifted_between_claims_hold_from_the_next_claim(api, work):
     """On PostgreSQL a queue without limits is claimed in one statement and a queue with limits
     in two (the slots counted under the groups' locks): limits set after claims of the first
