@@ -116,6 +116,22 @@ def test_resolve_by_key_to_pending(api, tasks):
     assert row.id == job_id and row.state is JobState.PENDING and row.budget_left == 3
 
 
+def test_resolve_of_a_pending_job_to_pending_gives_a_fresh_budget_and_makes_it_due(api, tasks):
+    """A job that spent two of its three attempts and waits for its last retry: an operator who
+    fixed the cause resolves it to pending, and it is due now with a fresh budget, as a dead
+    job resolved to pending is (docs/concepts.md)."""
+    job_id = enqueue(api, 1)
+    for attempt in range(2):
+        [job] = api.backend.jobs.claim(["q"], "w", 1, now=at(100 * attempt))
+        failure = Failure(lease_of(job), True, at(100 * attempt + 50), "HTTP 503", "down")
+        [result] = api.backend.jobs.fail([failure], now=at(100 * attempt))
+        assert result.state is JobState.PENDING
+    assert api.job(job_id).budget_left == 1
+    row = api.resolve(job_id, actor="ana", note="provider is back", state="pending", now=at(120))
+    assert row.state is JobState.PENDING and row.run_at == at(120) and row.budget_left == 3
+    assert row.attempts == 2  # the attempts it made stay counted, and in its history
+
+
 def test_resolve_refuses_leased_and_done_jobs(api, tasks):
     job_id = enqueue(api, 1)
     [job] = api.backend.jobs.claim(["q"], "w", 1, now=T0)

@@ -152,8 +152,7 @@ class LedgerModel:
         if job.state not in ("dead", "pending"):
             return False
         if to == "pending":
-            if job.state == "dead":
-                job.attempt_limit = job.attempts + job.max_attempts
+            job.attempt_limit = job.attempts + job.max_attempts
             job.run_at = now
         job.state, job.lease_until = to, None
         return True

@@ -54,7 +54,7 @@ UPDATE {jobs}
 SET state = %(state)s::text,
     run_at = CASE WHEN %(state)s::text = 'pending' THEN {now} ELSE run_at END,
     finished_at = CASE WHEN %(state)s::text = 'done' THEN {now} ELSE NULL END,
-    attempt_limit = CASE WHEN %(state)s::text = 'pending' AND state = 'dead'
+    attempt_limit = CASE WHEN %(state)s::text = 'pending'
                          THEN attempts + max_attempts ELSE attempt_limit END,
     lease_until = NULL,
     updated_at = {now}

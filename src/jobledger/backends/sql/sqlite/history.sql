@@ -52,7 +52,7 @@ UPDATE jobledger_jobs
 SET state = :state,
     run_at = CASE WHEN :state = 'pending' THEN :now ELSE run_at END,
     finished_at = CASE WHEN :state = 'done' THEN :now ELSE NULL END,
-    attempt_limit = CASE WHEN :state = 'pending' AND state = 'dead'
+    attempt_limit = CASE WHEN :state = 'pending'
                          THEN attempts + max_attempts ELSE attempt_limit END,
     lease_until = NULL,
     updated_at = :now
