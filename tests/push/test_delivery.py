@@ -11,7 +11,7 @@ import pytest
 import standardwebhooks
 
 from jobledger import JobState
-from jobledger._records import QueueSettings, SubscriptionState
+from jobledger._records import AttemptOutcome, QueueSettings, SubscriptionState
 from jobledger._services.subscriptions import rotate_secret
 from jobledger._webhooks import key_from_webhook_id
 
@@ -105,6 +105,22 @@ def test_retries_honour_retry_after_then_backoff_until_2xx(ledger, endpoint, pus
     ids = {r.headers["webhook-id"] for r in ep.requests}
     assert ids == {"k1"}  # the same id on every attempt
     assert [r.headers["jobledger-attempt"] for r in ep.requests] == ["1", "2", "3", "4", "5"]
+
+
+def test_a_retry_after_is_kept_as_the_job_s_next_run_time(ledger, endpoint, push):
+    # The pause is written on the job, not only remembered by this process's lane: another
+    # process, or this one restarted, must not deliver it before the endpoint asked.
+    ep = endpoint(scripted((503, {"Retry-After": "120"}, b"busy")))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_until(
+        lambda: [a.outcome for a in ledger.history(job_id).attempts] == [AttemptOutcome.RETRY],
+        what="the first attempt to be recorded as a retry",
+    )
+    [attempt] = ledger.history(job_id).attempts
+    assert (ledger.job(job_id).run_at - attempt.finished_at).total_seconds() >= 119
+    assert ep.count() == 1
 
 
 def test_gone_disables_the_subscription_and_gives_the_job_back(ledger, endpoint, push):
