@@ -123,6 +123,18 @@ def test_a_retry_after_is_kept_as_the_job_s_next_run_time(ledger, endpoint, push
     assert ep.count() == 1
 
 
+def test_after_a_retry_after_the_subscription_sends_nothing_until_then(ledger, endpoint, push):
+    # Retry-After speaks for the endpoint, not for one job: a job that is due must wait too.
+    ep = endpoint(scripted((429, {"Retry-After": "2"}, b"slow down"), (200, {}, b"ok")))
+    subscribe(ledger, ep.url, concurrency=1)
+    jobs = [publish(ledger, "k1"), publish(ledger, "k2")]
+    push()
+    for job_id in jobs:
+        wait_state(ledger, job_id, JobState.DONE)
+    first, second = ep.requests[:2]
+    assert second.at - first.at >= 1.99
+
+
 def test_gone_disables_the_subscription_and_gives_the_job_back(ledger, endpoint, push):
     ep = endpoint(scripted((410, {}, b"gone"), (200, {}, b"ok")))
     sub = subscribe(ledger, ep.url)
