@@ -176,6 +176,15 @@ def test_on_time_ticks_run_under_every_policy():
     assert daily("skip", grace=timedelta(days=2)).plan(due, [], now) == days(-1, 0)
 
 
+def test_a_tick_exactly_grace_old_is_on_time_and_a_grace_of_0_runs_a_tick_at_its_time():
+    # "At most grace seconds old" is on time: the bound is inclusive. With grace=0 that is the
+    # only way a skip schedule runs at all: a tick seen at its very moment.
+    due = days(-1, 0)
+    assert daily("skip").plan(due, [], T + timedelta(minutes=5)) == days(0)
+    assert daily("skip").plan(due, [], T + timedelta(minutes=5, microseconds=1)) == []
+    assert daily("skip", grace=0).plan(due, [], T) == days(0)
+
+
 def test_all_is_bounded_to_the_most_recent_ticks():
     due = days(*range(-9, 1))
     assert daily("all", max_catch_up=3).plan(due, [], T + timedelta(hours=1)) == days(-2, -1, 0)
