@@ -63,6 +63,16 @@ def test_hourly_schedules_follow_the_wall_clock(zone, spring, fall, repeated):
     assert len({t.astimezone(UTC) for t in fall_ticks}) == 25
 
 
+def test_ticks_between_stops_at_its_cap_and_says_more_follow():
+    # The scheduler treats a cut list as "all long missed" and skips the stretch: a list one
+    # tick longer than the cap, or a cut not reported, would run ticks it meant to skip.
+    spec = CronSpec("0 * * * *", "UTC")
+    start = datetime(2026, 8, 10, tzinfo=UTC)
+    hours = [start + timedelta(hours=n) for n in range(1, 6)]
+    assert spec.ticks_between(start, hours[-1], cap=3) == (hours[:3], True)
+    assert spec.ticks_between(start, hours[2], cap=3) == (hours[:3], False)
+
+
 def test_ticks_are_strictly_increasing_when_starting_inside_the_repeated_hour():
     spec = CronSpec("30 2 * * *", "Europe/Berlin")
     # 01:15 UTC on 2026-10-25 is 02:15 CET, the second pass through 02:xx; the 02:30 tick of
