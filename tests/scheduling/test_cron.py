@@ -102,6 +102,11 @@ def test_names_ranges_steps_and_macros(expression, expected):
     assert CronSpec(expression, "UTC").expression == expected
 
 
+def test_a_naive_datetime_is_refused_rather_than_read_as_local_time():
+    with pytest.raises(ValueError, match="naive datetime"):
+        CronSpec("0 6 * * *", "Europe/Berlin").next_after(datetime(2026, 8, 10, 6, 0))
+
+
 def test_weekdays_by_name_and_number_agree():
     by_name = CronSpec("0 6 * * MON,WED", "Europe/Berlin")
     by_number = CronSpec("0 6 * * 1,3", "Europe/Berlin")
