@@ -170,3 +170,19 @@ def test_one_rescuer_for_every_transport(ledger, tasks):
     backend.jobs.claim(["q"], "http:key", 1, at(1))
     rescued = ledger.rescuer().run_once(at(1 + 31))
     assert [(r.key, r.state) for r in rescued] == [("k1", JobState.PENDING)]
+
+
+def test_a_failing_rescue_observer_neither_stops_the_rescue_nor_hides_what_it_rescued(
+    ledger, tasks, caplog
+):
+    # An observer is a metrics or logging hook: its bug must not turn a rescue that happened
+    # into an error, or leave the expiries it was told of unreported in the logs.
+    def broken(results):
+        raise RuntimeError("observer bug")
+
+    enqueue(ledger, 1)
+    ledger.backend.jobs.claim(["q"], "w", 1, at(1))
+    with caplog.at_level("WARNING", logger="jobledger"):
+        rescued = ledger.rescuer(on_rescue=broken).run_once(at(1 + 31))
+    assert [(r.key, r.state) for r in rescued] == [("k1", JobState.PENDING)]
+    assert "rescue observer failed" in caplog.text and "lease expired: job" in caplog.text
