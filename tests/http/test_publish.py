@@ -120,6 +120,8 @@ INVALID = [
     ({"queue": "q", "payload": "text"}, "/payload"),
     ({"queue": "q"}, "/payload"),
     ({"queue": "q", "payload": {}, "priority": 1.5}, "/priority"),
+    ({"queue": "q", "payload": {}, "priority": True}, "/priority"),
+    ({"queue": "q", "payload": {}, "delay_seconds": True}, "/delay_seconds"),
     ({"queue": "q", "payload": {}, "extra": 1}, "/extra"),
     ({"queue": "bad name", "payload": {}}, "/queue"),
     ({"queue": "q", "payload": {"s": "nul\u0000"}}, "/payload/s"),
