@@ -420,3 +420,18 @@ def test_publish_is_refused_to_keys_without_the_scope(api):
     assert publish(scoped, {"queue": "other", "payload": {}}).status_code == 201
     wildcard = api.client(api.key("publish:*"))
     assert publish(wildcard, {"queue": "q", "payload": {}}).status_code == 201
+
+
+def test_publish_batch_is_refused_to_keys_without_the_scope(api):
+    # The batch route checks the scope itself, as the single publish does: a consumer's key
+    # must not be able to publish by sending a batch of one.
+    api.queue()
+    api.queue("other")
+    batch = {"queue": "q", "messages": [{"key": "b1", "payload": {}}]}
+    for scopes in (("consume:q",), ("publish:other",), ("read",)):
+        refused = api.client(api.key(*scopes)).post("/v1/queue/publish-batch", json=batch)
+        assert_problem(refused, 403, "forbidden")
+    assert api.ledger.jobs() == []
+    publisher = api.client(api.key("publish:q"))
+    assert publisher.post("/v1/queue/publish-batch", json=batch).status_code == 200
+    assert [j.key for j in api.ledger.jobs()] == ["b1"]
