@@ -136,3 +136,25 @@ def test_no_traceback_from_a_real_process(tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_a_bug_is_exit_code_1_with_one_line_and_the_traceback_on_request(
+    cli, db_url, ledger, monkeypatch
+):
+    # Exit code 1 tells a script "jobledger failed", 2 "your command was wrong": a bug must not
+    # pass for a usage error, and must say how to see where it happened.
+    from jobledger import Ledger
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Ledger, "jobs", broken)
+    monkeypatch.delenv("JOBLEDGER_DEBUG", raising=False)
+    run = cli("jobs", "--url", db_url)
+    assert run.code == 1, (run.code, run.err)
+    assert run.err.strip().splitlines() == [
+        "internal error: RuntimeError: boom (JOBLEDGER_DEBUG=1 shows the traceback)"
+    ]
+    monkeypatch.setenv("JOBLEDGER_DEBUG", "1")
+    debug = cli("jobs", "--url", db_url)
+    assert debug.code == 1 and "Traceback" in debug.err and "boom" in debug.err
