@@ -74,6 +74,14 @@ def test_a_bare_reference_that_names_one_job_still_works(cli, db_url, twins):
     assert_one_line_error(cli("show", "424242", "--url", db_url), "no job with id 424242")
 
 
+def test_a_bare_reference_that_is_one_job_s_id_and_its_own_key_names_that_job(cli, db_url, ledger):
+    # Keys such as an order number are often the job's id too: naming one job twice is not
+    # naming two.
+    job_id = ledger.enqueue("send", {}, key="1", queue="q").id
+    assert job_id == 1
+    assert cli("show", "1", "--url", db_url, "--json").json()["job"]["id"] == 1
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
