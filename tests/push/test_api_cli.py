@@ -40,6 +40,18 @@ def test_subscriptions_over_the_api(ledger, endpoint):
             == 403
         )
         assert publisher.get("/v1/subscriptions").status_code == 403
+        # Every route on one subscription is the admin's too: rotate answers with the new
+        # secret, and any of them could stop or redirect a queue's deliveries.
+        one = f"/v1/subscriptions/{sub['id']}"
+        for method, path in [
+            ("GET", one),
+            ("POST", f"{one}/pause"),
+            ("POST", f"{one}/resume"),
+            ("POST", f"{one}/rotate"),
+            ("DELETE", one),
+        ]:
+            refused = publisher.request(method, path, json=None if method != "POST" else {})
+            assert refused.status_code == 403, (method, path, refused.text)
         # The loop in the server delivers what is published.
         api.queue("weekly")
         published = publisher.post(
