@@ -256,3 +256,11 @@ def test_every_job_once_in_effect_through_crashes_timeouts_and_429s(ledger, push
         assert sorted(effects) == sorted(keys)  # one effect per job
     finally:
         app.close()
+
+
+def test_the_receiver_s_tolerance_is_more_than_0_and_at_most_an_hour(app_ledger):
+    # A wider window lets a captured delivery be replayed for longer; 0 refuses everything.
+    for tolerance in (0, -1, 3601):
+        with pytest.raises(ConfigError, match="tolerance"):
+            WebhookReceiver(app_ledger, SECRET, "inbox", tolerance=tolerance)
+    assert WebhookReceiver(app_ledger, SECRET, "inbox", tolerance=3600).tolerance == 3600
