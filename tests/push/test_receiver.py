@@ -264,3 +264,34 @@ def test_the_receiver_s_tolerance_is_more_than_0_and_at_most_an_hour(app_ledger)
         with pytest.raises(ConfigError, match="tolerance"):
             WebhookReceiver(app_ledger, SECRET, "inbox", tolerance=tolerance)
     assert WebhookReceiver(app_ledger, SECRET, "inbox", tolerance=3600).tolerance == 3600
+
+
+def test_a_body_of_max_body_bytes_is_accepted_and_one_more_is_413_even_when_streamed(
+    app_ledger, served
+):
+    # Without Content-Length (a chunked body) the limit is counted as the body arrives.
+    receiver = WebhookReceiver(app_ledger, SECRET, "inbox", max_body=200)
+    url = served(receiver).url
+
+    def body_of(size: int, msg_id: str) -> tuple[bytes, dict]:
+        prefix = b'{"type":"t","data":{"pad":"'
+        body = prefix + b"x" * (size - len(prefix) - 3) + b'"}}'
+        assert len(body) == size
+        return body, signed(body, msg_id)
+
+    def chunked(body: bytes):
+        yield body[:100]
+        yield body[100:]
+
+    with httpx.Client(timeout=10) as client:
+        fits, headers = body_of(200, "fits")
+        accepted = client.post(url, content=chunked(fits), headers=headers)
+        over, headers = body_of(201, "over")
+        refused = client.post(url, content=chunked(over), headers=headers)
+        sized = client.post(url, content=over, headers=headers)
+        fits_sized = client.post(url, content=fits, headers=signed(fits, "fits"))
+    assert accepted.status_code == 202, accepted.text
+    assert fits_sized.json()["status"] == "duplicate"  # not refused for its Content-Length
+    assert (refused.status_code, refused.json()["reason"]) == (413, "too-large")
+    assert (sized.status_code, sized.json()["reason"]) == (413, "too-large")
+    assert [j.key for j in app_ledger.jobs()] == ["fits"]
