@@ -295,3 +295,12 @@ def test_a_body_of_max_body_bytes_is_accepted_and_one_more_is_413_even_when_stre
     assert (refused.status_code, refused.json()["reason"]) == (413, "too-large")
     assert (sized.status_code, sized.json()["reason"]) == (413, "too-large")
     assert [j.key for j in app_ledger.jobs()] == ["fits"]
+
+
+def test_a_webhook_id_that_cannot_be_a_key_is_400_invalid_header(app_ledger, served):
+    url = served(WebhookReceiver(app_ledger, SECRET, "inbox")).url
+    body = b'{"type":"t","data":{}}'
+    with httpx.Client(timeout=10) as client:
+        response = client.post(url, content=body, headers=signed(body, "m" * 513))
+    assert (response.status_code, response.json()["reason"]) == (400, "invalid-header")
+    assert app_ledger.jobs() == []
