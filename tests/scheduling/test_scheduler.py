@@ -296,6 +296,24 @@ def test_catch_up_after_downtime(ledger, catch_up, max_catch_up, expected_days, 
     assert next_tick.tick_time == first + timedelta(days=5)
 
 
+def test_latest_runs_only_the_latest_tick_after_a_downtime_longer_than_one_pass_enumerates(
+    ledger,
+):
+    # One pass enumerates at most 100,000 due ticks; past that they are all long missed and
+    # skipped as a stretch. The latest of that stretch is not the latest tick: it must not run.
+    @ledger.schedule("* * * * *", name="minutely", catch_up="latest", grace=0, key="m:{tick}")
+    @ledger.task(queue="minutely")
+    def minutely(ctx, tick: str) -> None: ...
+
+    a = scheduler(ledger, "a")
+    a.run_once(T0)
+    now = T0 + timedelta(minutes=100_500, seconds=30)
+    a.run_once(now)
+    a.run_once(now)
+    latest = (T0 + timedelta(minutes=100_500)).strftime("%Y-%m-%dT%H:%MZ")
+    assert [j.key for j in ledger.jobs()] == [f"m:{latest}"]
+
+
 def test_a_tick_within_the_grace_runs_even_when_skipping(ledger):
     @ledger.schedule("0 6 * * *", name="daily", catch_up="skip", grace=300)
     @ledger.task(queue="daily")
