@@ -275,6 +275,17 @@ def test_rate_limit_answers_429_with_retry_after(api):
     assert publish(api.admin, {"queue": "q", "payload": {"n": 9}}).status_code == 201
 
 
+def test_a_batch_costs_its_size_capped_at_the_burst(api):
+    # Otherwise a batch would be a way round the limit (500 messages for the price of one), or,
+    # uncapped, a batch bigger than the burst would be refused forever.
+    api.queue()
+    limited = api.client(api.key("publish:q", rate=0.001, burst=3))
+    batch = {"queue": "q", "messages": [{"key": f"b{n}", "payload": {}} for n in range(5)]}
+    assert limited.post("/v1/queue/publish-batch", json=batch).status_code == 200
+    assert_problem(publish(limited, {"queue": "q", "payload": {}}, "one"), 429, "rate-limited")
+    assert len(api.ledger.jobs()) == 5
+
+
 def test_rate_limit_is_shared_by_two_servers_on_one_database(api, ledger):
     """The bucket lives in the database: a second server process (here, a second app with its
     own connections) sees what the first spent."""
