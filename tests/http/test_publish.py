@@ -8,7 +8,9 @@ import threading
 
 from jobledger import JobState
 from jobledger import _faults as faults
+from jobledger.http import ServerSettings
 
+from ..support.http import api_server
 from ..support.processes import wait_until
 
 PROBLEM = "application/problem+json"
@@ -284,6 +286,24 @@ def test_a_batch_costs_its_size_capped_at_the_burst(api):
     assert limited.post("/v1/queue/publish-batch", json=batch).status_code == 200
     assert_problem(publish(limited, {"queue": "q", "payload": {}}, "one"), 429, "rate-limited")
     assert len(api.ledger.jobs()) == 5
+
+
+def test_the_server_s_default_rate_limits_keys_without_their_own(ledger):
+    # --default-rate and --default-burst: the limit of every key that has none, each key with
+    # a bucket of its own; a key's own rate still wins.
+    settings = ServerSettings(default_rate=0.001, default_burst=2)
+    with api_server(ledger, settings) as served:
+        served.queue()
+        plain = served.client(served.key("publish:q"))
+        codes = [
+            publish(plain, {"queue": "q", "payload": {}}, f"p{n}").status_code for n in range(3)
+        ]
+        assert codes == [201, 201, 429]
+        other = served.client(served.key("publish:q"))
+        assert publish(other, {"queue": "q", "payload": {}}, "o0").status_code == 201
+        own = served.client(served.key("publish:q", rate=100, burst=5))
+        codes = [publish(own, {"queue": "q", "payload": {}}, f"k{n}").status_code for n in range(5)]
+        assert codes == [201] * 5
 
 
 def test_rate_limit_is_shared_by_two_servers_on_one_database(api, ledger):
