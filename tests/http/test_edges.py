@@ -13,6 +13,7 @@ import pytest
 from jobledger._services.subscriptions import create_subscription
 from jobledger._webhooks import MAX_SECRET_BYTES, MIN_SECRET_BYTES
 from jobledger.errors import ConfigError
+from jobledger.http import ServerSettings
 from jobledger.http.routes.subscriptions import SECRET
 
 from ..observability.test_dashboard import login
@@ -180,3 +181,37 @@ def test_a_burst_without_a_rate_points_at_the_burst(api):
         method = api.admin.put if path.endswith("limits") else api.admin.post
         problem = assert_problem(method(path, json=body), 422, "validation-failed")
         assert [e["pointer"] for e in problem["errors"]] == ["/burst"]
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"default_rate": 0}, "default rate must be > 0"),
+        ({"default_burst": 5}, "a default burst needs a default rate"),
+        ({"default_rate": 1, "default_burst": 0.5}, "default burst must be >= 1"),
+        ({"max_wait_seconds": 20.5}, "max_wait_seconds must be 0..20"),
+        ({"max_wait_seconds": -1}, "max_wait_seconds must be 0..20"),
+        ({"rescue_interval": 0}, "rescue_interval must be > 0"),
+        ({"poll_interval": 0}, "poll_interval must be > 0"),
+        ({"snapshot_seconds": 3601}, "snapshot_seconds must be 0..3600"),
+        ({"finished_seconds": 86401}, "finished_seconds must be 0..86400"),
+        ({"dashboard_refresh_seconds": 0.1}, "dashboard_refresh_seconds must be 0.2..3600"),
+        ({"session_seconds": 59}, "session_seconds must be 60..2592000"),
+        ({"session_seconds": 30 * 86400 + 1}, "session_seconds must be 60..2592000"),
+    ],
+)
+def test_bad_server_settings_are_refused_naming_them(settings, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ServerSettings(**settings)
+
+
+def test_server_settings_at_their_bounds_are_accepted():
+    # Every range above is inclusive at both ends.
+    for settings in (
+        {"default_rate": 0.001, "default_burst": 1},
+        {"max_wait_seconds": 0, "snapshot_seconds": 0, "finished_seconds": 0},
+        {"max_wait_seconds": 20, "snapshot_seconds": 3600, "finished_seconds": 86400},
+        {"dashboard_refresh_seconds": 0.2, "session_seconds": 60},
+        {"dashboard_refresh_seconds": 3600, "session_seconds": 30 * 86400},
+    ):
+        ServerSettings(**settings)
