@@ -381,6 +381,27 @@ def test_subscription_settings_are_checked(ledger):
     assert ledger.backend.subscriptions.all() == []
 
 
+def test_subscription_limits_at_their_bounds_and_the_default_burst(ledger):
+    # Both ends of each range are allowed; a rate given without a burst bursts at the rate, but
+    # never below the one delivery a burst must allow.
+    url = "https://hooks.example/x"
+    widest = create_subscription(
+        ledger.backend, "a", url, timeout_seconds=60, concurrency=100, rate_per_second=5, burst=1
+    )
+    assert (widest.timeout_seconds, widest.concurrency, widest.burst) == (60.0, 100, 1.0)
+    slow = create_subscription(ledger.backend, "b", url, concurrency=1, rate_per_second=0.5)
+    assert (slow.rate_per_second, slow.burst) == (0.5, 1.0)
+    fast = create_subscription(ledger.backend, "c", url, rate_per_second=8)
+    assert fast.burst == 8.0
+    for options, message in (
+        ({"concurrency": 101}, "concurrency"),
+        ({"concurrency": True}, "concurrency"),
+        ({"rate_per_second": 1, "burst": 0.5}, "burst must be >= 1"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            create_subscription(ledger.backend, "d", url, **options)
+
+
 def test_the_push_api_is_explicit_and_documented():
     import inspect
 
