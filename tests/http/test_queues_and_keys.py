@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from jobledger import ConfigError
-from jobledger._records import digest
+from jobledger._records import QueueSettings, digest
 from jobledger.cli import main
 
 from .test_publish import assert_problem, publish
@@ -90,6 +90,28 @@ def test_invalid_queue_settings_are_422(api):
     ):
         assert_problem(api.admin.put("/v1/queues/q", json=settings), 422, "validation-failed")
     assert api.ledger.backend.api.queues() == []
+
+
+def test_queue_settings_at_their_widest_are_accepted(api):
+    # Every upper bound is inclusive, over HTTP as in Python: a queue kept ten years, retried
+    # weekly up to 1,000 times.
+    week, ten_years = 7 * 86400, 3650 * 86400
+    settings = {
+        "max_attempts": 1000,
+        "backoff": {"base_seconds": week, "cap_seconds": week},
+        "retention_seconds": ten_years,
+        "timeout_seconds": week,
+    }
+    response = api.admin.put("/v1/queues/q", json=settings)
+    assert response.status_code == 201, response.text
+    stored = api.ledger.queue_settings.get("q").settings
+    assert (stored.max_attempts, stored.backoff_base, stored.backoff_cap) == (1000, week, week)
+    assert (stored.retention_seconds, stored.timeout_seconds) == (ten_years, week)
+    for name, value in (("retention_seconds", ten_years + 1), ("max_attempts", 1001)):
+        over = api.admin.put("/v1/queues/q2", json={name: value})
+        assert_problem(over, 422, "validation-failed")
+    with pytest.raises(ConfigError, match="require_key must be true or false"):
+        QueueSettings("q3", require_key="yes")
 
 
 def test_queue_names_are_checked(api):
