@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 from datetime import UTC, datetime
 
 import httpcore
@@ -25,7 +26,7 @@ from jobledger._webhooks import (
     verify_webhook,
     webhook_id,
 )
-from jobledger.push import AddressPolicy, TargetRefused, decide, status_class
+from jobledger.push import AddressPolicy, PushSettings, TargetRefused, decide, status_class
 from jobledger.push.guard import GuardedNetworkBackend, plain_http
 
 # The example of the Standard Webhooks specification's reference libraries.
@@ -415,3 +416,27 @@ def test_the_push_api_is_explicit_and_documented():
             value = getattr(module, name)
             if inspect.isclass(value) or inspect.isfunction(value):
                 assert inspect.getdoc(value), f"{module.__name__}.{name} has no docstring"
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"refresh_interval": 0}, "push refresh_interval must be > 0 seconds"),
+        ({"grace": -1}, "push grace must be > 0 seconds"),
+        ({"lease_margin": True}, "push lease_margin must be > 0 seconds"),
+        ({"poll_interval": 0}, "push poll_interval must be > 0 seconds"),
+        ({"rescue_interval": "5"}, "push rescue_interval must be > 0 seconds"),
+        ({"body_kept": -1}, "push body_kept must be 0..100000"),
+        ({"body_kept": 100_001}, "push body_kept must be 0..100000"),
+        ({"allow_networks": ["10.0.0.0/33"]}, "10.0.0.0/33"),
+        ({"ca_file": "/nonexistent/ca.pem"}, "cannot load CA file"),
+    ],
+)
+def test_bad_push_settings_are_refused_naming_them(settings, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        PushSettings(**settings)
+
+
+def test_push_body_kept_may_be_0_or_100000():
+    assert PushSettings(body_kept=0).body_kept == 0
+    assert PushSettings(body_kept=100_000).body_kept == 100_000
