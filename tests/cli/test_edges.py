@@ -254,3 +254,31 @@ def test_ctrl_c_at_the_terminal_stops_worker_processes_gracefully(db_url, ledger
             proc.wait()
     assert code == 0, err
     assert [ledger.job(i).state for i in jobs] == [JobState.DONE, JobState.DONE], err
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("1h30m", 5400), ("30D", 30 * 86400), (" 2w ", 14 * 86400), ("2.5s", 2.5), ("45", 45)],
+)
+def test_durations_combine_units_in_either_case(text, seconds):
+    from jobledger.cli.params import parse_duration
+
+    assert parse_duration(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("soon", "is not a duration; write e.g. 30d"),
+        ("10x", "is not a duration; write e.g. 30d"),
+        ("-1", "is not a duration >= 0"),
+        ("nan", "is not a duration >= 0"),
+        ("inf", "is not a duration >= 0"),
+    ],
+)
+def test_a_duration_that_is_not_one_is_refused_saying_so(text, message):
+    from jobledger.cli.params import parse_duration
+    from jobledger.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        parse_duration(text)
