@@ -169,6 +169,14 @@ def test_missing_or_bad_keys_are_401(api):
             assert "jlk_" not in problem["detail"]
 
 
+def test_the_bearer_scheme_is_case_insensitive_and_extra_spaces_before_the_key_are_ignored(api):
+    # RFC 9110 makes the scheme case-insensitive: a client that writes "bearer" is not wrong.
+    api.queue()
+    for header in (f"bearer {api.admin_key}", f"BEARER   {api.admin_key}"):
+        response = api.client(None).get("/v1/queues", headers={"Authorization": header})
+        assert response.status_code == 200, (header, response.text)
+
+
 def test_a_revoked_key_stops_working(api):
     api.queue()
     key = api.key("publish:q")
