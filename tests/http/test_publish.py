@@ -141,6 +141,17 @@ def test_invalid_bodies_are_422_naming_the_field(api):
     assert api.ledger.jobs() == []
 
 
+def test_a_json_body_with_a_charset_parameter_is_accepted(api):
+    # "application/json; charset=utf-8" is what many clients send: the media type is what counts.
+    api.queue()
+    response = api.admin.post(
+        "/v1/queue/publish",
+        content=json.dumps({"queue": "q", "payload": {}}).encode(),
+        headers={"Content-Type": "Application/JSON; charset=utf-8", "Idempotency-Key": "k"},
+    )
+    assert response.status_code == 201, response.text
+
+
 def test_delay_at_the_limits_is_accepted(api):
     api.queue()
     now = publish(api.admin, {"queue": "q", "payload": {}, "delay_seconds": 0}, "a")
