@@ -55,13 +55,18 @@ def test_pages_need_a_login_and_a_read_or_admin_key(dash):
         response = anonymous.get(path)
         assert response.status_code == 303
         assert response.headers["location"].startswith("/ui/login?next=")
-    form = anonymous.get("/ui/login")
-    assert form.status_code == 200
-    for key, status in [("jlk_nope_nope", 401), (dash.key("publish:mail"), 403)]:
+    for key, status, why in [
+        ("jlk_nope_nope", 401, "unknown or revoked"),
+        (dash.key("publish:mail"), 403, "needs the read or admin scope"),
+    ]:
+        # A fresh form each time: a refused login may end the form's token, and the refusal
+        # must be for the key, not for the token.
+        form = anonymous.get("/ui/login")
+        assert form.status_code == 200
         response = anonymous.post(
             "/ui/login", data={"csrf": _csrf(form.text), "key": key, "next": "/"}
         )
-        assert response.status_code == status
+        assert response.status_code == status and why in response.text
         assert "jobledger_session" not in response.headers.get("set-cookie", "")
     # The login form itself needs its token (login CSRF).
     assert anonymous.post("/ui/login", data={"key": dash.admin_key}).status_code == 403
