@@ -68,8 +68,12 @@ def test_pages_need_a_login_and_a_read_or_admin_key(dash):
         )
         assert response.status_code == status and why in response.text
         assert "jobledger_session" not in response.headers.get("set-cookie", "")
-    # The login form itself needs its token (login CSRF).
+    # The login form itself needs its token (login CSRF), and the right one.
     assert anonymous.post("/ui/login", data={"key": dash.admin_key}).status_code == 403
+    anonymous.get("/ui/login")
+    forged = anonymous.post("/ui/login", data={"csrf": "forged", "key": dash.admin_key})
+    assert forged.status_code == 403
+    assert "jobledger_session" not in forged.headers.get("set-cookie", "")
 
 
 def test_a_session_cookie_is_httponly_strict_and_ends_with_its_key(dash, ledger):
