@@ -163,6 +163,14 @@ def test_posts_without_the_csrf_token_change_nothing(dash, ledger):
         headers={"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
     )
     assert cross_site.status_code == 403
+    # Each header alone is enough to refuse: a browser may send only one of them.
+    for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        alone = client.post(
+            "/ui/dead/redrive",
+            data={"reason": "r", "id": str(target), "csrf": token},
+            headers=headers,
+        )
+        assert alone.status_code == 403, headers
     for path in (f"/ui/jobs/{target}/redrive", f"/ui/jobs/{target}/resolve"):
         assert client.post(path, data={"reason": "r", "note": "n"}).status_code == 403
     assert ledger.job(target).state.value == "dead"
