@@ -419,3 +419,17 @@ def test_a_long_error_is_quoted_short_in_the_diagnosis_and_whole_below(ledger):
     assert len(re.sub(r"<[^>]+>", "", diagnosis)) < len(error)
     below = page[page.index("<h2>Last error</h2>") :]
     assert error in below
+
+
+@pytest.mark.parametrize(
+    "target",
+    [None, "", "evil.example", "https://evil.example/", "//evil.example", "/\\evil.example"]
+    + ["/ui\r\nSet-Cookie: x=1", "/ui\tx"],
+)
+def test_a_login_s_next_is_a_path_of_this_site_or_the_home_page(target):
+    # Anything a browser could read as another host, or a header split, goes home instead: the
+    # login page must not be an open redirect.
+    from jobledger.http.dashboard.session import safe_next
+
+    assert safe_next(target) == "/"
+    assert safe_next("/ui/dead?queue=mail") == "/ui/dead?queue=mail"
