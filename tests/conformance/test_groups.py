@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from jobledger import ConfigError, Ledger, PayloadError, Retry
+from jobledger import ConfigError, JobState, Ledger, PayloadError, Retry
 from jobledger._records import Failure
 
 from .conftest import T0, at, lease_of
@@ -262,6 +262,18 @@ def test_a_retry_with_group_scope_pauses_the_group_from_a_real_worker(api):
     assert calls.count("fine") == 3
     [paused] = [g for g in api.groups("q") if g.name == "throttled"]
     assert paused.paused_until is not None and paused.pending == 3
+
+
+def test_a_group_pause_asked_by_a_job_without_a_group_is_a_plain_retry(api, tasks):
+    """Retry(scope="group") from a job that has no group pauses nothing (there is no group to
+    pause); the failure is recorded as any retry is."""
+    job_id = api.enqueue("work", {"n": 1}, key="k1", now=T0).id
+    [job] = api.backend.jobs.claim(["q"], "w", 1, now=T0)
+    failure = Failure(lease_of(job), True, at(30), "Retry", "HTTP 429", None, at(60))
+    [result] = api.backend.jobs.fail([failure], now=at(1))
+    assert result.state is JobState.PENDING
+    assert api.job(job_id).run_at == at(30)
+    assert api.groups("q", at(1)) == []
 
 
 def test_retry_scope_needs_a_time():
