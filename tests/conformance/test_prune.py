@@ -327,6 +327,24 @@ def test_prune_walks_the_primary_key_and_stops_at_newer_jobs(api, tasks):
     assert windows == [(2, first - 3), (2, first - 1), (0, None)]
 
 
+def test_a_prune_window_with_one_newer_job_does_not_end_the_walk(api, tasks):
+    """Ids follow the order of inserts, not of the times the jobs were created at (an enqueue
+    may be given its time, hosts' clocks differ): only a window of newer jobs alone ends the
+    walk, so an old finished job after a newer one is still pruned."""
+    old = finish(api, 0)  # created and finished at T0
+    enqueue(api, 1, now=at(10 * DAY))
+    late_id = finish(api, 2)  # inserted after k1, with an older time: created and finished at T0
+    backend, after, pruned = api.backend, 0, 0
+    while after is not None:
+        result, after = backend.history.prune(
+            at(5 * DAY), [JobState.DONE], None, limit=2, after_id=after, now=at(5 * DAY)
+        )
+        pruned += result.jobs
+    assert pruned == 2
+    assert [j.key for j in api.jobs()] == ["k1"]
+    assert {old, late_id}.isdisjoint(j.id for j in api.jobs())
+
+
 def test_the_prune_window_reads_the_primary_key(api, tasks):
     backend = api.backend
     text = backend.db.sql["job_prune_window"].replace("{limit}", "1000")
