@@ -142,6 +142,19 @@ def test_resolve_refuses_leased_and_done_jobs(api, tasks):
         api.resolve(job_id, actor="ana", note="n")
 
 
+def test_resolve_refuses_a_cancelled_job(api, tasks):
+    """A cancelled job was withdrawn before it ran: resolve repairs dead and pending jobs only,
+    and a mistaken cancel is undone by a redrive, recorded as such."""
+    job_id = enqueue(api, 1)
+    api.cancel(job_id, actor="ana", reason="customer left", now=at(1))
+    before = api.job(job_id)
+    for state in ("done", "pending"):
+        with pytest.raises(InvalidTransition, match="cancelled"):
+            api.resolve(job_id, actor="ana", note="n", state=state, now=at(2))
+    assert api.job(job_id) == before
+    assert [e.kind for e in api.backend.history.events(job_id)] == ["cancel"]
+
+
 def test_cancel_pending_only(api, tasks):
     job_id = enqueue(api, 1)
     row = api.cancel(job_id, actor="ana", reason="customer left", now=at(1))
