@@ -421,12 +421,14 @@ def test_publishing_a_pruned_key_replays_or_conflicts(api, tasks):
     job_id = finish(api, 1)  # key k1, task "work", payload {"n": 1}
     assert api.prune(timedelta(days=1), now=at(2 * DAY)).jobs == 1
 
-    def publish(payload):
-        job = NewJob("q", "k1", "work", encode_payload(payload), 0, None, 3, 30.0)
+    def publish(payload, task="work"):
+        job = NewJob("q", "k1", task, encode_payload(payload), 0, None, 3, 30.0)
         [outcome] = api.backend.jobs.publish([PublishItem(job, "fp")], now=at(3 * DAY))
         return outcome
 
     again = publish({"n": 1})
     assert (again.status, again.job_id, again.state) == ("replayed", job_id, JobState.DONE)
     assert publish({"n": 2}).status == "conflict"
+    # The same payload for another task (the queue's task changed since) is no replay either.
+    assert publish({"n": 1}, task="elsewhere").status == "conflict"
     assert api.jobs() == []
