@@ -279,6 +279,23 @@ def test_transactional_enqueue_conflict_keeps_the_app_transaction(api, tasks):
     assert sorted(j.key for j in api.jobs()) == ["k1", "tx5"]
 
 
+def test_a_batch_refused_for_a_conflict_in_the_app_transaction_leaves_none_of_its_jobs(api, tasks):
+    """A key conflict refuses the whole batch ("inserts nothing"), also inside the
+    application's transaction: the batch's new keys are undone with it, while what the
+    application wrote before stays and commits."""
+    enqueue(api, 1)
+    conn = _app_connection(api)
+    try:
+        api.enqueue("work", {"n": 5}, key="tx5", conn=conn, now=T0)
+        batch = [{"payload": {"n": 6}, "key": "tx6"}, {"payload": {"n": 2}, "key": "k1"}]
+        with pytest.raises(KeyConflict):
+            api.enqueue_many("work", batch, conn=conn, now=T0)
+        conn.commit()
+    finally:
+        conn.close()
+    assert sorted(j.key for j in api.jobs()) == ["k1", "tx5"]
+
+
 def test_wrong_connection_type_is_refused(api, tasks):
     if is_async(api) and api.url.dialect == "sqlite":
         with pytest.raises(ConfigError, match="cannot enqueue in a caller's connection"):
