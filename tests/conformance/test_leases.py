@@ -221,6 +221,22 @@ def test_rescue_only_touches_expired_leases(ledger, tasks):
     assert {a, b} == {ja.id, jb.id}
 
 
+def test_a_job_made_pending_again_has_no_finish_time(ledger, tasks):
+    """A finish time says a job ended: one rescued with budget left, or redriven after it died,
+    is live again and shows none (operators read it; prune takes finished jobs by it)."""
+    rescued_id = enqueue(ledger, 1)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    [rescued] = ledger.backend.jobs.rescue(now=at(31))
+    assert rescued.state is JobState.PENDING
+    assert ledger.job(rescued_id).finished_at is None
+    dead_id = enqueue(ledger, 2)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=at(40))  # due since T0: first
+    ledger.backend.jobs.fail([Failure(lease_of(job), False, None, "E", "no")], now=at(41))
+    assert job.id == dead_id and ledger.job(dead_id).finished_at == at(41)
+    assert ledger.backend.history.redrive([dead_id], "ana", "fixed", now=at(50)) == [dead_id]
+    assert ledger.job(dead_id).finished_at is None
+
+
 def test_rescue_is_idempotent(ledger, tasks):
     enqueue(ledger, 1)
     ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
