@@ -42,14 +42,29 @@ from jobledger.backends.postgres.prepared import PreparedStatement
 from .floor import _BARE_INSERT, PUBLIC_TABLES, _pg_sql
 from .harness import fresh_database
 
-_NOTIFY = "SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted"
-_KEY_PROBE = """SELECT 1 FROM public.jobledger_jobs WHERE queue = %(queue)s AND key = %(key)s
-    UNION ALL
-    """
+_NOTIFY = ", pg_notify(%(channel)s, %(queue)s)"
+_KEY_PROBE = "NOT EXISTS (SELECT 1 FROM public.jobledger_jobs WHERE queue = %(queue)s AND key = %(key)s)\n  AND "
 _TOMBSTONE_PROBE = """
-    UNION ALL
+  AND NOT EXISTS (
     SELECT 1 FROM public.jobledger_tombstones
-    WHERE queue = %(queue)s AND key = %(key)s AND expires_at > COALESCE(%(now)s::timestamptz, now())"""
+    WHERE queue = %(queue)s AND key = %(key)s AND expires_at > COALESCE(%(now)s::timestamptz, now())
+  )"""
+
+
+def _as_ctes(one: str) -> str:
+    """The statement as it was written before 2026-12-07: the same checks, the key's rows in a
+    common table expression (``known``) beside one of the insert, the ``NOTIFY`` outside both."""
+    insert = one[: one.index("WHERE NOT EXISTS")]
+    probes = one[one.index("WHERE NOT EXISTS") : one.index("ON CONFLICT")]
+    jobs_probe = "SELECT 1 FROM public.jobledger_jobs WHERE queue = %(queue)s AND key = %(key)s"
+    tombstone_probe = probes[probes.index("SELECT 1 FROM public.jobledger_tombstones") :]
+    tombstone_probe = tombstone_probe[: tombstone_probe.rindex(")")].strip()
+    return (
+        f"WITH known AS ({jobs_probe} UNION ALL {tombstone_probe}), inserted AS ("
+        f"{insert} WHERE NOT EXISTS (SELECT 1 FROM known) "
+        "ON CONFLICT (queue, key) DO NOTHING RETURNING id) "
+        "SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted"
+    )
 
 
 def variants() -> dict[str, tuple[str, str]]:
@@ -64,14 +79,15 @@ def variants() -> dict[str, tuple[str, str]]:
         "bare": ("a bare INSERT of the row", bare),
         "bare_notify": (
             "the bare INSERT and a NOTIFY",
-            f"WITH inserted AS ({bare}) SELECT id, pg_notify(%(channel)s, %(queue)s) FROM inserted",
+            bare.replace("RETURNING id", "RETURNING id, pg_notify(%(channel)s, %(queue)s)"),
         ),
         "bare_on_conflict": (
             "the bare INSERT, ON CONFLICT (queue, key) DO NOTHING",
             bare.replace("RETURNING id", "ON CONFLICT (queue, key) DO NOTHING RETURNING id"),
         ),
         "statement": ("jobledger's statement, every check (job_insert_one)", one),
-        "no_notify": ("the statement without its NOTIFY", one.replace(_NOTIFY, "SELECT id FROM inserted")),
+        "as_ctes": ("the same checks as common table expressions (before)", _as_ctes(one)),
+        "no_notify": ("the statement without its NOTIFY", one.replace(_NOTIFY, "")),
         "no_key_probe": ("the statement without its look for the key's job", one.replace(_KEY_PROBE, "")),
         "no_tombstone_probe": (
             "the statement without its look for a live tombstone",
