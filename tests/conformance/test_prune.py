@@ -251,6 +251,28 @@ def _wait_for_the_insert_to_wait(ledger, db_url, inserter: threading.Thread) -> 
         inserter.join(0.2)
 
 
+def _racing_a_prune_of_k1(ledger, db_url, insert):  # type: ignore[no-untyped-def]
+    """``insert()``'s answer, called in a thread while a prune of key ``k1`` holds the key in
+    its open transaction, and once its insert waits on the key, the prune committed."""
+    prune = _prune_without_commit(ledger, db_url, "k1", at(2 * DAY))
+    answers = []
+    started = threading.Event()
+
+    def go() -> None:
+        started.set()
+        answers.append(insert())
+
+    inserter = threading.Thread(target=go)
+    inserter.start()
+    started.wait()
+    _wait_for_the_insert_to_wait(ledger, db_url, inserter)
+    prune.commit()
+    prune.close()
+    inserter.join(10)
+    [answer] = answers
+    return answer
+
+
 @pytest.mark.parametrize("others", [0, 150])
 def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks, others):
     """The enqueue starts while the prune's transaction holds the key, and goes on when the
@@ -258,22 +280,11 @@ def test_an_enqueue_racing_a_prune_of_its_key_creates_nothing(api, db_url, tasks
     in the batch, PostgreSQL's COPY path: it rolls back and the checked path answers."""
     job_id = finish(api, 1)
     extra = [{"payload": {"n": i}, "key": f"other{i}"} for i in range(others)]
-    prune = _prune_without_commit(api, db_url, "k1", at(2 * DAY))
-    results = []
-    started = threading.Event()
-
-    def go() -> None:
-        started.set()
-        results.append(api.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}, *extra]))
-
-    enqueuer = threading.Thread(target=go)
-    enqueuer.start()
-    started.wait()
-    _wait_for_the_insert_to_wait(api, db_url, enqueuer)
-    prune.commit()
-    prune.close()
-    enqueuer.join(10)
-    [[result, *rest]] = results
+    [result, *rest] = _racing_a_prune_of_k1(
+        api,
+        db_url,
+        lambda: api.enqueue_many("work", [{"payload": {"n": 1}, "key": "k1"}, *extra]),
+    )
     assert (result.id, result.created, result.pruned) == (job_id, False, True)
     assert [r.created for r in rest] == [True] * others
     assert [j.key for j in api.jobs(JobFilter(queue="q", limit=1000))] == [e["key"] for e in extra]
@@ -286,23 +297,12 @@ def test_a_publish_racing_a_prune_of_its_key_creates_nothing(ledger, db_url, tas
     from jobledger._records import NewJob, PublishItem
 
     job_id = finish(ledger, 1)
-    prune = _prune_without_commit(ledger, db_url, "k1", at(2 * DAY))
     job = NewJob("q", "k1", "work", encode_payload({"n": 1}), 0, None, 3, 30.0)
-    outcomes = []
-    started = threading.Event()
-
-    def go() -> None:
-        started.set()
-        outcomes.extend(ledger.backend.jobs.publish([PublishItem(job, "fp")], now=at(3 * DAY)))
-
-    publisher = threading.Thread(target=go)
-    publisher.start()
-    started.wait()
-    _wait_for_the_insert_to_wait(ledger, db_url, publisher)
-    prune.commit()
-    prune.close()
-    publisher.join(10)
-    [outcome] = outcomes
+    [outcome] = _racing_a_prune_of_k1(
+        ledger,
+        db_url,
+        lambda: ledger.backend.jobs.publish([PublishItem(job, "fp")], now=at(3 * DAY)),
+    )
     assert (outcome.status, outcome.job_id, outcome.state) == ("replayed", job_id, JobState.DONE)
     assert ledger.jobs() == []
 
