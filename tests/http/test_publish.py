@@ -84,6 +84,13 @@ def test_a_key_enqueued_from_python_replays_when_the_payload_matches(api):
     assert_problem(publish(api.admin, {"queue": "q", "payload": {"a": 2}}, "k"), 422, "key-reused")
 
 
+def test_a_key_enqueued_from_python_for_another_task_is_reused_whatever_the_payload(api):
+    # As for an enqueue, and for a key whose job was pruned: a key names one job of one task.
+    api.queue()
+    api.ledger.enqueue("other", {"a": 1}, key="k", queue="q")
+    assert_problem(publish(api.admin, {"queue": "q", "payload": {"a": 1}}, "k"), 422, "key-reused")
+
+
 def test_without_a_key_the_server_assigns_one(api):
     api.queue()
     a = publish(api.admin, {"queue": "q", "payload": {}})

@@ -208,11 +208,14 @@ def resolve_inserts(
 
 
 def publish_compare(
-    item: PublishItem, stored_payload: Any, fingerprint: str | None
+    item: PublishItem, stored_task: str, stored_payload: Any, fingerprint: str | None
 ) -> PublishStatus:
-    """Is publishing ``item`` onto an existing job a replay or a conflict? By the fingerprint of
-    the request that made the job, or — for a job not published over HTTP (enqueued from Python,
-    or its request record is gone) — by its payload alone."""
+    """Is publishing ``item`` onto an existing job a replay or a conflict? A job of another task
+    is a conflict, as for an enqueue and for a pruned job's tombstone. Else by the fingerprint
+    of the request that made the job, or — for a job not published over HTTP (enqueued from
+    Python, or its request record is gone) — by its payload alone."""
+    if stored_task != item.job.task:
+        return "conflict"
     if fingerprint is not None:
         return "replayed" if fingerprint == item.fingerprint else "conflict"
     if isinstance(stored_payload, str):

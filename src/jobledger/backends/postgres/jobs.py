@@ -562,13 +562,13 @@ class PostgresJobs(Jobs):
                 for j in jobs
                 if (j.queue, j.key) not in created and (j.queue, j.key) not in pruned
             ]
-            existing: dict[tuple[str, str], tuple[int, Any, str | None]] = {}
+            existing: dict[tuple[str, str], tuple[int, str, Any, str | None]] = {}
             if missing:
                 found = c.execute(
                     sql["publish_existing"].encode(),
                     {"queue": [m[0] for m in missing], "key": [m[1] for m in missing]},
                 ).fetchall()
-                existing = {(r[1], r[2]): (r[0], r[3], r[4]) for r in found}
+                existing = {(r[1], r[2]): (r[0], r[5], r[3], r[4]) for r in found}
                 if any(m not in existing for m in missing):
                     # The row that made the insert conflict vanished before we read it (pruned):
                     # roll back and try again.
@@ -592,8 +592,8 @@ class PostgresJobs(Jobs):
                     same = task == item.job.task and is_same(item.job)
                     statuses.append(("replayed" if same else "conflict", job_id))
                 else:
-                    job_id, payload, fingerprint = existing[ident]
-                    statuses.append((publish_compare(item, payload, fingerprint), job_id))
+                    job_id, task, payload, fingerprint = existing[ident]
+                    statuses.append((publish_compare(item, task, payload, fingerprint), job_id))
             if records:
                 c.execute(
                     sql["publish_record"].encode(),

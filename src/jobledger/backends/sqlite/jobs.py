@@ -189,8 +189,8 @@ class SqliteJobs(Jobs):
                         # No job, nothing inserted: a tombstone of a pruned job holds the key.
                         outcomes.append(self._publish_pruned(c, item, clock))
                         continue
-                    job_id, payload, fingerprint = found
-                    status = publish_compare(item, payload, fingerprint)
+                    job_id, payload, fingerprint, task = found
+                    status = publish_compare(item, task, payload, fingerprint)
                 state, run_at = c.execute(self._sql["publish_job_state"], {"id": job_id}).fetchone()
                 outcomes.append(PublishOutcome(status, job_id, JobState(state), to_time(run_at)))  # type: ignore[arg-type]
         return outcomes

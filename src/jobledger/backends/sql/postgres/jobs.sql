@@ -409,7 +409,7 @@ SELECT k, pg_try_advisory_xact_lock(hashtextextended(%(prefix)s || k, 0))
 FROM unnest(%(keys)s::text[]) AS k
 
 -- name: publish_existing
-SELECT j.id, j.queue, j.key, j.payload, p.fingerprint
+SELECT j.id, j.queue, j.key, j.payload, p.fingerprint, j.task
 FROM {jobs} j
 LEFT JOIN {publish_requests} p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
 WHERE (j.queue, j.key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))

@@ -195,7 +195,7 @@ SELECT job_id, task, payload_digest FROM jobledger_tombstones
 WHERE queue = :queue AND key = :key AND expires_at > :now
 
 -- name: publish_existing
-SELECT j.id, j.payload, p.fingerprint
+SELECT j.id, j.payload, p.fingerprint, j.task
 FROM jobledger_jobs j
 LEFT JOIN jobledger_publish_requests p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
 WHERE j.queue = :queue AND j.key = :key
