@@ -1,17 +1,23 @@
 """The consumer without a broker: what it decides for a message whose job it could not claim,
-and how it stops when its broker cannot be used at all."""
+what it does with a message an in-memory subscriber hands it whose claim finds the ledger
+unreachable, and how it stops when its broker cannot be used at all."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
 
-from jobledger import ConfigError, Ledger
+from jobledger import ConfigError, JobState, Ledger
+from jobledger._runtime.runtime import Runtime
+from jobledger.brokers.base import Delivery, Envelope
 from jobledger.brokers.consumer import BrokerConsumer
 from jobledger.brokers.outbox import Outbox
+from jobledger.errors import BackendUnavailable
 
 from ..conformance.conftest import T0
+from ..support.processes import wait_until
 
 pytestmark = pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
 
@@ -26,6 +32,49 @@ class Unusable:
 
     async def close(self):
         pass
+
+
+class InMemory:
+    """A subscriber that hands out the messages put in its inbox, and keeps what the consumer
+    acknowledged and released, in order."""
+
+    url = None
+
+    def __init__(self) -> None:
+        self.inbox: list[Message] = []
+        self.acked: list[Message] = []
+        self.released: list[Message] = []
+
+    def put(self, queue: str, key: str) -> Message:
+        message = Message(self, queue, key)
+        self.inbox.append(message)
+        return message
+
+    async def connect(self, queues, prefetch):
+        pass
+
+    async def receive(self, limit, timeout):
+        taken, self.inbox = self.inbox[:limit], self.inbox[limit:]
+        if not taken:
+            await asyncio.sleep(min(timeout, 0.02))
+        return taken
+
+    async def close(self):
+        pass
+
+
+class Message(Delivery):
+    redelivered = False
+
+    def __init__(self, broker: InMemory, queue: str, key: str) -> None:
+        self.broker = broker
+        self.envelope = Envelope(queue, key, 0, 0, "enqueue")
+
+    async def ack(self) -> None:
+        self.broker.acked.append(self)
+
+    async def release(self) -> None:
+        self.broker.released.append(self)
 
 
 @pytest.fixture
@@ -69,3 +118,38 @@ def test_a_queue_that_is_not_routed_is_refused(ledger):
     consumer = BrokerConsumer(ledger, "redis://h", queues=["polled"], subscriber=Unusable())
     with pytest.raises(ConfigError, match="not routed to a broker"):
         consumer.run()
+
+
+def test_a_message_whose_claim_finds_the_ledger_unreachable_is_kept_and_its_job_runs_later(
+    ledger, running, monkeypatch
+):
+    ran: list[str] = []
+    ledger.task(lambda ctx, n: ran.append(ctx.key), name="t", queue="q")
+    Outbox(ledger).route("q", actor="test")
+    ledger.enqueue("t", {"n": 1}, key="k1")
+    claims = 0
+
+    def unreachable_once(runtime, wanted, *args, **kwargs):
+        nonlocal claims
+        claims += 1
+        if claims == 1:
+            raise BackendUnavailable("the ledger cannot be reached (staged by the test)")
+        return Runtime.claim_keys(runtime, wanted, *args, **kwargs)
+
+    monkeypatch.setattr(BrokerConsumer, "claim_keys", unreachable_once)
+    broker = InMemory()
+    message = broker.put("q", "k1")
+    outcomes: list[str] = []
+    running.consumer(
+        ledger,
+        "redis://h",
+        subscriber=broker,
+        on_delivery=lambda delivery, outcome: outcomes.append(outcome),
+    )
+    wait_until(lambda: message in broker.acked, 10, what="the message acked")
+    # Acknowledged only once the job it names had run: an ack on the failed claim would have
+    # lost the job's only message.
+    assert outcomes == ["ledger_error", "claimed"]
+    assert ran == ["k1"]
+    assert ledger.job_by_key("k1", "q").state is JobState.DONE
+    assert broker.acked == [message]
