@@ -1,6 +1,7 @@
 """The consumer without a broker: what it decides for a message whose job it could not claim,
-what it does with a message an in-memory subscriber hands it whose claim finds the ledger
-unreachable, and how it stops when its broker cannot be used at all."""
+what it does with messages an in-memory subscriber hands it (one for a queue it does not
+consume; one whose claim finds the ledger unreachable), and how it stops when its broker cannot
+be used at all."""
 
 from __future__ import annotations
 
@@ -118,6 +119,30 @@ def test_a_queue_that_is_not_routed_is_refused(ledger):
     consumer = BrokerConsumer(ledger, "redis://h", queues=["polled"], subscriber=Unusable())
     with pytest.raises(ConfigError, match="not routed to a broker"):
         consumer.run()
+
+
+def test_a_message_for_a_queue_it_does_not_consume_is_acked_and_its_job_left_alone(ledger, running):
+    ledger.task(lambda ctx, n: None, name="t", queue="q")
+    ledger.task(lambda ctx, n: None, name="other", queue="elsewhere")
+    Outbox(ledger).route("q", actor="test")
+    ledger.enqueue("t", {"n": 1}, key="mine")
+    ledger.enqueue("other", {"n": 1}, key="theirs")
+    broker = InMemory()
+    stray, mine = broker.put("elsewhere", "theirs"), broker.put("q", "mine")
+    outcomes: list[str] = []
+    running.consumer(
+        ledger,
+        "redis://h",
+        queues=["q"],
+        subscriber=broker,
+        on_delivery=lambda delivery, outcome: outcomes.append(outcome),
+    )
+    wait_until(lambda: mine in broker.acked, 10, what="the message of its own queue acked")
+    assert stray in broker.acked
+    assert outcomes == ["malformed", "claimed"]
+    # The job of the other queue is its own consumers' to run: this one never claimed it.
+    theirs = ledger.job_by_key("theirs", "elsewhere")
+    assert (theirs.state, theirs.attempts) == (JobState.PENDING, 0)
 
 
 def test_a_message_whose_claim_finds_the_ledger_unreachable_is_kept_and_its_job_runs_later(
