@@ -1,7 +1,7 @@
 """The consumer without a broker: what it decides for a message whose job it could not claim,
 what it does with messages an in-memory subscriber hands it (one for a queue it does not
-consume; one whose claim finds the ledger unreachable), and how it stops when its broker cannot
-be used at all."""
+consume, one whose claim finds the ledger unreachable, one kept for a paused group when it
+stops), and how it stops when its broker cannot be used at all."""
 
 from __future__ import annotations
 
@@ -178,3 +178,26 @@ def test_a_message_whose_claim_finds_the_ledger_unreachable_is_kept_and_its_job_
     assert ran == ["k1"]
     assert ledger.job_by_key("k1", "q").state is JobState.DONE
     assert broker.acked == [message]
+
+
+def test_a_message_kept_for_a_paused_group_is_given_back_when_the_consumer_stops(ledger, running):
+    ledger.task(lambda ctx, n: None, name="t", queue="q")
+    Outbox(ledger).route("q", actor="test")
+    ledger.enqueue("t", {"n": 1}, key="g1", group="acme")
+    ledger.pause_group("q", "acme", seconds=3600)
+    broker = InMemory()
+    message = broker.put("q", "g1")
+    outcomes: list[str] = []
+    consumer = running.consumer(
+        ledger,
+        "redis://h",
+        subscriber=broker,
+        on_delivery=lambda delivery, outcome: outcomes.append(outcome),
+    )
+    wait_until(lambda: "waited" in outcomes, 10, what="the message kept for the paused group")
+    running.stop(consumer)
+    # No new message comes when the pause ends: an ack would lose the job's only message, and
+    # one neither acked nor given back waits for the broker's redelivery timeout.
+    assert broker.released == [message]
+    assert broker.acked == []
+    assert ledger.job_by_key("g1", "q").state is JobState.PENDING
