@@ -8,6 +8,7 @@ run against both APIs by its ``api`` fixture (tests/conformance/conftest.py).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import sqlite3
 import threading
@@ -31,6 +32,9 @@ from .support.waiting import TIME_SLICE_MS, metered, slowdown
 
 #: The longest the loop may be held at a time, in milliseconds of an idle machine (issue 17).
 MAX_LAG_MS = 20.0
+
+#: A caller's context variable (a request id, say), set around a call run off the loop.
+REQUEST: contextvars.ContextVar[str | None] = contextvars.ContextVar("request", default=None)
 
 
 async def _probe(lags: list[tuple[float, float]], stop: asyncio.Event) -> None:
@@ -383,3 +387,21 @@ def test_a_refused_job_is_refused_before_the_database_is_opened(tmp_path):
 
     asyncio.run(main())
     assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_call_run_off_the_loop_sees_the_callers_context_variables(tmp_path):
+    """docs/integrations.md: the sync ledger's methods run on the async ledger's threads in the
+    caller's ``contextvars``, so that what the caller's code reads there (a request id in a
+    log filter, say) is the caller's, not a thread's stale or empty value."""
+    seen: list[str | None] = []
+
+    async def main() -> None:
+        async with AsyncLedger(f"sqlite:///{tmp_path}/ledger.db") as aledger:
+            job = await aledger.enqueue("t", {"n": 1}, key="k", queue="q")
+            await aledger.cancel(job.id, actor="ops", reason="not needed")
+            REQUEST.set("req-7")
+            later = datetime.now(UTC) + timedelta(hours=1)
+            await aledger.prune(0, now=later, progress=lambda r: seen.append(REQUEST.get()))
+
+    asyncio.run(main())
+    assert seen and set(seen) == {"req-7"}
