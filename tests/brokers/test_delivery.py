@@ -1,7 +1,7 @@
 """Relays and consumers against the real brokers (RabbitMQ, NATS JetStream, Redis Streams), on
 both backends: retries and dead jobs through the outbox; a relay killed between the broker's
 confirmation and the mark; a consumer killed between the outcome and the ack; the order of
-one key's messages."""
+one key's messages; a message a stopping consumer gives back."""
 
 from __future__ import annotations
 
@@ -276,3 +276,31 @@ def test_a_job_running_longer_than_the_redelivery_time_keeps_its_message(ledger,
     assert first.deliveries.claimed == 1 and first.deliveries.received == 1
     assert second.deliveries.received == 0, "the message went to another consumer meanwhile"
     assert broker.backlog() == 0
+
+
+def test_a_message_a_stopping_consumer_gives_back_comes_to_the_next_consumer(
+    ledger, broker, running
+):
+    """A consumer that stops while it keeps a message for a paused group gives it back (a
+    requeue on RabbitMQ, a nak on JetStream; on Redis the entry stays pending and is reclaimed
+    after reclaim_after): no new message comes when the pause ends, so the next consumer must
+    get this one."""
+    ran: list[str] = []
+
+    @ledger.task(queue=QUEUE)
+    def grouped(ctx, n: int) -> None:
+        ran.append(ctx.key)
+
+    routed(ledger)
+    ledger.enqueue(grouped, {"n": 1}, key="g1", group="acme")
+    ledger.pause_group(QUEUE, "acme", seconds=3600)
+    url = broker.url()
+    Relay(ledger, url).drain(timeout=60)
+    first = running.consumer(ledger, url, concurrency=1)
+    wait_until(lambda: first.deliveries.waited >= 1, 20, what="the message kept for the pause")
+    running.stop(first)
+    ledger.resume_group(QUEUE, "acme")
+    running.consumer(ledger, url, concurrency=1)
+    wait_until(lambda: ran == ["g1"], 20, what="the job run from the message given back")
+    running.stop_all()
+    assert ledger.job_by_key("g1", QUEUE).state is JobState.DONE
