@@ -405,3 +405,20 @@ def test_a_call_run_off_the_loop_sees_the_callers_context_variables(tmp_path):
 
     asyncio.run(main())
     assert seen and set(seen) == {"req-7"}
+
+
+def test_a_burst_of_enqueues_on_the_next_loop_after_one_on_a_loop_that_ended(tmp_path):
+    """Each ``asyncio.run`` is a new loop: the ledger's admission gate, bound to the first loop
+    by a burst that had to wait there, is replaced for the next one (on SQLite too, where no
+    connection is of the loop)."""
+    aledger = AsyncLedger(f"sqlite:///{tmp_path}/ledger.db")
+
+    async def burst(prefix: str) -> int:
+        enqueues = (aledger.enqueue("t", {}, key=f"{prefix}{i}", queue="q") for i in range(50))
+        return sum(r.created for r in await asyncio.gather(*enqueues))
+
+    try:
+        assert asyncio.run(burst("first-")) == 50
+        assert asyncio.run(burst("second-")) == 50
+    finally:
+        aledger.sync.close()
