@@ -96,6 +96,24 @@ def test_redrive_needs_actor_and_reason(api, tasks):
         api.redrive(ids=[1], actor="", reason="x")
 
 
+@pytest.mark.parametrize("who", [("", "checked"), ("ana", "")], ids=["no-actor", "no-reason"])
+def test_operator_actions_without_actor_or_reason_are_refused_and_change_nothing(api, tasks, who):
+    """SPEC §2: every operator action is recorded with who did it and why, so one that lacks
+    either is refused before it touches the job."""
+    actor, why = who
+    dead, pending = make_dead(api, 1), enqueue(api, 2)
+    calls = [
+        lambda: api.redrive(ids=[dead], actor=actor, reason=why),
+        lambda: api.resolve(dead, actor=actor, note=why),
+        lambda: api.cancel(pending, actor=actor, reason=why),
+    ]
+    for call in calls:
+        with pytest.raises(ConfigError, match="needs an actor and a"):
+            call()
+    assert (api.job(dead).state, api.job(pending).state) == (JobState.DEAD, JobState.PENDING)
+    assert api.backend.history.events(dead) == api.backend.history.events(pending) == []
+
+
 def test_resolve_dead_to_done_with_a_note(api, tasks):
     job_id = make_dead(api, 1)
     row = api.resolve(
