@@ -114,6 +114,18 @@ def test_operator_actions_without_actor_or_reason_are_refused_and_change_nothing
     assert api.backend.history.events(dead) == api.backend.history.events(pending) == []
 
 
+@pytest.mark.parametrize(
+    "options", [{"rate": 0}, {"rate": -1}, {"budget": 0}, {"budget": 1001}], ids=str
+)
+def test_redrive_refuses_a_rate_or_budget_out_of_range_and_moves_nothing(api, tasks, options):
+    """A rate of zero would not pace the redrive at all (it would be read as no rate), and a
+    budget outside 1..1000 is none a task could have."""
+    dead = make_dead(api, 1)
+    with pytest.raises(ConfigError):
+        api.redrive(ids=[dead], actor="ana", reason="r", **options)
+    assert api.job(dead).state is JobState.DEAD and api.backend.history.events(dead) == []
+
+
 def test_resolve_dead_to_done_with_a_note(api, tasks):
     job_id = make_dead(api, 1)
     row = api.resolve(
