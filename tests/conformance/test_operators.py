@@ -54,6 +54,21 @@ def test_redrive_filters_and_dry_run(api, tasks):
     assert everything.ids == [a, b]
 
 
+def test_redrive_without_states_takes_dead_jobs_only_not_cancelled_ones(api, tasks):
+    """A filter that names no state means dead jobs: a cancelled job was withdrawn on purpose,
+    and only a redrive that names the cancelled state (or its id with it) brings it back."""
+    dead = make_dead(api, 1)
+    cancelled = enqueue(api, 2)
+    api.cancel(cancelled, actor="ana", reason="customer left", now=at(1))
+    enqueue(api, 3)  # pending
+    everything = JobFilter(queue="q")
+    preview = api.redrive(where=everything, actor="ana", reason="r", dry_run=True)
+    assert preview.ids == [dead]
+    assert api.redrive(where=everything, actor="ana", reason="r", now=at(5)).ids == [dead]
+    assert api.redrive(ids=[cancelled], actor="ana", reason="r", now=at(6)).ids == []
+    assert api.job(cancelled).state is JobState.CANCELLED
+
+
 def test_redrive_with_a_rate_reports_progress(api, tasks):
     ids = [make_dead(api, n) for n in range(6)]
     progress = []
