@@ -69,6 +69,25 @@ def test_redrive_without_states_takes_dead_jobs_only_not_cancelled_ones(api, tas
     assert api.job(cancelled).state is JobState.CANCELLED
 
 
+def test_redrive_reports_as_skipped_a_job_resolved_after_it_was_matched(api, tasks):
+    """A job that an operator resolves while a redrive runs is left as the operator made it,
+    and the redrive says it skipped it rather than that it moved it."""
+    first, second = make_dead(api, 1), make_dead(api, 2)
+
+    calls = []
+
+    def resolve_the_second(done: int, total: int) -> None:
+        calls.append(done)
+        if len(calls) == 1:  # after the first batch, before the second
+            api.backend.history.resolve(second, JobState.DONE, "bob", "checked", at(2))
+
+    result = api.redrive(
+        ids=[first, second], actor="ana", reason="r", batch=1, progress=resolve_the_second
+    )
+    assert (result.ids, result.skipped, result.left) == ([first], [second], [])
+    assert api.job(second).state is JobState.DONE
+
+
 def test_redrive_with_a_rate_reports_progress(api, tasks):
     ids = [make_dead(api, n) for n in range(6)]
     progress = []
