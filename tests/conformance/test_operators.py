@@ -256,6 +256,18 @@ def test_unknown_job(api, tasks):
         api.job(12345)
 
 
+def test_a_key_in_several_queues_is_found_only_with_its_queue(api, tasks):
+    """Keys are unique per queue, not across queues: a key alone that names jobs in two queues
+    is refused rather than taken to mean one of them, so no operator acts on the wrong job."""
+    in_q, in_r = enqueue(api, 1), enqueue(api, 1, queue="r")
+    with pytest.raises(NotFound, match=r"several queues \(q, r\); name the queue"):
+        api.find("k1")
+    with pytest.raises(NotFound, match="several queues"):
+        api.cancel("k1", actor="ana", reason="not needed")
+    assert api.find("k1", queue="r").id == in_r and api.find("k1", queue="q").id == in_q
+    assert api.job(in_q).state is api.job(in_r).state is JobState.PENDING
+
+
 @pytest.mark.parametrize("job_id", [2**63, 10**20, 0, -1])
 def test_an_id_beyond_the_range_of_ids_names_no_job(api, tasks, job_id):
     """No job has such an id: every operator call by id says not found (on SQLite such a
