@@ -3,12 +3,13 @@ groups; a group paused as a whole. The same cases on every backend, on the suite
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
 
 from jobledger import ConfigError, JobState, Ledger, PayloadError, Retry
-from jobledger._records import Failure
+from jobledger._records import MIN_RATE, Failure, GroupLimits
 
 from .conftest import T0, at, lease_of
 
@@ -62,6 +63,25 @@ def test_bad_limits_are_refused(api):
     for kwargs in ({"max_leased": 0}, {"rate": -1}, {"rate": 1, "burst": 0.5}, {"burst": 3}):
         with pytest.raises(ConfigError):
             api.set_group_limits("q", **kwargs)
+
+
+def test_group_limits_at_their_bounds_are_kept_and_past_them_refused(api):
+    """The slowest rate (one job in about 11.6 days), a burst of one job and one leased job are
+    limits a queue may have; a rate below that, or a limit that is a bool, an infinity or
+    NaN, is refused and leaves the limits as they were."""
+    kept = api.set_group_limits("q", max_leased=1, rate=MIN_RATE, burst=1)
+    assert kept == GroupLimits(1, MIN_RATE, 1) and api.group_limits("q") == kept
+    for kwargs in (
+        {"rate": MIN_RATE / 2},
+        {"rate": math.inf},
+        {"rate": math.nan},
+        {"rate": True},
+        {"max_leased": True},
+        {"rate": 1, "burst": math.inf},
+    ):
+        with pytest.raises(ConfigError):
+            api.set_group_limits("q", **kwargs)
+    assert api.group_limits("q") == kept
 
 
 def test_leased_jobs_per_group_never_exceed_the_limit(api, work):
