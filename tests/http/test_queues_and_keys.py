@@ -114,6 +114,27 @@ def test_queue_settings_at_their_widest_are_accepted(api):
         QueueSettings("q3", require_key="yes")
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"backoff_base": 0},
+        {"backoff_base": 10, "backoff_cap": 5},
+        {"backoff_base": 7 * 86400 + 0.5, "backoff_cap": 7 * 86400 + 0.5},
+        {"retention_seconds": 3650 * 86400 + 0.5},
+        {"backoff_base": True},
+        {"backoff_base": float("nan")},
+        {"retention_seconds": float("inf")},
+    ],
+    ids=str,
+)
+def test_queue_settings_built_in_python_refuse_what_the_http_api_refuses(fields):
+    """The CLI and Python callers build ``QueueSettings`` without the HTTP API's schema in
+    front of it: the settings check their own bounds (a backoff of zero, a cap below its base,
+    more than a week, a bool or a number that is not finite)."""
+    with pytest.raises(ConfigError):
+        QueueSettings("q", **fields)
+
+
 def test_queue_names_are_checked(api):
     assert_problem(api.admin.put("/v1/queues/-bad", json={}), 422, "validation-failed")
     assert_problem(api.admin.get("/v1/queues/" + "a" * 129), 422, "validation-failed")
