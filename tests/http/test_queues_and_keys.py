@@ -135,6 +135,12 @@ def test_queue_settings_built_in_python_refuse_what_the_http_api_refuses(fields)
         QueueSettings("q", **fields)
 
 
+def test_a_queue_may_name_itself_as_its_task_even_when_that_is_no_task_name():
+    """A queue's name may start with a digit, a task's may not; the default task is the
+    queue's name whatever it is, and naming it explicitly is the same as leaving it out."""
+    assert QueueSettings("9-digests", task="9-digests").task == "9-digests"
+
+
 def test_queue_names_are_checked(api):
     assert_problem(api.admin.put("/v1/queues/-bad", json={}), 422, "validation-failed")
     assert_problem(api.admin.get("/v1/queues/" + "a" * 129), 422, "validation-failed")
