@@ -236,6 +236,20 @@ def test_result_of_a_job_not_finished_and_of_unknown_keys(ledger, tasks):
             ledger.result("k1", timeout=bad)
 
 
+def test_a_result_timeout_may_be_a_timedelta_and_is_refused_from_a_billion_seconds(ledger, tasks):
+    """``timeout`` is seconds or a ``timedelta``; one too long for the waits it makes (a
+    billion seconds, some thirty years) is refused before the job is even looked up."""
+    job_id = ledger.enqueue("work", {"n": 1}, key="k1").id
+    with pytest.raises(ResultTimeout):
+        ledger.result(job_id, timeout=timedelta(0))
+    ledger.cancel(job_id, actor="ana", reason="not needed")
+    with pytest.raises(JobFailed):
+        ledger.result("k1", timeout=timedelta(seconds=5))
+    for bad in (1e9, timedelta(days=20_000)):
+        with pytest.raises(ConfigError, match="timeout"):
+            ledger.result("k1", timeout=bad)
+
+
 def test_dead_and_cancelled_jobs_raise_job_failed(ledger):
     @ledger.task(queue="r", max_attempts=1)
     def refuse(ctx) -> None:
