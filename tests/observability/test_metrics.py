@@ -68,6 +68,30 @@ def test_a_worker_counts_outcomes_waits_runs_attempts_and_rescues(ledger):
     assert convention_problems(f) == []
 
 
+def test_the_gauges_count_due_jobs_their_oldest_wait_and_expired_leases(ledger):
+    """SPEC §7: the age of the oldest due pending job of a queue, its due jobs apart from
+    those waiting for a later run time, and its leases that ran out with no rescue yet."""
+
+    @ledger.task(queue="mail", lease_seconds=30)
+    def send(ctx, n: int) -> None:
+        pass
+
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    ledger.enqueue(send, {"n": 0}, key="stuck", now=an_hour_ago)
+    [stuck] = ledger.backend.jobs.claim(["mail"], "gone", 1, now=an_hour_ago)
+    assert stuck.key == "stuck"  # its lease ran out 59.5 minutes ago
+    ledger.enqueue(send, {"n": 1}, key="due", run_at=an_hour_ago + timedelta(minutes=10))
+    ledger.enqueue(send, {"n": 2}, key="later", delay=3600)
+    metrics = metrics_for(ledger)
+    metrics.add_ledger(SnapshotCache(ledger, live_seconds=0, finished_seconds=0))
+    f = parse(metrics.render()[0].decode())
+    assert value(f, "jobledger_jobs", queue="mail", state="pending") == 2
+    assert value(f, "jobledger_jobs_due", queue="mail") == 1
+    assert value(f, "jobledger_expired_leases", queue="mail") == 1
+    age = value(f, "jobledger_oldest_due_pending_age_seconds", queue="mail")
+    assert 50 * 60 <= age < 60 * 60, age
+
+
 def test_server_metrics_need_a_read_key_and_follow_the_conventions(ledger):
     with api_server(ledger, ServerSettings(snapshot_seconds=0, rescue_interval=0.2)) as api:
         api.queue("q")
