@@ -92,6 +92,29 @@ def test_the_gauges_count_due_jobs_their_oldest_wait_and_expired_leases(ledger):
     assert 50 * 60 <= age < 60 * 60, age
 
 
+def test_lease_expiries_are_counted_by_the_state_the_rescue_left_the_job_in(ledger):
+    """A lease that ran out on a job's last attempt leaves it dead, one with attempts left
+    returns it to pending: the counter tells the two apart (docs/observability.md)."""
+
+    @ledger.task(queue="mail", max_attempts=1, lease_seconds=30)
+    def last(ctx) -> None:
+        pass
+
+    @ledger.task(queue="mail", max_attempts=3, lease_seconds=30)
+    def again(ctx) -> None:
+        pass
+
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    ledger.enqueue(last, {}, key="last", now=an_hour_ago)
+    ledger.enqueue(again, {}, key="again", now=an_hour_ago)
+    assert len(ledger.backend.jobs.claim(["mail"], "gone", 2, now=an_hour_ago)) == 2
+    metrics = metrics_for(ledger)
+    metrics.rescued(ledger.rescue())
+    f = parse(metrics.render()[0].decode())
+    assert value(f, "jobledger_lease_expiries_total", queue="mail", to_state="dead") == 1
+    assert value(f, "jobledger_lease_expiries_total", queue="mail", to_state="pending") == 1
+
+
 def test_server_metrics_need_a_read_key_and_follow_the_conventions(ledger):
     with api_server(ledger, ServerSettings(snapshot_seconds=0, rescue_interval=0.2)) as api:
         api.queue("q")
