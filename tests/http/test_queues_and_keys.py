@@ -239,6 +239,8 @@ def test_healthz(api):
     assert response.status_code == 200
     assert response.json()["status"] == "ok"
     assert response.json()["database"] == api.ledger.url.dialect
+    # The schema version it answers is the database's, a string in its OpenAPI schema.
+    assert response.json()["schema_version"] == str(api.ledger.schema_version())
 
 
 def test_keys_are_stored_as_digests_only(api):
