@@ -99,14 +99,14 @@ def variants() -> dict[str, tuple[str, str]]:
 def measure(dsn: str, rounds: int, calls: int) -> dict[str, float]:
     """Microseconds a call of each variant and of ``ledger.enqueue``, over ``rounds``
     alternating rounds of ``calls`` calls each; ``python_us``: the call's Python alone."""
-    Ledger(dsn).migrate()
+    ledger = Ledger(dsn)
+    ledger.migrate()
     job = NewJob("one", "", "noop", '{"n": 0}', 0, None, 3, 60.0, "c" * 32)
     params = new_job_values(job) | {"channel": "bench", "now": None}
     statements = {
         name: PreparedStatement(f"bench_part_{name}", text)
         for name, (_, text) in variants().items()
     }
-    ledger = Ledger(dsn)
     ledger.task(_noop, name="noop", queue="call")
     ledger.enqueue("noop", {"n": 0}, key="warm")  # the pool opened, the statement prepared
     spent: dict[str, float] = dict.fromkeys([*statements, "call"], 0.0)
