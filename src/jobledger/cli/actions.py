@@ -299,7 +299,11 @@ def cancel(
 @click.option("--delay", type=DURATION, default=None, help="Run this long from now (e.g. 10m).")
 @click.option("--run-at", type=WHEN, default=None, help="Run at this time (ISO 8601).")
 @click.option(
-    "--priority", type=click.IntRange(-(2**31) + 1, 2**31 - 1), default=0, show_default=True
+    "--priority",
+    type=click.IntRange(-(2**31) + 1, 2**31 - 1),
+    default=0,
+    show_default=True,
+    help="Among the queue's due jobs, a higher priority is claimed first.",
 )
 @json_option
 def enqueue(
