@@ -58,10 +58,14 @@ class Backoff:
         exponent = min(max(attempt, 1) - 1, 62)
         return float(min(self.cap, self.base * (2**exponent)))
 
-    def delay(self, attempt: int, rng: Callable[[], float] = random.random) -> float:
-        """The delay in seconds before the run that follows attempt number ``attempt``."""
+    def delay(self, attempt: int, rng: Callable[[], float] | None = None) -> float:
+        """The delay in seconds before the run that follows attempt number ``attempt``: the
+        ceiling times ``rng()``, a number in [0, 1) (None: ``random.random``, looked up at each
+        call, so that a test may replace it)."""
         ceiling = self.ceiling(attempt)
-        return rng() * ceiling if self.jitter else ceiling
+        if not self.jitter:
+            return ceiling
+        return (rng if rng is not None else random.random)() * ceiling
 
 
 DEFAULT_BACKOFF = Backoff()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -47,11 +47,15 @@ def fast_settings(**overrides: Any) -> PushSettings:
 @pytest.fixture
 def push(ledger: Ledger) -> Iterator[Any]:
     """``push(**settings)`` starts a delivery loop on the test's ledger (fast polling, 127.0.0.1
-    allow-listed unless told otherwise), stopped after the test."""
+    allow-listed unless told otherwise; ``rng`` draws its retries' jitter), stopped after the
+    test."""
     services: list[PushService] = []
 
-    def start(target: Ledger | None = None, **overrides: Any) -> PushService:
-        service = PushService(target or ledger, fast_settings(**overrides))
+    def start(
+        target: Ledger | None = None, *, rng: Callable[[], float] | None = None, **overrides: Any
+    ) -> PushService:
+        extra = {} if rng is None else {"rng": rng}
+        service = PushService(target or ledger, fast_settings(**overrides), **extra)
         service.start()
         services.append(service)
         return service

@@ -107,6 +107,38 @@ def test_retries_honour_retry_after_then_backoff_until_2xx(ledger, endpoint, pus
     assert [r.headers["jobledger-attempt"] for r in ep.requests] == ["1", "2", "3", "4", "5"]
 
 
+def test_a_retry_without_retry_after_waits_its_jittered_backoff_drawn_from_the_hook(
+    ledger, endpoint, push
+):
+    # Full jitter: after attempt n the job waits rng() * min(cap, base * 2 ** (n - 1)). The
+    # hook draws 0 for the first three retries (due again at once) and 0.75 for the fourth:
+    # 0.75 * 20 * 2 ** 3 = 120 s, inside the ceiling of 160 s.
+    ledger.backend.api.queue_put(
+        QueueSettings(name="hooks", backoff_base=20, backoff_cap=3600, max_attempts=10)
+    )
+    draws = iter([0.0, 0.0, 0.0, 0.75])
+    drawn: list[float] = []
+
+    def rng() -> float:
+        drawn.append(next(draws))
+        return drawn[-1]
+
+    ep = endpoint(scripted((503, {}, b"busy")))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push(rng=rng)
+    wait_until(lambda: len(ledger.history(job_id).attempts) == 4, what="four attempts")
+    wait_until(
+        lambda: ledger.history(job_id).attempts[-1].outcome is AttemptOutcome.RETRY,
+        what="the fourth attempt to be recorded as a retry",
+    )
+    assert drawn == [0.0, 0.0, 0.0, 0.75]
+    last = ledger.history(job_id).attempts[-1]
+    waited = (ledger.job(job_id).run_at - last.finished_at).total_seconds()
+    assert 118 <= waited <= 120.5
+    assert ep.count() == 4
+
+
 def test_a_retry_after_is_kept_as_the_job_s_next_run_time(ledger, endpoint, push):
     # The pause is written on the job, not only remembered by this process's lane: another
     # process, or this one restarted, must not deliver it before the endpoint asked.

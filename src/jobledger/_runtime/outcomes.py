@@ -45,13 +45,15 @@ def failure(
     cause: BaseException | Decision,
     backoff: Backoff,
     now: datetime | None = None,
+    rng: Callable[[], float] | None = None,
 ) -> Failure:
     """The failure of one attempt, by the one retry policy (SPEC §3), whatever the transport.
 
     ``cause`` is what went wrong: a handler's exception (classified by ``policy.classify``:
     ``Retry``, ``Permanent``, an HTTP status carried by the exception, or anything else,
     transient) or a ``Decision`` already made from an HTTP answer, a consumer's nack or a
-    timeout. A retry runs after the decision's delay, else after ``backoff`` for this attempt;
+    timeout. A retry runs after the decision's delay, else after ``backoff`` for this attempt,
+    its jitter drawn from ``rng`` (None: ``random.random``);
     a decision to pause the group pauses it until then.
     """
     now = now or datetime.now(UTC)
@@ -62,7 +64,7 @@ def failure(
         trace = "".join(_traceback.format_exception(cause))[-MAX_TRACEBACK:]
     run_at = None
     if decision.retry:
-        delay = decision.delay if decision.delay is not None else backoff.delay(job.attempt)
+        delay = decision.delay if decision.delay is not None else backoff.delay(job.attempt, rng)
         run_at = now + timedelta(seconds=delay)
     return Failure(
         lease=lease,

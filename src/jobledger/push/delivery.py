@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import random
 import ssl
 import threading
 import time
@@ -220,7 +221,9 @@ class PushService:
 
     ``start()`` runs it on a thread (how ``jobledger serve`` runs it); ``run()`` blocks until
     ``stop()`` (how ``jobledger push`` runs it). ``counters`` counts deliveries; observers (see
-    ``jobledger.push.observe``) are told of each one.
+    ``jobledger.push.observe``) are told of each one. ``rng`` draws the jitter of a retry that
+    the endpoint gave no ``Retry-After`` (a number in [0, 1) times the backoff's ceiling for
+    that attempt); tests pass their own.
     """
 
     def __init__(
@@ -230,8 +233,10 @@ class PushService:
         *,
         name: str | None = None,
         observers: Iterable[Any] = (),
+        rng: Callable[[], float] = random.random,
     ):
         self.ledger = ledger
+        self.rng = rng
         self.settings = settings or PushSettings()
         self.name = name or default_worker_name()
         # The one runtime: claims, the fenced outcome writes (in batches, shared by every
@@ -706,7 +711,8 @@ class _Lane:
             verdict = Verdict(
                 retry, decision.delay, error_class, _without_class(decision.message, error_class)
             )
-            item = Finished(hold, failure(job, hold.lease, verdict, backoff, now), duration)
+            failed = failure(job, hold.lease, verdict, backoff, now, self.service.rng)
+            item = Finished(hold, failed, duration)
         outcome = await self._record(item)
         retry_in = None
         if outcome == "retry" and item.failure is not None and item.failure.run_at is not None:
