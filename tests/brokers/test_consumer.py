@@ -1,11 +1,13 @@
 """The consumer without a broker: what it decides for a message whose job it could not claim,
 what it does with messages an in-memory subscriber hands it (one for a queue it does not
 consume, one whose claim finds the ledger unreachable, one kept for a paused group when it
-stops), and how it stops when its broker cannot be used at all."""
+stops, one whose job finishes while it stops), and how it stops when its broker cannot be used
+at all."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import timedelta
 
 import pytest
@@ -201,3 +203,53 @@ def test_a_message_kept_for_a_paused_group_is_given_back_when_the_consumer_stops
     assert broker.released == [message]
     assert broker.acked == []
     assert ledger.job_by_key("g1", "q").state is JobState.PENDING
+
+
+class SlowAcks(InMemory):
+    """An in-memory broker whose acks take a while to be answered, and which keeps what it had
+    acknowledged when the consumer closed its connection."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.acked_at_close: list[Message] | None = None
+
+    def put(self, queue: str, key: str) -> Message:
+        message = SlowAck(self, queue, key)
+        self.inbox.append(message)
+        return message
+
+    async def close(self):
+        self.acked_at_close = list(self.acked)
+
+
+class SlowAck(Message):
+    async def ack(self) -> None:
+        await asyncio.sleep(0.3)
+        await super().ack()
+
+
+def test_the_ack_of_a_job_that_finishes_while_the_consumer_stops_is_sent_before_it_closes(
+    ledger, running
+):
+    started, finish = threading.Event(), threading.Event()
+
+    def handler(ctx, n):
+        started.set()
+        finish.wait(10)
+
+    ledger.task(handler, name="t", queue="q")
+    Outbox(ledger).route("q", actor="test")
+    ledger.enqueue("t", {"n": 1}, key="k1")
+    broker = SlowAcks()
+    message = broker.put("q", "k1")
+    consumer = running.consumer(ledger, "redis://h", subscriber=broker)
+    wait_until(started.is_set, 10, what="the job to start")
+    # The job finishes during the graceful stop: its message's ack is sent after the stop was
+    # asked for, and must be answered before the connection closes (a lost ack is a
+    # redelivery).
+    consumer.stop()
+    finish.set()
+    running.stop(consumer)
+    assert ledger.job_by_key("k1", "q").state is JobState.DONE
+    assert broker.acked_at_close == [message]
+    assert broker.released == []
