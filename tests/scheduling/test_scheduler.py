@@ -494,3 +494,43 @@ def test_prune_removes_finished_ticks_older_than_the_cut_off_and_nothing_reruns(
     assert s.run_once(now + hours(1)).ticks == []
     assert len(ledger.jobs(JobFilter(queue="cleanup"))) == 10
     assert ledger.prune(timedelta(days=3), now=now).ticks == 0
+
+
+def test_a_tick_already_done_is_not_run_again_by_a_scheduler_that_read_a_stale_cursor(
+    ledger, monkeypatch
+):
+    """B read the schedule's cursor before A finished the tick (a pass that began just before
+    the lead moved): the tick is due by that cursor, but it is recorded done, so B moves the
+    cursor on without asking for the entities or enqueueing again."""
+    asked: list[str] = []
+
+    def customers(tick):
+        asked.append(tick.iso)
+        return range(3)
+
+    weekly_fan_out(ledger, customers)
+    a, b = scheduler(ledger, "a"), scheduler(ledger, "b")
+    a.run_once(T0)
+    stale = ledger.backend.schedules.all()
+    assert [row.cursor for row in stale] == [T0]
+    [done] = a.run_once(MONDAY + timedelta(seconds=1)).ticks
+    assert (done.state, done.jobs_created) == (TickState.DONE, 3)
+    a.release(MONDAY + timedelta(seconds=1))
+
+    with monkeypatch.context() as m:
+        m.setattr(ledger.backend.schedules, "all", lambda: stale)
+        result = b.run_once(MONDAY + timedelta(seconds=2))
+    assert result.leading == ["default"]
+    assert result.ticks == [] and result.errors == []
+    assert asked == ["2026-08-10T04:00Z"], "the eligibility function was asked again"
+    [tick] = ledger.schedules.ticks("weekly-digest")
+    assert (tick.state, tick.leader, tick.runs, tick.jobs_created, tick.jobs_existing) == (
+        TickState.DONE,
+        "a",
+        1,
+        3,
+        0,
+    )
+    [row] = ledger.backend.schedules.all()
+    assert row.cursor == MONDAY and row.skipped_ticks == 0
+    assert keys(ledger) == ["0:2026-W33", "1:2026-W33", "2:2026-W33"]
