@@ -104,6 +104,36 @@ def test_logout_ends_the_session(dash):
     assert stolen.get("/").status_code == 303
 
 
+def test_a_login_form_posted_from_another_site_opens_no_session(dash):
+    """The login form's own token is not enough: a browser that says the form came from
+    another site (``Origin``, ``Sec-Fetch-Site``, either alone) is refused, as every other form
+    is, so that a site cannot log a visitor in under its own key (login CSRF)."""
+    client = httpx.Client(base_url=dash.url)
+    host = dash.url.removeprefix("http://")
+    for headers in (
+        {"Origin": "https://evil.example"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Origin": f"https://{host}.evil.example"},
+    ):
+        form = client.get("/ui/login")
+        response = client.post(
+            "/ui/login",
+            data={"csrf": _csrf(form.text), "key": dash.admin_key, "next": "/"},
+            headers=headers,
+        )
+        assert response.status_code == 403 and "came from elsewhere" in response.text, headers
+        assert "jobledger_session" not in response.headers.get("set-cookie", ""), headers
+    # The same form from this site itself logs in.
+    form = client.get("/ui/login")
+    response = client.post(
+        "/ui/login",
+        data={"csrf": _csrf(form.text), "key": dash.admin_key, "next": "/"},
+        headers={"Origin": dash.url, "Sec-Fetch-Site": "same-origin"},
+    )
+    assert response.status_code == 303
+    assert client.get("/").status_code == 200
+
+
 def test_every_page_renders_and_escapes_what_it_shows(dash, ledger):
     client = login(dash, dash.key("read"))
     dead = ledger.jobs()[1]
