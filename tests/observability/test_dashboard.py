@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from jobledger import Permanent
-from jobledger._records import Failure, Lease, MinuteStats
+from jobledger._records import Failure, Lease, MinuteStats, digest
 from jobledger.http import ServerSettings
 from jobledger.http.dashboard import charts
 
@@ -132,6 +132,16 @@ def test_a_login_form_posted_from_another_site_opens_no_session(dash):
     )
     assert response.status_code == 303
     assert client.get("/").status_code == 200
+
+
+def test_a_session_token_longer_than_any_the_server_makes_is_not_looked_up(dash, ledger):
+    """A session token is 43 characters; a cookie of more than 200 is refused before it is
+    hashed and looked up, even if a session was stored under it."""
+    key = ledger.keys.authenticate(dash.key("read"))
+    for token, status in (("s" * 200, 200), ("s" * 201, 303)):
+        ledger.backend.api.session_insert(digest(token), key.id, 3600)
+        client = httpx.Client(base_url=dash.url, cookies={"jobledger_session": token})
+        assert client.get("/").status_code == status, len(token)
 
 
 def test_every_page_renders_and_escapes_what_it_shows(dash, ledger):
