@@ -14,6 +14,7 @@ from jobledger import Permanent
 from jobledger._records import Failure, Lease, MinuteStats, digest
 from jobledger.http import ServerSettings
 from jobledger.http.dashboard import charts
+from jobledger.http.dashboard.session import csrf_token
 
 from ..support.http import api_server
 
@@ -142,6 +143,24 @@ def test_a_session_token_longer_than_any_the_server_makes_is_not_looked_up(dash,
         ledger.backend.api.session_insert(digest(token), key.id, 3600)
         client = httpx.Client(base_url=dash.url, cookies={"jobledger_session": token})
         assert client.get("/").status_code == status, len(token)
+
+
+def test_a_session_whose_key_cannot_read_opens_no_page_and_no_action(dash, ledger):
+    """The dashboard checks the session's key at every request, not only at login: a session
+    held for a key without the read or admin scope (as a publish key's would be) shows nothing
+    and changes nothing."""
+    publisher = ledger.keys.authenticate(dash.key("publish:mail"))
+    token = ledger.sessions.open(publisher, 3600)
+    client = httpx.Client(base_url=dash.url, cookies={"jobledger_session": token})
+    response = client.get("/")
+    assert response.status_code == 303
+    assert response.headers["location"].startswith("/ui/login")
+    dead = next(j for j in ledger.jobs() if j.state.value == "dead")
+    refused = client.post(
+        f"/ui/jobs/{dead.id}/redrive", data={"csrf": csrf_token(token), "reason": "try"}
+    )
+    assert refused.status_code == 401
+    assert ledger.job(dead.id).state.value == "dead"
 
 
 def test_every_page_renders_and_escapes_what_it_shows(dash, ledger):
