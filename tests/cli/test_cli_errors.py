@@ -158,3 +158,39 @@ def test_a_bug_is_exit_code_1_with_one_line_and_the_traceback_on_request(
     monkeypatch.setenv("JOBLEDGER_DEBUG", "1")
     debug = cli("jobs", "--url", db_url)
     assert debug.code == 1 and "Traceback" in debug.err and "boom" in debug.err
+
+
+@pytest.mark.parametrize(
+    "args, usage",
+    [
+        ((), "Usage: jobledger [OPTIONS] COMMAND"),
+        (("queues",), "Usage: jobledger queues [OPTIONS]"),
+    ],
+)
+def test_no_command_shows_the_help_on_stderr_and_exits_2(cli, args, usage):
+    # Nothing ran: a script's `jobledger $COMMAND` with an empty variable must not pass.
+    run = cli(*args)
+    assert run.code == 2, (run.code, run.err)
+    assert run.out == ""
+    assert run.err.startswith(usage) and "Commands:" in run.err
+    assert "Traceback" not in run.err
+
+
+def test_help_asked_for_goes_to_stdout_with_exit_0(cli):
+    run = cli("--help")
+    assert run.code == 0 and run.err == ""
+    assert run.out.startswith("Usage: jobledger [OPTIONS] COMMAND") and "Commands:" in run.out
+
+
+@pytest.mark.parametrize(
+    "args, fragment, path",
+    [
+        (("frobnicate",), "No such command 'frobnicate'.", "jobledger"),
+        (("status", "--bogus"), "No such option '--bogus'.", "jobledger status"),
+        (("queues", "create"), "Missing argument 'NAME'.", "jobledger queues create"),
+    ],
+)
+def test_a_usage_error_is_one_line_naming_the_help_to_read(cli, args, fragment, path):
+    run = cli(*args)
+    assert_one_line_error(run, fragment)
+    assert run.err.strip().endswith(f" Try '{path} --help' for help."), run.err

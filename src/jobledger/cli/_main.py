@@ -17,10 +17,13 @@ def run(argv: list[str] | None) -> int:
     try:
         code = cli.main(args=argv, prog_name="jobledger", standalone_mode=False)
     except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
-        return 0
+        # No command (`jobledger`, `jobledger queues`): the help, on stderr, and exit 2, as
+        # click does: nothing ran, and `jobledger $COMMAND` with an empty variable in a script
+        # must not pass for a success. `--help` asks for it: stdout, exit 0.
+        click.echo(exc.format_message(), err=True)
+        return 2
     except click.UsageError as exc:
-        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        hint = f" Try '{exc.ctx.command_path} --help' for help." if exc.ctx is not None else ""
         click.echo(f"error: {exc.format_message()}{hint}", err=True)
         return 2
     except click.ClickException as exc:
