@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from jobledger._records import Failure, MinuteStats
+from jobledger.http.dashboard.diagnosis import diagnose
 
 from .conftest import T0, at, lease_of
 
@@ -95,3 +96,21 @@ def test_rollups_add_up_per_minute_queue_and_task_and_are_pruned_by_minute(stats
     assert stats.minutes_prune(before=minute) == 0
     assert stats.minutes_prune(before=T0) == 2
     assert [r.minute for r in stats.minutes(since=minute)] == [T0]
+
+
+def test_a_lease_counts_as_expired_exactly_when_a_rescue_would_take_it(ledger, stats):
+    """At its lease_until a lease has not run out (the rescue leaves it); a microsecond later
+    it has. The gauge of expired leases and the job page's diagnosis say the same at both
+    instants, so the gauge never shows a lease that no rescue at that moment would take."""
+    ledger.enqueue("work", {}, key="k", now=T0)
+    [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)
+    edge, past = job.lease_until, job.lease_until + timedelta(microseconds=1)
+    assert edge == at(30)
+    [depth] = stats.depths(now=edge)
+    assert (depth.leased, depth.expired_leases) == (1, 0)
+    assert not any("ran out" in line for line in diagnose(ledger.job(job.id), [], edge))
+    assert ledger.backend.jobs.rescue(now=edge) == []
+    [depth] = stats.depths(now=past)
+    assert (depth.leased, depth.expired_leases) == (1, 1)
+    assert any("ran out" in line for line in diagnose(ledger.job(job.id), [], past))
+    assert [r.job_id for r in ledger.backend.jobs.rescue(now=past)] == [job.id]

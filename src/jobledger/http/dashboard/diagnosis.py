@@ -91,7 +91,7 @@ def diagnose(
     elif job.state is JobState.LEASED:
         started = attempts[-1].started_at if attempts else job.updated_at
         holder = job.leased_by or "a worker"
-        if job.lease_until is not None and job.lease_until <= now:
+        if job.lease_until is not None and job.lease_until < now:
             lines.append(
                 f"Its lease ran out {seconds((now - job.lease_until).total_seconds())} ago: "
                 f"{holder} died or stalled. A rescuer (every worker and server runs one) returns "

@@ -29,7 +29,8 @@ GROUP BY j.queue
 
 -- name: queue_depths
 -- Live jobs per queue, each arm read through its partial index, never the whole table: pending
--- (how many are due, and the oldest due run time), leased (how many leases have expired), dead.
+-- (how many are due, and the oldest due run time), leased (how many leases have expired: past
+-- lease_until, as the rescue takes them, not at it), dead.
 -- "lease_until IS NOT NULL" (true of every leased job) names jobledger_jobs_leased's condition.
 SELECT queue, 'pending', count(*), count(*) FILTER (WHERE run_at <= {now}),
        min(run_at) FILTER (WHERE run_at <= {now}), {now}
@@ -40,7 +41,7 @@ FROM (
 ) AS p
 GROUP BY queue
 UNION ALL
-SELECT queue, 'leased', count(*), count(*) FILTER (WHERE lease_until <= {now}), NULL, {now}
+SELECT queue, 'leased', count(*), count(*) FILTER (WHERE lease_until < {now}), NULL, {now}
 FROM {jobs} WHERE state = 'leased' AND lease_until IS NOT NULL GROUP BY queue
 UNION ALL
 SELECT queue, 'dead', count(*), 0, NULL, {now}

@@ -26,7 +26,8 @@ GROUP BY j.queue
 
 -- name: queue_depths
 -- Live jobs per queue, each arm read through its partial index, never the whole table: pending
--- (how many are due, and the oldest due run time), leased (how many leases have expired), dead.
+-- (how many are due, and the oldest due run time), leased (how many leases have expired: past
+-- lease_until, as the rescue takes them, not at it), dead.
 -- INDEXED BY: left alone, SQLite reads the leased arm through the (queue, key) index, which
 -- holds every job, to save a sort.
 SELECT queue, 'pending', count(*), sum(run_at <= :now),
@@ -40,7 +41,7 @@ FROM (
 )
 GROUP BY queue
 UNION ALL
-SELECT queue, 'leased', count(*), sum(lease_until <= :now), NULL, :now
+SELECT queue, 'leased', count(*), sum(lease_until < :now), NULL, :now
 FROM jobledger_jobs INDEXED BY jobledger_jobs_leased WHERE state = 'leased' GROUP BY queue
 UNION ALL
 SELECT queue, 'dead', count(*), 0, NULL, :now
