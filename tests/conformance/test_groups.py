@@ -150,6 +150,17 @@ def test_a_group_rate_is_a_token_bucket_per_group(api, work):
     assert Counter(j.group for j in claim(api, 20, at(60))) == {"a": 2, "b": 2}
 
 
+def test_a_claim_whose_clock_is_behind_the_last_refill_sees_the_tokens_left(api, work):
+    """Workers' clocks differ a little: a claim at a time before the group's last refill sees
+    the tokens that refill left (no refill for the time between, and none taken away), the
+    same as a claim at the refill's own time."""
+    api.set_group_limits("q", rate=1, burst=2)
+    put(api, "a", 5, now=at(-10))
+    assert len(claim(api, 1)) == 1  # the bucket: 2 tokens, 1 left, refilled at T0
+    assert [j.group for j in claim(api, 10, at(-0.5))] == ["a"]  # the one token left
+    assert claim(api, 10, at(-0.5)) == []
+
+
 def test_a_rate_below_one_a_second_without_a_burst_holds_one_job(api, work):
     """A rate of one job every two seconds, no burst given: the bucket holds one token, so a
     group's first job goes at once and the next one two seconds later."""

@@ -144,7 +144,8 @@ picked AS (
 
 -- name: group_has_room
 -- Whether the group "w" (its row's columns, NULL without one) under the limits "l" of its
--- queue may be served: not paused, under its leased limit, with a token.
+-- queue may be served: not paused, under its leased limit, with a token. A clock behind the
+-- last refill adds no tokens and takes none away (GREATEST(0, …), as group_claim counts them).
 (w.paused_until IS NULL OR w.paused_until <= {now})
 AND (l.max_leased IS NULL OR l.max_leased > (
      SELECT count(*) FROM (
@@ -153,7 +154,7 @@ AND (l.max_leased IS NULL OR l.max_leased > (
            AND j.group_name = w.name
          LIMIT l.max_leased) AS x))
 AND (l.rate IS NULL OR w.tokens IS NULL
-     OR w.tokens + l.rate * extract(epoch FROM {now} - w.refilled_at) >= 1)
+     OR w.tokens + l.rate * GREATEST(0, extract(epoch FROM {now} - w.refilled_at)) >= 1)
 
 -- name: group_claim
 -- A grouped claim, second statement: the locked groups as they are now (a new snapshot, taken
