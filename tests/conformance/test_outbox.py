@@ -4,6 +4,8 @@ the broker service, transactional enqueue and claims by key: tests/brokers/test_
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from jobledger._records import Failure, Lease, OutboxReason
@@ -164,6 +166,30 @@ def test_republish_writes_one_record_for_each_due_job_without_one_waiting(ledger
     assert len(outbox.records(job_id=waiting)) == 1
     assert outbox.republish("digests", due_before=at(60), now=at(121)) == 0
     assert outbox.republish("polled", due_before=at(60), now=at(121)) == 0  # not routed
+
+
+def test_republish_takes_a_job_due_at_due_before_and_not_one_due_a_microsecond_later(
+    ledger, outbox, relay
+):
+    """A job due at due_before itself, due exactly as long as the threshold, is republished,
+    with a group or without (docs/transports.md: "each pending job due that long or longer");
+    one due a microsecond later is not."""
+    outbox.route_add("digests", "ops", now=T0)
+    edge, after = at(60), at(60) + timedelta(microseconds=1)
+    jobs = {}
+    for group in (None, "tenant-1"):
+        for name, run_at in (("edge", edge), ("after", after)):
+            job_id, created = ledger.enqueue(
+                "t_digests", {}, key=f"{name}-{group}", run_at=run_at, group=group, now=T0
+            )
+            assert created
+            jobs[name, group] = job_id
+    outbox.mark([r.id for r in outbox.records(queue="digests")], relay, now=at(1))
+    assert outbox.republish("digests", due_before=edge, now=at(120)) == 2
+    republished = {
+        r.job_id for r in outbox.records(queue="digests") if r.reason is OutboxReason.REPUBLISH
+    }
+    assert republished == {jobs["edge", None], jobs["edge", "tenant-1"]}
 
 
 def test_republish_counts_only_a_record_waiting_to_be_published(ledger, outbox, relay):

@@ -139,8 +139,8 @@ class Outbox:
         now: datetime | None = None,
         limit: int = 10000,
     ) -> int:
-        """Write a new record for each pending job of a routed queue, due before ``due_before``,
-        that has no unpublished record (its message was lost by the broker). Returns how many."""
+        """Write a new record for each pending job of a routed queue, due at or before
+        ``due_before``, that has no unpublished record (its message was lost by the broker). Returns how many."""
         params = {
             "queue": queue,
             "due_before": self._db.to_db(due_before),

@@ -87,8 +87,8 @@ class Outbox:
         now: datetime | None = None,
         limit: int = 10000,
     ) -> int:
-        """Publish again the pending jobs of ``queue`` that have been due for longer than
-        ``due_for`` and have no unpublished record — after a broker lost messages (a Redis
+        """Publish again the pending jobs of ``queue`` that have been due for ``due_for`` or
+        longer and have no unpublished record — after a broker lost messages (a Redis
         without an append-only file restarted, a queue purged by hand). Consumers skip any
         that turn out to be delivered twice. Returns how many records were written."""
         seconds = due_for.total_seconds() if isinstance(due_for, timedelta) else float(due_for)

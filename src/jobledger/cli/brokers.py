@@ -349,11 +349,11 @@ def list_(
 @outbox.command()
 @click.argument("queue")
 @setting(
-    "--due-for", DURATION, "5m", help="Only jobs due for longer than this (e.g. 30s, 10m, 1h)."
+    "--due-for", DURATION, "5m", help="Only jobs due for this long or longer (e.g. 30s, 10m, 1h)."
 )
 @url_option
 def republish(queue: str, due_for: timedelta, url: str) -> None:
-    """Publish again the pending jobs of QUEUE due for longer than --due-for that have no
+    """Publish again the pending jobs of QUEUE due for --due-for or longer that have no
     unpublished record: after the broker lost messages (a Redis restarted without an
     append-only file, a queue purged by hand). Consumers skip any delivered twice."""
     written = _outbox(url).republish(queue, due_for=due_for.total_seconds())

@@ -73,9 +73,9 @@ WHERE id IN (SELECT id FROM {outbox}
              WHERE COALESCE(published_at, superseded_at) < %(before)s LIMIT {limit})
 
 -- name: outbox_republish
--- Pending jobs of a routed queue, due for longer than the caller's threshold, that have no
--- record waiting to be published: the broker lost their message (or it was purged). One new
--- record each.
+-- Pending jobs of a routed queue, due at or before the caller's threshold (due that long or
+-- longer), that have no record waiting to be published: the broker lost their message (or it
+-- was purged). One new record each.
 INSERT INTO {outbox} (job_id, queue, key, reason, available_at, created_at)
 SELECT j.id, j.queue, j.key, 'republish', {now}, {now} FROM (
     SELECT id, queue, key, run_at FROM {jobs}

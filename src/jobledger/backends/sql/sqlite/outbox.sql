@@ -66,9 +66,9 @@ WHERE id IN (SELECT id FROM jobledger_outbox
              WHERE COALESCE(published_at, superseded_at) < :before LIMIT {limit})
 
 -- name: outbox_republish
--- Pending jobs of a routed queue, due for longer than the caller's threshold, that have no
--- record waiting to be published: the broker lost their message (or it was purged). One new
--- record each.
+-- Pending jobs of a routed queue, due at or before the caller's threshold (due that long or
+-- longer), that have no record waiting to be published: the broker lost their message (or it
+-- was purged). One new record each.
 INSERT INTO jobledger_outbox (job_id, queue, key, reason, available_at, created_at)
 SELECT j.id, j.queue, j.key, 'republish', :now, :now FROM (
     SELECT id, queue, key, run_at FROM jobledger_jobs
