@@ -1095,9 +1095,11 @@ class Ledger:
         pruned job (``InsertResult.pruned``). Tombstones past their horizon are deleted too,
         and, unless ``queue`` is given, schedule ticks older than ``older_than`` that are
         finished and behind their schedule's cursor (``PruneResult.ticks``).
-        Every batch is one short transaction over the next ``batch`` jobs by id: prune walks
-        the primary key from the oldest job and stops at the first jobs created after the
-        cut-off, so it needs no index of its own on the jobs table.
+        Every batch is one short transaction over the next ``batch`` (1 to 10000) jobs by id:
+        prune walks the primary key from the oldest job and stops at the first jobs created
+        after the cut-off, so it needs no index of its own on the jobs table. Expired
+        tombstones and ticks go at most ``batch`` a transaction too. ``queue`` must be a valid
+        queue name (``ConfigError`` otherwise); one with no jobs is pruned of nothing.
         """
         age = _seconds(older_than)
         if age is None or age < 0:
@@ -1105,7 +1107,7 @@ class Ledger:
         keep = _seconds(keep_keys) if keep_keys is not None else None
         if keep is not None and keep < 0:
             raise ConfigError(f"keep_keys must be a duration >= 0, got {keep_keys!r}")
-        if not isinstance(batch, int) or not 1 <= batch <= 10_000:
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise ConfigError(f"batch must be a whole number from 1 to 10000, got {batch!r}")
         if queue is not None:
             validate_queue_name(queue)

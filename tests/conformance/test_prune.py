@@ -196,6 +196,36 @@ def test_prune_validates_its_arguments(api, tasks):
         api.prune(DAY, batch=0)
 
 
+def test_prune_refuses_a_batch_out_of_bounds_or_an_invalid_queue_name_and_deletes_nothing(
+    api, tasks
+):
+    """A batch is a whole number from 1 to 10000 (one transaction each), as the CLI's --batch
+    is; a queue name is checked as everywhere else, rather than matching no job. A queue with a
+    valid name and no jobs is pruned of nothing, without an error."""
+    from jobledger import ConfigError
+
+    finish(api, 1)
+    for batch in (10_001, True, 2.0):
+        with pytest.raises(ConfigError, match="batch must be a whole number from 1 to 10000"):
+            api.prune(DAY, batch=batch, now=at(2 * DAY))
+    with pytest.raises(ConfigError, match="queue name 'no such queue!' is invalid"):
+        api.prune(DAY, queue="no such queue!", now=at(2 * DAY))
+    assert [j.key for j in api.jobs()] == ["k1"]
+    assert api.prune(DAY, queue="nowhere", now=at(2 * DAY)).jobs == 0
+    assert api.prune(DAY, batch=10_000, now=at(2 * DAY)).jobs == 1
+
+
+def test_expired_tombstones_go_at_most_a_batch_a_pass_until_none_is_left(api, tasks):
+    """Each pass deletes at most the batch; prune passes again until a pass comes back short."""
+    for n in range(5):
+        finish(api, n)  # finished at T0
+    assert api.prune(DAY, keep_keys=2 * DAY, now=at(DAY + 1)).tombstones == 5
+    history = api.backend.history
+    assert history.prune_tombstones(now=at(3 * DAY), limit=2) == 2
+    assert api.prune(DAY, batch=2, now=at(3 * DAY)).expired_tombstones == 3
+    assert [history.tombstones(f"k{n}") for n in range(5)] == [[]] * 5
+
+
 def _prune_without_commit(ledger, db_url, key: str, now):
     """Open a connection that deletes the job of ``key`` and writes its tombstone, as prune
     does, and return it with the transaction still open."""
