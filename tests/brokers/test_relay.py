@@ -3,6 +3,8 @@ confirmed, and the outbox shows which the relay marked published."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from jobledger import Ledger
@@ -12,6 +14,8 @@ from jobledger.brokers.relay import Relay
 from jobledger.errors import BrokerUnavailable
 
 pytestmark = pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
+
+T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 
 
 class Refusing:
@@ -49,3 +53,68 @@ def test_only_the_records_the_broker_confirmed_are_marked_published(ledger: Ledg
     published = {r.key: r.published_at is not None for r in box.records()}
     assert published == {"a": True, "b": False, "c": False}
     assert relay.stats.published == 1
+
+
+class Confirming:
+    """A publisher whose broker confirms every record, after ``meanwhile`` ran with the batch
+    (what other relays did while this one was publishing)."""
+
+    url = None
+
+    def __init__(self, meanwhile) -> None:
+        self.meanwhile = meanwhile
+
+    async def connect(self) -> None:
+        pass
+
+    async def publish(self, records) -> PublishOutcome:
+        self.meanwhile(records)
+        return PublishOutcome(len(records))
+
+    async def close(self) -> None:
+        pass
+
+
+def _routed(ledger: Ledger) -> Outbox:
+    ledger.task(lambda ctx, n: None, name="t", queue="q")
+    box = Outbox(ledger)
+    box.route("q", actor="test")
+    for key in ("a", "b", "c"):
+        ledger.enqueue("t", {"n": 1}, key=key, now=T0)
+    return box
+
+
+def test_a_relay_that_lost_its_lease_while_publishing_marks_and_counts_nothing(ledger: Ledger):
+    """Its lease ran out while the broker took the batch, and another relay of its name took
+    over and marked a record: this one's mark is refused, and it reports nothing published."""
+    box, clock = _routed(ledger), [T0]
+
+    def taken_over(records) -> None:
+        clock[0] = T0 + timedelta(seconds=20)  # past this relay's 15 s lease
+        other = ledger.backend.leader.acquire("relay:default", "other", 15, now=clock[0])
+        assert other is not None
+        assert ledger.backend.outbox.mark([records[0].id], other, now=clock[0]) == 1
+
+    relay = Relay(ledger, "redis://h", publisher=Confirming(taken_over), clock=lambda: clock[0])
+    relay.drain(timeout=5.0)
+    assert (relay.stats.published, relay.stats.leadership_lost) == (0, 1)
+    published = {r.key: r.published_at is not None for r in box.records()}
+    assert published == {"a": True, "b": False, "c": False}
+
+
+def test_a_relay_counts_only_the_records_its_mark_found_unpublished(ledger: Ledger):
+    """A relay of another name, whose queues overlap this one's, marked a record of the batch
+    first: this relay's mark skips it, and so does its count."""
+    box, clock = _routed(ledger), [T0]
+
+    def marked_elsewhere(records) -> None:
+        other = ledger.backend.leader.acquire("relay:other", "other", 15, now=clock[0])
+        assert other is not None
+        assert ledger.backend.outbox.mark([records[1].id], other, now=clock[0]) == 1
+
+    relay = Relay(
+        ledger, "redis://h", publisher=Confirming(marked_elsewhere), clock=lambda: clock[0]
+    )
+    relay.drain(timeout=5.0)
+    assert (relay.stats.published, relay.stats.leadership_lost) == (2, 0)
+    assert all(r.published_at is not None for r in box.records())

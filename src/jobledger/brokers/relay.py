@@ -264,7 +264,7 @@ class Relay:
         lease = self._election.lease
         assert lease is not None
         try:
-            await asyncio.to_thread(
+            marked = await asyncio.to_thread(
                 self.backend.outbox.mark, [r.id for r in records], lease, self._now()
             )
         except LeadershipLost:
@@ -279,11 +279,14 @@ class Relay:
             )
             self._election.lost()
             return
-        self.stats.add(published=len(records), duplicates=duplicates)
+        # Counted as the mark found them: a record already marked (by a relay of another name
+        # whose queues overlap this one's) is not this relay's to count.
+        self.stats.add(published=marked, duplicates=min(duplicates, marked))
         log.debug(
-            "published %d records (%d already known to the broker), last id %d",
+            "published %d records (%d already known to the broker, %d marked already), last id %d",
             len(records),
             duplicates,
+            len(records) - marked,
             records[-1].id,
         )
 
