@@ -24,6 +24,7 @@ from jobledger import (
 from jobledger._records import AttemptOutcome, Lease
 
 from ..support.processes import wait_until
+from .conftest import T0, lease_of
 
 VALUES = [
     {"invoice": 4187, "lines": [1, 2.5, "three"], "paid": True, "note": None},
@@ -359,6 +360,31 @@ def test_prune_removes_results_with_their_jobs(ledger):
         ledger.result("p1")
     with pytest.raises(NotFound, match="was pruned at"):
         ledger.result("p1", timeout=1)
+
+
+def test_a_job_pruned_while_a_result_waits_for_it_is_not_found_saying_when(ledger):
+    """The waiter found the job pending; it then finished and was pruned before the waiter
+    looked again. The waiter answers NotFound, as for a pruned key (docs/concepts.md), saying
+    that the job went while it waited, when it was pruned and until when its key is taken."""
+    ledger.task(lambda ctx: None, name="short", queue="r")
+    job_id = ledger.enqueue("short", {}, key="gone", now=T0).id
+    real_arm = ledger.finishes.arm
+
+    def arm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        # Between the waiter's first look and its next: the job runs, and a prune takes it.
+        [job] = ledger.backend.jobs.claim(["r"], "w", 1, now=T0)
+        ledger.backend.jobs.complete([lease_of(job)], now=T0)
+        assert ledger.prune(timedelta(days=1), now=T0 + timedelta(days=2)).jobs == 1
+        return real_arm(*args, **kwargs)
+
+    ledger.finishes.arm = arm  # type: ignore[method-assign]
+    with pytest.raises(NotFound) as gone:
+        ledger.result("gone", timeout=60)
+    assert str(gone.value) == (
+        f"job {job_id} is gone while waiting for it; job {job_id} had this key in queue 'r', "
+        "finished done and was pruned at 2026-08-12 06:00:00 UTC; the key stays taken until "
+        "2027-08-10 06:00:00 UTC"
+    )
 
 
 def test_results_the_database_refuses_are_dropped_and_the_jobs_still_done(ledger, caplog):
