@@ -329,3 +329,119 @@ def test_a_scrape_while_the_database_is_down(cut):
         )
     for led in ledgers:
         led.close()
+
+
+def _samples(families: dict, sample: str) -> dict[tuple, float]:
+    """Every sample of one name: its labels (sorted pairs) and value."""
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in families.values()
+        for s in family.samples
+        if s.name == sample
+    }
+
+
+def test_the_gauges_give_each_cohorts_leader_and_each_schedules_ticks(ledger):
+    """Cohort eu's leader lease ran out in August (its first term); cohort us's was taken again
+    just now (its second term). Of eu's schedules one ticked and finished, one ticks and fails;
+    us's schedule is paused and never ticked."""
+    from jobledger.observability.metrics import Metrics
+
+    sunday = datetime(2026, 8, 9, 12, 0, tzinfo=UTC)
+    six_in_berlin = datetime(2026, 8, 10, 4, 0, tzinfo=UTC)
+
+    def unreachable(tick):  # type: ignore[no-untyped-def]
+        raise RuntimeError("customer database unreachable")
+
+    @ledger.schedule("0 6 * * *", tz="Europe/Berlin", name="eu-digest", cohort="eu")
+    @ledger.task(queue="eu")
+    def eu_digest(ctx, tick: str) -> None: ...
+
+    @ledger.schedule(
+        "0 6 * * *",
+        tz="Europe/Berlin",
+        name="eu-report",
+        cohort="eu",
+        for_each=unreachable,
+        key="{entity}:{date}",
+        payload=lambda tick, n: {"n": n},
+    )
+    @ledger.task(queue="eu")
+    def eu_report(ctx, n: int) -> None: ...
+
+    @ledger.schedule("0 6 * * *", tz="America/New_York", name="us-digest", cohort="us")
+    @ledger.task(queue="us")
+    def us_digest(ctx, tick: str) -> None: ...
+
+    def scheduler(name: str, cohort: str, lease_seconds: float = 30):  # type: ignore[no-untyped-def]
+        return ledger.scheduler(
+            name=name, cohorts=[cohort], lease_seconds=lease_seconds, poll_interval=1
+        )
+
+    fra = scheduler("fra", "eu", lease_seconds=2 * 24 * 3600)  # one term, through the tick
+    fra.run_once(sunday)
+    fra.run_once(six_in_berlin + timedelta(minutes=1))
+    scheduler("iad", "us").run_once(sunday)
+    ledger.schedules.pause("us-digest", actor="ops", now=sunday)
+    scheduler("iad", "us").run_once()  # the database's clock: the August lease has run out
+    metrics = Metrics(process=False)
+    metrics.add_ledger(SnapshotCache(ledger, live_seconds=0))
+    f = parse(metrics.render()[0].decode())
+    assert _samples(f, "jobledger_scheduler_leader") == {
+        (("cohort", "eu"),): 0,
+        (("cohort", "us"),): 1,
+    }
+    assert _samples(f, "jobledger_scheduler_leader_term") == {
+        (("cohort", "eu"),): 1,
+        (("cohort", "us"),): 2,
+    }
+    assert _samples(f, "jobledger_scheduler_leader_holder_info") == {
+        (("cohort", "us"), ("holder", "iad")): 1
+    }
+    tick = six_in_berlin.timestamp()
+    assert _samples(f, "jobledger_schedule_last_tick_timestamp_seconds") == {
+        (("schedule", "eu-digest"),): tick,
+        (("schedule", "eu-report"),): tick,
+    }
+    assert _samples(f, "jobledger_schedule_last_tick_finished") == {
+        (("schedule", "eu-digest"),): 1,
+        (("schedule", "eu-report"),): 0,  # still running: its cursor waits for it
+    }
+    assert _samples(f, "jobledger_schedule_next_tick_timestamp_seconds") == {
+        (("schedule", "eu-digest"),): tick + 24 * 3600,
+        (("schedule", "eu-report"),): tick,
+        (("schedule", "us-digest"),): datetime(2026, 8, 10, 10, 0, tzinfo=UTC).timestamp(),
+    }
+    assert _samples(f, "jobledger_schedule_paused") == {
+        (("schedule", "eu-digest"),): 0,
+        (("schedule", "eu-report"),): 0,
+        (("schedule", "us-digest"),): 1,
+    }
+
+
+def test_the_snapshot_age_is_the_time_since_the_gauges_were_read(ledger):
+    """Seconds since the snapshot's read; never below 0 (a clock stepped back), and no sample
+    before the first read succeeded."""
+    from jobledger.observability.metrics import Metrics
+
+    class Fixed:
+        def __init__(self, snapshot) -> None:  # type: ignore[no-untyped-def]
+            self.snapshot = snapshot
+
+        def get(self):  # type: ignore[no-untyped-def]
+            return self.snapshot
+
+    read = SnapshotCache(ledger, live_seconds=0).get()
+    assert read.taken_at is not None
+
+    def age(taken_at):  # type: ignore[no-untyped-def]
+        metrics = Metrics(process=False)
+        metrics.add_ledger(Fixed(replace(read, taken_at=taken_at)))  # type: ignore[arg-type]
+        return _samples(parse(metrics.render()[0].decode()), "jobledger_snapshot_age_seconds")
+
+    [fresh] = age(read.taken_at).values()
+    assert 0 <= fresh < 5
+    [old] = age(datetime.now(UTC) - timedelta(seconds=42)).values()
+    assert 42 <= old < 47
+    assert age(datetime.now(UTC) + timedelta(seconds=30)) == {(): 0.0}
+    assert age(None) == {}
