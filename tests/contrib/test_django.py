@@ -47,6 +47,7 @@ def check_atomic(facts: Facts) -> None:
     assert facts["kept_visible_before_commit"] is False
     assert facts["kept_exists"] is True
     assert facts["lost_exists"] is False
+    assert facts["enqueue_in_broken_transaction"] == "TransactionManagementError"
     assert facts["orders"] == ["kept"]
     # Outside a transaction (autocommit) the job exists at once.
     assert facts["autocommit_visible_at_once"] is True

@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
+from django.db.transaction import TransactionManagementError
 from django.test import override_settings
 from django.utils import timezone
 
@@ -79,6 +80,20 @@ def atomic():
     except Rollback:
         pass
     lost_exists = exists(lost_id)
+    # A transaction that must roll back (an error left an atomic block without a savepoint):
+    # the enqueue is refused as any query of the ORM would be.
+    try:
+        with transaction.atomic():
+            try:
+                with transaction.atomic(savepoint=False):
+                    Order.objects.create(name="broken")
+                    raise Rollback
+            except Rollback:
+                pass
+            record.enqueue("broken")
+        broken = None
+    except TransactionManagementError as exc:
+        broken = type(exc).__name__
     auto = record.enqueue("autocommit")
     auto_visible = in_ledger(auto.id)
     ran = burst()
@@ -86,10 +101,11 @@ def atomic():
         "kept_visible_before_commit": visible_inside[0],
         "kept_exists": exists(kept_id),
         "lost_exists": lost_exists,
+        "enqueue_in_broken_transaction": broken,
         "autocommit_visible_at_once": auto_visible,
         "orders": sorted(Order.objects.values_list("name", flat=True)),
         "ran": sorted(
-            Event.objects.filter(label__in=["kept", "lost", "autocommit"]).values_list(
+            Event.objects.filter(label__in=["kept", "lost", "broken", "autocommit"]).values_list(
                 "label", flat=True
             )
         ),
