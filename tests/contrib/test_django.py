@@ -151,11 +151,23 @@ def check_signals(facts: Facts) -> None:
     assert facts["inside_atomic"] == []  # task_enqueued waits for the commit
     seen = facts["seen"]
     enqueued = [s for s in seen if s[0] == "enqueued"]
-    assert enqueued == [["enqueued", "add", "READY"], ["enqueued", "fail", "READY"]]
+    # Sent for the jobs made, once each: not for the rolled back one, nor for a key's second.
+    assert enqueued == [
+        ["enqueued", "add", "READY"],
+        ["enqueued", "fail", "READY"],
+        ["enqueued", "add", "READY"],
+        ["enqueued", "flaky", "READY"],
+    ]
     assert ["started", "add", "RUNNING"] in seen
     assert ["finished", "add", "SUCCESSFUL"] in seen
     assert ["started", "fail", "RUNNING"] in seen
     assert ["finished", "fail", "FAILED"] in seen
+    # An attempt that will be retried is not the end of its task: started twice, finished once.
+    assert [s for s in seen if s[1] == "flaky" and s[0] != "enqueued"] == [
+        ["started", "flaky", "RUNNING"],
+        ["started", "flaky", "RUNNING"],
+        ["finished", "flaky", "SUCCESSFUL"],
+    ]
 
 
 CHECKS: dict[str, Callable[[Facts], None]] = {

@@ -360,7 +360,16 @@ def signals():
         except Rollback:
             pass
         fail.enqueue("for real")
+        # The second enqueue of a key makes no job, even before the first is committed.
+        with transaction.atomic(), job_key("signalled-once"):
+            add.enqueue(5, 5)
+            add.enqueue(5, 5)
+        retried = flaky.enqueue("s-flaky")  # fails once: READY again, not finished
         burst()
+        for _ in range(100):
+            if flaky.get_result(retried.id).is_finished:
+                break
+            burst()
     finally:
         task_enqueued.disconnect(receivers["enqueued"])
         task_started.disconnect(receivers["started"])
