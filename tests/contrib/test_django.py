@@ -137,6 +137,7 @@ def check_keys(facts: Facts) -> None:
     assert facts["welcome_same_id"] is True
     assert facts["welcome_key"] == "welcome:7"
     assert facts["same_in_transaction"] is True
+    assert facts["done_again"] == [True, "SUCCESSFUL", "sent 4187:2026-W33"]
 
 
 def check_json_only(facts: Facts) -> None:

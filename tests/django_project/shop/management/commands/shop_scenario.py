@@ -309,7 +309,15 @@ def keys():
             once = record.enqueue("k-once")
             twice = record.enqueue("k-once")
         twice_status = twice.status
+    # Once its job is done, an enqueue of its key answers the done job, with what it returned.
+    burst("emails")
+    done_again = send_digest.enqueue(customer_id=4187, week="2026-W33")
     return {
+        "done_again": [
+            done_again.id == first.id,
+            done_again.status,
+            done_again.return_value if done_again.is_finished else None,
+        ],
         "same_in_transaction": once.id == twice.id and twice_status == "READY",
         "welcome_same_id": welcomed.id == welcomed_again.id,
         "welcome_key": task_backends["default"].ledger.job(int(welcomed.id)).key,
