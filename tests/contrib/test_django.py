@@ -57,7 +57,13 @@ def check_atomic(facts: Facts) -> None:
 
 def check_elsewhere(facts: Facts) -> None:
     # OPTIONS["url"]: a ledger database of its own, so the app's rollback does not undo it.
-    assert facts == {"exists_after_rollback": True, "backend": "elsewhere"}
+    # Read back through that backend, the result's task is of it: its refresh reads there too.
+    assert facts == {
+        "exists_after_rollback": True,
+        "backend": "elsewhere",
+        "fetched_task_backend": "elsewhere",
+        "refreshed_status": "READY",
+    }
 
 
 def check_priority(facts: Facts) -> None:

@@ -123,7 +123,14 @@ def elsewhere():
             raise Rollback
     except Rollback:
         pass
-    return {"exists_after_rollback": exists(result.id, "elsewhere"), "backend": result.backend}
+    fetched = task_backends["elsewhere"].get_result(result.id)
+    fetched.refresh()  # through the backend of its task
+    return {
+        "exists_after_rollback": exists(result.id, "elsewhere"),
+        "backend": result.backend,
+        "fetched_task_backend": fetched.task.backend,
+        "refreshed_status": fetched.status,
+    }
 
 
 def priority():
