@@ -129,7 +129,7 @@ def check_async_tasks(facts: Facts) -> None:
 
 
 def check_connections(facts: Facts) -> None:
-    assert facts == {"runs": 2, "fresh": True, "closed": True}
+    assert facts == {"runs": 2, "fresh": True, "closed": True, "last_closed": True}
 
 
 def check_keys(facts: Facts) -> None:

@@ -263,7 +263,12 @@ def connections():
     which_connection.enqueue()
     burst()
     first, second = tasks.CONNECTIONS
-    return {"runs": len(tasks.CONNECTIONS), "fresh": first is not second, "closed": _closed(first)}
+    return {
+        "runs": len(tasks.CONNECTIONS),
+        "fresh": first is not second,
+        "closed": _closed(first),
+        "last_closed": _closed(second),  # after its task, not only before the next one
+    }
 
 
 def _closed(dbapi_connection):
