@@ -121,7 +121,26 @@ def check_results(facts: Facts) -> None:
     assert facts["lucky_return_value"] == "second time lucky"
     assert facts["lucky_attempts"] == 2
     assert facts["lucky_errors"] == ["builtins.ConnectionError"]
+    assert facts["lucky_started_at_first"] is True  # started_at: its first attempt's start
     assert facts["missing"] is True
+    # A plain jobledger job in the same database is no Django task's result.
+    assert facts["plain_job_missing"] is True
+    # The provider's Retry-After sets when a Django task is tried again.
+    assert facts["busy_status"] == "READY"
+    assert facts["busy_errors"] == ["shop.tasks.ProviderBusy"]
+    assert 3500 < facts["busy_retry_in"] <= 3600
+    # A return value JSON cannot hold fails the job for good at once (max_attempts is 5).
+    assert facts["not_json_status"] == "FAILED"
+    assert facts["not_json_attempts"] == 1
+    assert facts["not_json_errors"] == ["builtins.TypeError"]
+    assert "which JSON cannot hold" in facts["not_json_traceback"]
+    # Cancelled by an operator: FAILED, and finished.
+    assert (facts["cancelled_status"], facts["cancelled_finished"]) == ("FAILED", True)
+    # A claim given back before the task ran is no attempt of it.
+    assert facts["given_back_claimed"] is True
+    assert facts["given_back_status"] == "SUCCESSFUL"
+    assert facts["given_back_attempts"] == 1
+    assert "gave-it-back" not in facts["given_back_workers"]
 
 
 def check_async_tasks(facts: Facts) -> None:

@@ -1,6 +1,7 @@
 """The project's tasks: plain Django tasks, declared with Django's own ``@task``."""
 
 import asyncio
+from datetime import UTC, datetime
 
 import django
 
@@ -48,6 +49,26 @@ def flaky(label):
     if Event.objects.filter(label=label).count() == 1:
         raise ConnectionError(f"{label}: the provider did not answer")
     return "second time lucky"
+
+
+class ProviderBusy(Exception):
+    """An HTTP client's error that carries the provider's answer (as httpx's does)."""
+
+    def __init__(self, status_code, headers):
+        super().__init__(f"HTTP {status_code}")
+        self.response = type("Response", (), {"status_code": status_code, "headers": headers})()
+
+
+@task
+def throttled(seconds):
+    """The provider answers 503 and asks to be called again in ``seconds``."""
+    raise ProviderBusy(503, {"Retry-After": str(seconds)})
+
+
+@task
+def returns_a_datetime():
+    """Returns what JSON cannot hold."""
+    return datetime.now(UTC)
 
 
 CONNECTIONS = []

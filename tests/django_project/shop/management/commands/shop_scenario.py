@@ -15,6 +15,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from jobledger import KeyConflict, NotFound, PayloadError
+from jobledger._records import Lease
 from jobledger.contrib.django import job_key
 from jobledger.contrib.django.compat import (
     InvalidTask,
@@ -33,7 +34,9 @@ from shop.tasks import (
     flaky,
     record,
     refuse,
+    returns_a_datetime,
     send_digest,
+    throttled,
     which_attempt,
     which_connection,
 )
@@ -210,12 +213,23 @@ def queues():
 
 
 def results():
+    ledger = task_backends["default"].ledger
+    # Claimed by a worker that gave it back before running it (as at a graceful stop): no
+    # attempt of the task's.
+    given_back = add.enqueue(3, 4)
+    [claimed] = ledger.backend.jobs.claim(["default"], "gave-it-back", 1)
+    ledger.backend.jobs.release([Lease(claimed.id, claimed.lease_token, claimed.attempt)])
     added = add.enqueue(2, 3)
     before = added.status
     failed = fail.enqueue("boom")
     refused = refuse.enqueue("no way")
     ctx = which_attempt.enqueue("ctx")
     lucky = flaky.enqueue("f-lucky")
+    busy = throttled.enqueue(3600)
+    not_json = returns_a_datetime.enqueue()
+    cancelled = record.using(run_after=timezone.now() + timedelta(hours=1)).enqueue("c-cancel")
+    ledger.cancel(int(cancelled.id), actor="support", reason="the customer left")
+    plain = ledger.enqueue("nightly", {"n": 1}, key="nightly:1", queue="nightly")
     burst()
     # Its retry is due a millisecond after its failure: a burst that ended just before that
     # leaves it to the next one.
@@ -227,6 +241,10 @@ def results():
     failure = fail.get_result(failed.id)
     lucky_result = flaky.get_result(lucky.id)
     refusal = refuse.get_result(refused.id)
+    busy_result = throttled.get_result(busy.id)
+    not_json_result = returns_a_datetime.get_result(not_json.id)
+    cancelled_result = record.get_result(cancelled.id)
+    given_back_result = add.get_result(given_back.id)
     return {
         "before": before,
         "id_is_job_id": added.id == str(int(added.id)),
@@ -250,7 +268,22 @@ def results():
         "lucky_return_value": lucky_result.return_value,
         "lucky_attempts": lucky_result.attempts,
         "lucky_errors": [e.exception_class_path for e in lucky_result.errors],
+        "lucky_started_at_first": lucky_result.started_at < lucky_result.last_attempted_at,
         "missing": not exists("999999999") and not exists("not-a-number"),
+        "plain_job_missing": not exists(str(plain.id)),
+        "busy_status": busy_result.status,
+        "busy_errors": [e.exception_class_path for e in busy_result.errors],
+        "busy_retry_in": (ledger.job(int(busy.id)).run_at - timezone.now()).total_seconds(),
+        "not_json_status": not_json_result.status,
+        "not_json_attempts": not_json_result.attempts,
+        "not_json_errors": [e.exception_class_path for e in not_json_result.errors],
+        "not_json_traceback": "".join(e.traceback for e in not_json_result.errors),
+        "cancelled_status": cancelled_result.status,
+        "cancelled_finished": cancelled_result.finished_at is not None,
+        "given_back_claimed": claimed.id == int(given_back.id),
+        "given_back_status": given_back_result.status,
+        "given_back_attempts": given_back_result.attempts,
+        "given_back_workers": given_back_result.worker_ids,
     }
 
 
