@@ -4,6 +4,9 @@ process: neither needs Django's settings.)"""
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,6 +19,7 @@ from psycopg.conninfo import conninfo_to_dict  # noqa: E402
 from jobledger import Backoff, PayloadError  # noqa: E402
 from jobledger.backends.url import DatabaseURL  # noqa: E402
 from jobledger.contrib.django.databases import _postgres_url, _sqlite_url  # noqa: E402
+from jobledger.contrib.django.ledger import DjangoLedger, check_json  # noqa: E402
 from jobledger.contrib.django.options import BackendOptions  # noqa: E402
 
 
@@ -131,3 +135,57 @@ def test_a_postgresql_socket_directory_is_the_encoded_host() -> None:
         "port": "5433",
         "dbname": "shop",
     }
+
+
+def test_a_task_s_options_make_the_jobledger_task_that_runs_it(tmp_path: Path) -> None:
+    """The options of ``OPTIONS["tasks"][path]`` (and the backend's, for the others) are the
+    registered task's: its budget, lease, timeout and backoff."""
+    backoff = Backoff(base=0.5, cap=8)
+    settings = parse(
+        {
+            "lease_seconds": 90,
+            "tasks": {
+                "shop.tasks.slow": {
+                    "max_attempts": 2,
+                    "lease_seconds": 120,
+                    "timeout": 30,
+                    "backoff": backoff,
+                }
+            },
+        }
+    )
+    backend = SimpleNamespace(settings=settings)
+    ledger = DjangoLedger(f"sqlite:///{tmp_path}/ledger.db", backend)  # type: ignore[arg-type]
+    try:
+
+        def django_task(path: str) -> Any:
+            return SimpleNamespace(
+                module_path=path, queue_name="default", func=lambda: None, takes_context=False
+            )
+
+        slow = ledger.django_task(django_task("shop.tasks.slow"))
+        assert (slow.max_attempts, slow.lease_seconds, slow.timeout) == (2, 120, 30)
+        assert slow.backoff == backoff
+        other = ledger.django_task(django_task("shop.tasks.add"))
+        assert (other.max_attempts, other.lease_seconds, other.timeout) == (10, 90, None)
+        assert other.backoff == ledger.task(lambda ctx: None, name="plain").backoff
+    finally:
+        ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([math.nan], r"args\[0\] is nan, which JSON cannot hold"),
+        ([1, math.inf], r"args\[1\] is inf, which JSON cannot hold"),
+        ([{"a": {1: "x"}}], r"args\[0\]\['a'\] has the key 1; JSON object keys are strings"),
+        ([b"raw"], r"args\[0\] is a bytes \(b'raw'\), which JSON cannot hold"),
+    ],
+)
+def test_arguments_json_cannot_hold_are_refused_naming_them(value: Any, message: str) -> None:
+    """Checked before the job is written: JSON has no NaN or infinity, and its object keys are
+    strings (``json.dumps`` would write ``NaN`` or turn ``1`` into ``"1"``, and the task would
+    get other arguments than it was given)."""
+    with pytest.raises(PayloadError, match=message):
+        check_json(value, "args")
+    assert check_json([(1, 2.5), {"k": [None, True]}], "args") == [[1, 2.5], {"k": [None, True]}]
