@@ -313,6 +313,17 @@ def test_system_checks_say_a_database_the_workers_cannot_share(tmp_path: Path) -
     assert "in-memory SQLite database, which workers in other processes cannot share" in done.stderr
 
 
+def test_system_checks_say_the_app_is_missing(tmp_path: Path) -> None:
+    database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "app.db")}
+    env = {**_env(database, tmp_path), "JOBLEDGER_DJANGO_WITHOUT_APP": "1"}
+    done = Project(sys.executable, env).manage("check", check=False)
+    assert done.returncode != 0
+    assert "(jobledger.E001) TASKS['default'] uses jobledger, but its app is not installed" in (
+        done.stderr
+    )
+    assert "add 'jobledger.contrib.django' to INSTALLED_APPS" in done.stderr
+
+
 def test_migrate_creates_the_ledger_tables(project: Project) -> None:
     """``manage.py migrate`` creates the ledger's tables in the app's database (before any use
     of the ledger), so that the first enqueue inside a transaction finds them."""
