@@ -4,11 +4,15 @@ that run for long (tested in a real worker process, with its metrics port)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
 import re
 import signal
+import time
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -207,3 +211,52 @@ def test_an_unknown_log_format_is_a_usage_error(capsys):
         main(["worker", "x:y", "--log-format", "xml"])
     assert exit_info.value.code == 2
     assert "'xml' is not one of 'console', 'json'" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def json_lines() -> Iterator[list[dict[str, Any]]]:
+    """The JSON lines logged in the block (``configure_logging("info", "json")``), read when it
+    ends; the root logger's handlers and level as they were afterwards."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    configure_logging("info", "json", stream)
+    lines: list[dict[str, Any]] = []
+    try:
+        yield lines
+    finally:
+        root.handlers[:], _ = saved
+        root.setLevel(saved[1])
+        lines.extend(json.loads(line) for line in stream.getvalue().splitlines())
+
+
+def _outcome_lines(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in lines if "outcome" in e and e.get("logger") == "jobledger.worker"]
+
+
+def test_an_outcome_line_has_the_attempt_s_duration_its_worker_and_a_level_by_outcome(ledger):
+    """``duration`` is how long the handler ran, ``worker`` the worker that ran it; a failed
+    attempt is a warning, a done one is info."""
+
+    @ledger.task(queue="q", max_attempts=2, backoff=Backoff(base=0.001, cap=0.001))
+    def slow(ctx) -> None:
+        time.sleep(0.05)  # the run the line measures, not a wait for something to happen
+        if ctx.attempt == 1:
+            raise ConnectionError("provider hiccup")
+
+    job_id = ledger.enqueue(slow, {}, key="slow-1").id
+    with json_lines() as lines:
+        bursts_until(
+            ledger,
+            lambda: ledger.job(job_id).state is JobState.DONE,
+            "two attempts",
+            queues=["q"],
+            name="logs-worker-1",
+        )
+    outcomes = _outcome_lines(lines)
+    assert [(e["attempt"], e["outcome"], e["level"]) for e in outcomes] == [
+        (1, "retry", "warning"),
+        (2, "done", "info"),
+    ]
+    assert all(e["worker"] == "logs-worker-1" for e in outcomes)
+    assert all(e["duration"] >= 0.05 for e in outcomes)
