@@ -260,3 +260,22 @@ def test_an_outcome_line_has_the_attempt_s_duration_its_worker_and_a_level_by_ou
     ]
     assert all(e["worker"] == "logs-worker-1" for e in outcomes)
     assert all(e["duration"] >= 0.05 for e in outcomes)
+
+
+def test_a_job_completed_in_its_handler_s_transaction_has_its_outcome_line(ledger):
+    """``ctx.transaction()`` completes the job with the handler's writes: logged as any
+    completion, once."""
+
+    @ledger.task(queue="q")
+    def in_transaction(ctx) -> None:
+        with ctx.transaction():
+            pass
+
+    job_id = ledger.enqueue(in_transaction, {}, key="tx-1", correlation_id="corr-tx").id
+    with json_lines() as lines:
+        bursts_until(
+            ledger, lambda: ledger.job(job_id).state is JobState.DONE, "the job", queues=["q"]
+        )
+    [entry] = _outcome_lines(lines)
+    assert (entry["job_id"], entry["key"], entry["outcome"]) == (job_id, "tx-1", "done")
+    assert (entry["attempt"], entry["correlation_id"]) == (1, "corr-tx")
