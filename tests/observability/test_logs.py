@@ -12,6 +12,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -279,3 +280,37 @@ def test_a_job_completed_in_its_handler_s_transaction_has_its_outcome_line(ledge
     [entry] = _outcome_lines(lines)
     assert (entry["job_id"], entry["key"], entry["outcome"]) == (job_id, "tx-1", "done")
     assert (entry["attempt"], entry["correlation_id"]) == (1, "corr-tx")
+
+
+def test_a_refused_completion_is_logged_as_a_lost_lease_of_the_job(ledger, db_url):
+    """The worker's completion of a job another host took over is refused: the line says
+    ``lease_lost`` with the job's id, key, queue and attempt."""
+
+    @ledger.task(queue="w", lease_seconds=60)
+    def overtaken(ctx) -> None:
+        # Another host, its clock 2 minutes ahead, sees the lease as expired and takes the job.
+        later = datetime.now(UTC) + timedelta(minutes=2)
+        other = Ledger(db_url)
+        try:
+            other.backend.jobs.rescue(now=later)
+            other.backend.jobs.claim(["w"], "other-host", 1, now=later)
+        finally:
+            other.close()
+
+    job_id = ledger.enqueue(overtaken, {}, key="taken-1").id
+    with json_lines() as lines:
+        bursts_until(
+            ledger,
+            lambda: ledger.job(job_id).leased_by == "other-host",
+            "the takeover",
+            queues=["w"],
+        )
+    [entry] = [e for e in lines if e.get("outcome") == "lease_lost"]
+    assert entry["level"] == "warning"
+    assert (entry["job_id"], entry["key"], entry["queue"], entry["attempt"]) == (
+        job_id,
+        "taken-1",
+        "w",
+        1,
+    )
+    assert not _outcome_lines([e for e in lines if e.get("outcome") != "lease_lost"])
