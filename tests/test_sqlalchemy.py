@@ -162,6 +162,19 @@ def test_unsupported_drivers_are_said():
     _check_driver("postgresql", "psycopg")
 
 
+def test_a_connection_of_another_driver_is_refused_before_anything_is_written(
+    ledger, engine, monkeypatch
+):
+    """The enqueue reads the driver of the connection it is given: one jobledger does not write
+    with is refused (here the engine says it is psycopg2's), and nothing is written."""
+    monkeypatch.setattr(engine.dialect, "driver", "psycopg2")
+    with engine.connect() as c:
+        with pytest.raises(ConfigError, match="psycopg2 driver is not supported"):
+            ledger.enqueue("receipt", {}, key="k", conn=c)
+        assert not c.in_transaction()
+    assert _jobs(ledger) == []
+
+
 def test_an_async_form_given_to_the_sync_api_is_refused(ledger):
     pytest.importorskip("sqlalchemy.ext.asyncio")
     from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
