@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -314,3 +315,27 @@ def test_a_refused_completion_is_logged_as_a_lost_lease_of_the_job(ledger, db_ur
         1,
     )
     assert not _outcome_lines([e for e in lines if e.get("outcome") != "lease_lost"])
+
+
+def test_an_attempt_past_its_timeout_is_logged_as_timed_out(ledger):
+    """The line of an attempt the task's timeout ended says ``timed_out``, and what it became."""
+    release = threading.Event()
+
+    @ledger.task(queue="q", timeout=0.05, max_attempts=1)
+    def stuck(ctx) -> None:
+        release.wait(30)
+
+    job_id = ledger.enqueue(stuck, {}, key="stuck-1").id
+    try:
+        with json_lines() as lines:
+            bursts_until(
+                ledger,
+                lambda: ledger.job(job_id).state is JobState.DEAD,
+                "the timeout",
+                queues=["q"],
+            )
+    finally:
+        release.set()
+    [entry] = _outcome_lines(lines)
+    assert (entry["job_id"], entry["outcome"], entry["level"]) == (job_id, "timed_out", "warning")
+    assert entry["message"].endswith("-> dead)")
