@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -58,7 +59,7 @@ def test_json_lines_carry_the_extra_fields():
         raise ValueError("boom")
     except ValueError:
         record = _record(exc_info=True)
-        record.exc_info = __import__("sys").exc_info()
+        record.exc_info = sys.exc_info()
     assert "ValueError: boom" in json.loads(JsonFormatter().format(record))["exc"]
 
 
@@ -80,6 +81,57 @@ def test_console_lines_end_with_the_correlation_id():
     line = ConsoleFormatter().format(_record(correlation_id="weekly-digest:2026-08-10T04:00Z"))
     assert line.endswith("hello world  [correlation_id=weekly-digest:2026-08-10T04:00Z]")
     assert "{" not in line
+
+
+def test_a_console_record_with_a_traceback_keeps_the_correlation_id_on_its_first_line():
+    try:
+        raise RuntimeError("provider down")
+    except RuntimeError:
+        record = _record(correlation_id="digest:2026-W33")
+        record.exc_info = sys.exc_info()
+    lines = ConsoleFormatter().format(record).splitlines()
+    assert lines[0].endswith("hello world  [correlation_id=digest:2026-W33]")
+    assert lines[1] == "Traceback (most recent call last):"
+    assert lines[-1] == "RuntimeError: provider down"
+
+
+@pytest.fixture
+def root_logging() -> Iterator[logging.Logger]:
+    """The root logger's handlers and level, put back after the test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield root
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_configure_logging_takes_the_format_from_the_environment_when_none_is_given(
+    root_logging, monkeypatch
+):
+    monkeypatch.setenv("JOBLEDGER_LOG_FORMAT", "JSON")
+    stream = io.StringIO()
+    handler = configure_logging(stream=stream)
+    assert isinstance(handler.formatter, JsonFormatter)
+    logging.getLogger("jobledger.test").info("hello %s", "env")
+    assert json.loads(stream.getvalue())["message"] == "hello env"
+    # A format given outright wins over the environment's.
+    handler = configure_logging(fmt="console", stream=stream)
+    assert isinstance(handler.formatter, ConsoleFormatter)
+
+
+def test_configure_logging_replaces_the_root_logger_s_handlers(root_logging):
+    earlier = io.StringIO()
+    root_logging.handlers[:] = [logging.StreamHandler(earlier)]
+    stream = io.StringIO()
+    handler = configure_logging("warning", "json", stream)
+    assert root_logging.handlers == [handler]
+    assert root_logging.level == logging.WARNING
+    logging.getLogger("uvicorn.error").warning("one line, once")
+    logging.getLogger("jobledger.test").info("below the level")
+    assert [json.loads(line)["message"] for line in stream.getvalue().splitlines()] == [
+        "one line, once"
+    ]
+    assert earlier.getvalue() == ""
 
 
 def test_one_json_line_per_attempt_outcome_with_the_enqueued_correlation_id(ledger):
