@@ -251,6 +251,34 @@ def test_asyncledger_enqueues_in_a_sqlalchemy_async_session_and_its_commit_decid
     assert _jobs(ledger) == ["committed"]
 
 
+@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)
+def test_an_async_connection_of_another_driver_is_refused_before_anything_is_written(ledger):
+    """As the sync enqueue: the async one reads the driver of the connection it is given, and
+    refuses one jobledger does not write with (here the engine says it is asyncpg's)."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from jobledger import AsyncLedger
+
+    aledger = AsyncLedger.of(ledger)
+
+    async def scenario() -> None:
+        engine = create_async_engine(sqlalchemy_url(ledger))
+        engine.sync_engine.dialect.driver = "asyncpg"
+        try:
+            async with engine.connect() as c:
+                with pytest.raises(ConfigError, match=r"postgresql\+asyncpg driver"):
+                    await aledger.enqueue("receipt", {}, key="k", conn=c)
+                assert not c.in_transaction()
+        finally:
+            await engine.dispose()
+            await aledger.close()
+
+    asyncio.run(scenario())
+    assert _jobs(ledger) == []
+
+
 def test_a_ledger_without_sqlalchemy_connections_never_imports_it(tmp_path):
     code = (
         "import sqlite3, sys\n"
