@@ -113,6 +113,9 @@ def test_duplicate_keys_within_one_batch(api, tasks):
         ({"blob": "x" * (256 * 1024)}, "256 KiB"),
         # The limit is in bytes of UTF-8, not in characters: 70,000 four-byte characters.
         ({"blob": "\U0001f680" * 70_000}, "280011 bytes"),
+        # A lone half of a surrogate pair (JSON's "\ud800" decodes to one) is no UTF-8.
+        ({"s": "caf\u00e9 \ud800"}, "unpaired surrogate"),
+        ({"\udc00": 1}, "unpaired surrogate"),
     ],
 )
 def test_bad_payloads_are_refused_clearly(api, tasks, payload, message):

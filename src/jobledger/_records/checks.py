@@ -67,7 +67,8 @@ def encode_payload(payload: Any) -> str:
     """The canonical JSON text of a payload (sorted keys, no spaces), or ``PayloadError``.
 
     A payload must be a JSON object (a ``dict`` with string keys) of at most 256 KiB once encoded,
-    without NaN or infinity, and no string in it may hold U+0000. Payloads carry ids, not snapshots: look the data up when the job runs.
+    without NaN or infinity, and no string in it may hold U+0000 or an unpaired surrogate.
+    Payloads carry ids, not snapshots: look the data up when the job runs.
     """
     if not isinstance(payload, dict):
         raise PayloadError(f"payload must be a JSON object (a dict), got {type(payload).__name__}")
@@ -81,8 +82,18 @@ def encode_payload(payload: Any) -> str:
         raise PayloadError(
             "payload is not valid JSON: it nests too deeply, or contains itself"
         ) from None
-    # A character is at most 4 bytes in UTF-8: short texts need no encoding to be measured.
-    size = len(text) if len(text) * 4 <= MAX_PAYLOAD_BYTES else len(text.encode("utf-8"))
+    # An ASCII text is its own size (``isascii`` is a flag read); any other is encoded once,
+    # which also finds a string with an unpaired surrogate, as no database can store one.
+    if text.isascii():
+        size = len(text)
+    else:
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise PayloadError(
+                "payload holds a string with an unpaired surrogate (not UTF-8), "
+                "which the ledger cannot store"
+            ) from None
     if size > MAX_PAYLOAD_BYTES:
         raise PayloadError(
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB). "
