@@ -304,3 +304,36 @@ def test_a_webhook_id_that_cannot_be_a_key_is_400_invalid_header(app_ledger, ser
         response = client.post(url, content=body, headers=signed(body, "m" * 513))
     assert (response.status_code, response.json()["reason"]) == (400, "invalid-header")
     assert app_ledger.jobs() == []
+
+
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        (b'{"type":"t","data":{"n":NaN}}', "the body is not JSON"),
+        (b'{"type":"t","data":{"n":-Infinity}}', "the body is not JSON"),
+        (b'{"type":"t","data":{"s":"nul\\u0000"}}', "U+0000"),
+        (b'{"type":"t","data":{"s":"\\ud800"}}', "unpaired surrogate"),
+    ],
+    ids=["nan", "infinity", "nul", "surrogate"],
+)
+def test_a_signed_body_of_json_no_database_stores_is_400_malformed_not_413(
+    app_ledger, served, body, detail
+):
+    # The sender gives up on any 4xx but 408/409/425/429 alike; the reason and detail tell the
+    # sender's operator what is wrong with the event, which is not its size.
+    url = served(WebhookReceiver(app_ledger, SECRET, "inbox")).url
+    with httpx.Client(timeout=10) as client:
+        response = client.post(url, content=body, headers=signed(body, "odd"))
+    assert (response.status_code, response.json()["reason"]) == (400, "malformed")
+    assert detail in response.json()["detail"]
+    assert app_ledger.jobs() == []
+
+
+def test_a_body_within_max_body_whose_payload_is_over_256_kib_is_413(app_ledger, served):
+    url = served(WebhookReceiver(app_ledger, SECRET, "inbox")).url  # max_body: 1 MiB
+    body = json.dumps({"type": "t", "data": {"blob": "x" * (256 * 1024)}}).encode()
+    with httpx.Client(timeout=10) as client:
+        response = client.post(url, content=body, headers=signed(body, "big"))
+    assert (response.status_code, response.json()["reason"]) == (413, "too-large")
+    assert "the limit is 262144 bytes (256 KiB)" in response.json()["detail"]
+    assert app_ledger.jobs() == []

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_LEASE_SECONDS",
     "MAX_PAYLOAD_BYTES",
+    "PayloadTooLarge",
     "encode_payload",
     "encode_result",
     "finite_number",
@@ -33,6 +34,12 @@ __all__ = [
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_KEY_LENGTH = 512
+
+
+class PayloadTooLarge(PayloadError):
+    """A payload refused for its size alone (a ``PayloadError`` to callers): the receiver
+    helper answers it 413, and every other refused payload 400."""
+
 
 # One encoder for every payload: ``json.dumps`` with options builds a new one per call.
 _ENCODER = json.JSONEncoder(
@@ -95,7 +102,7 @@ def encode_payload(payload: Any) -> str:
                 "which the ledger cannot store"
             ) from None
     if size > MAX_PAYLOAD_BYTES:
-        raise PayloadError(
+        raise PayloadTooLarge(
             f"payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES} bytes (256 KiB). "
             "Store large data elsewhere and pass its id."
         )

@@ -17,7 +17,8 @@ it at the URL the subscription posts to; for each request it:
 Because the acceptance is the job and the job's key is the ``webhook-id``, a receiver killed after
 the commit and before its answer recognises the redelivery as a duplicate and acknowledges it,
 and the application's task runs once (its effects are the ledger's usual ones: see
-docs/concepts.md). Answers: 202 accepted, 200 duplicate, 400 malformed, 401 not verified
+docs/concepts.md). Answers: 202 accepted, 200 duplicate, 400 malformed (not a JSON object, or
+JSON no database stores: NaN, U+0000, half a surrogate pair), 401 not verified
 (bad signature, stale timestamp), 405 not POST, 413 too large, 503 the database is unavailable
 (the sender retries). A ``webhook-id`` is accepted once, whatever body comes with it later.
 """
@@ -32,7 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from .._faults import fault_point
-from .._records import DEFAULT_QUEUE, validate_key, validate_queue_name
+from .._records import DEFAULT_QUEUE, PayloadTooLarge, validate_key, validate_queue_name
 from .._task import Task
 from .._webhooks import (
     DEFAULT_TOLERANCE,
@@ -163,8 +164,10 @@ class WebhookReceiver:
             # Accepted a moment ago by a concurrent request: the id decides, as for any replay.
             existing = await self._call(self._existing, msg_id)
             return 200, {"status": "duplicate", "job_id": existing}
-        except PayloadError as exc:
+        except PayloadTooLarge as exc:
             raise _Refused(413, "too-large", str(exc)) from None
+        except PayloadError as exc:  # JSON that no database stores (U+0000, half a pair)
+            raise _Refused(400, "malformed", str(exc)) from None
         fault_point("receiver.after_accept")
         if not created:
             return 200, {"status": "duplicate", "job_id": job_id}
@@ -233,7 +236,7 @@ def _event(raw: bytes) -> dict[str, Any]:
     """The job's payload: the event's ``type``, ``timestamp`` and ``data`` (an event without a
     ``data`` member is its own data)."""
     try:
-        document = json.loads(raw)
+        document = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError):
         raise _Refused(400, "malformed", "the body is not JSON") from None
     if not isinstance(document, dict):
@@ -245,6 +248,10 @@ def _event(raw: bytes) -> dict[str, Any]:
         "timestamp": timestamp if isinstance(timestamp, str) else None,
         "data": document.get("data", document),
     }
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
