@@ -4,6 +4,7 @@ timeouts and 429s."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -336,4 +337,39 @@ def test_a_body_within_max_body_whose_payload_is_over_256_kib_is_413(app_ledger,
         response = client.post(url, content=body, headers=signed(body, "big"))
     assert (response.status_code, response.json()["reason"]) == (413, "too-large")
     assert "the limit is 262144 bytes (256 KiB)" in response.json()["detail"]
+    assert app_ledger.jobs() == []
+
+
+def asgi(app, scope: dict, incoming: list[dict]) -> list[dict]:
+    """What ``app`` sends for one ASGI ``scope`` while it receives ``incoming``, in order."""
+    sent: list[dict] = []
+    messages = list(incoming)
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent
+
+
+def http_scope(method: str = "POST", headers: dict | None = None) -> dict:
+    encoded = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    return {"type": "http", "method": method, "path": "/hooks", "headers": encoded}
+
+
+def answer(sent: list[dict]) -> tuple[int, dict, dict]:
+    start, body = sent
+    return start["status"], dict(start["headers"]), json.loads(body["body"])
+
+
+def test_a_receiver_served_as_the_app_answers_anything_but_post_405_with_allow_post(app_ledger):
+    # Mounted on a Route(methods=["POST"]) the framework answers 405 first; served on its own
+    # (uvicorn app:receiver) or on a route of every method, the receiver does, as RFC 9110 asks.
+    receiver = WebhookReceiver(app_ledger, SECRET, "inbox")
+    for method in ("GET", "PUT", "HEAD"):
+        status, headers, body = answer(asgi(receiver, http_scope(method), []))
+        assert (status, headers[b"allow"], body["reason"]) == (405, b"POST", "method-not-allowed")
     assert app_ledger.jobs() == []

@@ -18,9 +18,9 @@ Because the acceptance is the job and the job's key is the ``webhook-id``, a rec
 the commit and before its answer recognises the redelivery as a duplicate and acknowledges it,
 and the application's task runs once (its effects are the ledger's usual ones: see
 docs/concepts.md). Answers: 202 accepted, 200 duplicate, 400 malformed (not a JSON object, or
-JSON no database stores: NaN, U+0000, half a surrogate pair), 401 not verified
-(bad signature, stale timestamp), 405 not POST, 413 too large, 503 the database is unavailable
-(the sender retries). A ``webhook-id`` is accepted once, whatever body comes with it later.
+JSON no database stores: NaN, U+0000, half a surrogate pair), 401 not verified (bad signature,
+stale timestamp), 405 not POST (with ``Allow: POST``), 413 too large, 503 the database is
+unavailable (the sender retries). A ``webhook-id`` is accepted once, whatever body comes with it later.
 """
 
 from __future__ import annotations
@@ -123,7 +123,12 @@ class WebhookReceiver:
         if scope["type"] != "http":
             return
         if scope["method"] != "POST":
-            await _answer(send, 405, {"status": "refused", "detail": "send deliveries with POST"})
+            body = {
+                "status": "refused",
+                "reason": "method-not-allowed",
+                "detail": "send deliveries with POST",
+            }
+            await _answer(send, 405, body, ((b"allow", b"POST"),))
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
@@ -254,7 +259,9 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
+async def _answer(
+    send: Send, status: int, body: dict[str, Any], extra: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
     data = json.dumps(body, separators=(",", ":")).encode()
     await send(
         {
@@ -263,6 +270,7 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(data)).encode()),
+                *extra,
             ],
         }
     )
