@@ -24,6 +24,7 @@ from jobledger._records import QueueSettings
 from jobledger._webhooks import generate_secret
 from jobledger.push import WebhookReceiver
 
+from ..support.outage import SqliteCut
 from ..support.processes import ROOT, wait_exit, wait_until
 from .conftest import publish, subscribe
 
@@ -373,3 +374,31 @@ def test_a_receiver_served_as_the_app_answers_anything_but_post_405_with_allow_p
         status, headers, body = answer(asgi(receiver, http_scope(method), []))
         assert (status, headers[b"allow"], body["reason"]) == (405, b"POST", "method-not-allowed")
     assert app_ledger.jobs() == []
+
+
+def test_the_ledger_unavailable_is_503_and_the_sender_s_retry_is_accepted_once_it_is_back(
+    tmp_path,
+):
+    cut = SqliteCut(tmp_path)
+    app = Ledger(cut.url)
+    app.migrate()
+    try:
+        receiver = WebhookReceiver(app, SECRET, "inbox")
+        body = b'{"type":"t","data":{"n":1}}'
+        delivery = [{"type": "http.request", "body": body, "more_body": False}]
+        cut.cut()
+        down = answer(asgi(receiver, http_scope(headers=signed(body, "m1")), delivery))
+        assert (down[0], down[2]["reason"]) == (503, "unavailable")  # the sender retries 503
+        cut.restore()
+        answers = []
+
+        def retried() -> int:  # as the sender does, until an answer is not 503
+            answers.append(answer(asgi(receiver, http_scope(headers=signed(body, "m1")), delivery)))
+            return answers[-1][0]
+
+        wait_until(lambda: retried() != 503, what="the receiver to answer again")
+        assert (answers[-1][0], answers[-1][2]["status"]) == (202, "accepted")
+        assert {a[2]["reason"] for a in answers[:-1]} <= {"unavailable"}
+        assert [j.key for j in app.jobs()] == ["m1"]
+    finally:
+        app.close()
