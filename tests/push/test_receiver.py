@@ -402,3 +402,32 @@ def test_the_ledger_unavailable_is_503_and_the_sender_s_retry_is_accepted_once_i
         assert [j.key for j in app.jobs()] == ["m1"]
     finally:
         app.close()
+
+
+@pytest.mark.parametrize("same_body", [True, False], ids=["same-body", "other-body"])
+def test_a_delivery_accepted_by_a_concurrent_request_after_the_look_up_is_200_duplicate(
+    app_ledger, same_body
+):
+    # Two requests with one webhook-id (a sender's retry crossing a slow answer) both find no
+    # job, and the other one's acceptance commits first. This one's enqueue then finds the key
+    # taken: with the same payload it creates nothing, with another it is a KeyConflict; either
+    # way the id decides and the answer is the other one's job, as for any replay.
+    receiver = WebhookReceiver(app_ledger, SECRET, "inbox")
+    body = b'{"type":"t","data":{"n":1}}'
+    theirs = {"type": "t", "timestamp": None, "data": {"n": 1 if same_body else 2}}
+    look_up = receiver._existing
+    other: list[int] = []
+
+    def raced(msg_id: str) -> int | None:
+        if not other:  # the first look-up, then the concurrent acceptance commits
+            found = look_up(msg_id)
+            other.append(app_ledger.enqueue("inbox", theirs, key=msg_id, queue=receiver.queue).id)
+            return found
+        return look_up(msg_id)
+
+    receiver._existing = raced  # type: ignore[method-assign]
+    delivery = [{"type": "http.request", "body": body, "more_body": False}]
+    status, _, answered = answer(asgi(receiver, http_scope(headers=signed(body, "m1")), delivery))
+    assert (status, answered) == (200, {"status": "duplicate", "job_id": other[0]})
+    [job] = app_ledger.jobs()
+    assert (job.id, job.payload) == (other[0], theirs)
