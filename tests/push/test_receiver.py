@@ -431,3 +431,29 @@ def test_a_delivery_accepted_by_a_concurrent_request_after_the_look_up_is_200_du
     assert (status, answered) == (200, {"status": "duplicate", "job_id": other[0]})
     [job] = app_ledger.jobs()
     assert (job.id, job.payload) == (other[0], theirs)
+
+
+def test_a_sender_gone_mid_body_or_a_signed_body_that_is_not_json_accepts_nothing(app_ledger):
+    receiver = WebhookReceiver(app_ledger, SECRET, "inbox")
+    body = b'{"type":"t","data":{"n":1}}'
+    gone = [
+        {"type": "http.request", "body": body[:10], "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    status, _, answered = answer(asgi(receiver, http_scope(headers=signed(body, "m1")), gone))
+    assert (status, answered["reason"]) == (400, "disconnected")
+    for raw in (b"not json", b'{"type":', b"[" * 100_000):
+        delivery = [{"type": "http.request", "body": raw, "more_body": False}]
+        status, _, answered = answer(
+            asgi(receiver, http_scope(headers=signed(raw, "m2")), delivery)
+        )
+        assert (status, answered["reason"], answered["detail"]) == (
+            400,
+            "malformed",
+            "the body is not JSON",
+        )
+    assert app_ledger.jobs() == []
+    # The whole delivery, sent again, is accepted: nothing of the broken ones was kept.
+    delivery = [{"type": "http.request", "body": body, "more_body": False}]
+    status, _, answered = answer(asgi(receiver, http_scope(headers=signed(body, "m1")), delivery))
+    assert (status, answered["status"]) == (202, "accepted")
