@@ -457,3 +457,22 @@ def test_a_sender_gone_mid_body_or_a_signed_body_that_is_not_json_accepts_nothin
     delivery = [{"type": "http.request", "body": body, "more_body": False}]
     status, _, answered = answer(asgi(receiver, http_scope(headers=signed(body, "m1")), delivery))
     assert (status, answered["status"]) == (202, "accepted")
+
+
+def test_a_receiver_served_as_the_app_completes_the_lifespan_and_ignores_websockets(app_ledger):
+    # uvicorn app:receiver runs the lifespan protocol first (and fails to start, with
+    # lifespan "on", when the app does not complete it).
+    receiver = WebhookReceiver(app_ledger, SECRET, "inbox")
+    lifespan = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+    sent = asgi(receiver, {"type": "lifespan"}, lifespan)
+    assert sent == [{"type": "lifespan.startup.complete"}, {"type": "lifespan.shutdown.complete"}]
+    assert asgi(receiver, {"type": "websocket", "headers": []}, []) == []
+
+
+def test_a_receiver_needs_a_secret_and_a_task(app_ledger):
+    for secrets in ([], ()):
+        with pytest.raises(ConfigError, match="at least one secret"):
+            WebhookReceiver(app_ledger, secrets, "inbox")
+    for task in ("", None, 7):
+        with pytest.raises(ConfigError, match="a registered Task or a task name"):
+            WebhookReceiver(app_ledger, SECRET, task)  # type: ignore[arg-type]
