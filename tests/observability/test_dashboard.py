@@ -492,3 +492,55 @@ def test_a_login_s_next_is_a_path_of_this_site_or_the_home_page(target):
 
     assert safe_next(target) == "/"
     assert safe_next("/ui/dead?queue=mail") == "/ui/dead?queue=mail"
+
+
+def test_a_job_page_redrives_resolves_and_cancels_its_job_with_a_reason_recorded(dash, ledger):
+    client = login(dash, dash.admin_key)
+    dead = sorted(j.id for j in ledger.jobs() if j.state.value == "dead")
+    waiting = ledger.job_by_key("waiting", "other").id
+    csrf = _csrf(client.get(f"/ui/jobs/{dead[0]}").text)
+
+    def act(job_id: int, action: str, **form: str) -> httpx.Response:
+        return client.post(f"/ui/jobs/{job_id}/{action}", data={"csrf": csrf, **form})
+
+    # Each action needs its reason or note (it is recorded), and resolve a state it can set.
+    refused = [
+        (dead[0], "redrive", {}, "a reason is required"),
+        (dead[1], "resolve", {}, "a note is required"),
+        (dead[1], "resolve", {"note": "n", "state": "dead"}, "resolve to done or pending"),
+        (waiting, "cancel", {"reason": ""}, "a reason is required"),
+    ]
+    for job_id, action, form, detail in refused:
+        response = act(job_id, action, **form)
+        assert (response.status_code, detail in response.text) == (422, True), (action, form)
+    assert [ledger.job(i).state.value for i in (*dead, waiting)] == [*["dead"] * 3, "pending"]
+    assert all(ledger.history(i).events == [] for i in (*dead, waiting))
+
+    done = [
+        (dead[0], "redrive", {"reason": "provider back"}, "pending", "redriven"),
+        (dead[1], "resolve", {"note": "sent by hand"}, "done", "resolved"),
+        (dead[2], "resolve", {"note": "run it again", "state": "pending"}, "pending", "resolved"),
+        (waiting, "cancel", {"reason": "not wanted"}, "cancelled", "cancelled"),
+    ]
+    for job_id, action, form, state, notice in done:
+        response = act(job_id, action, **form)
+        assert response.status_code == 303, response.text
+        assert response.headers["location"] == f"/ui/jobs/{job_id}?done={notice}"
+        assert ledger.job(job_id).state.value == state
+        [event] = ledger.history(job_id).events
+        assert (event.kind, event.note) == (action, form.get("reason") or form.get("note"))
+        assert event.actor.endswith(f"via apikey:{dash.admin_key.split('_')[1]}")
+    assert "Job redriven: back to pending" in client.get(f"/ui/jobs/{dead[0]}?done=redriven").text
+
+    # What no longer applies is 409, and changes nothing.
+    for job_id, action, form in [
+        (dead[0], "redrive", {"reason": "again"}),  # pending now
+        (dead[1], "resolve", {"note": "again"}),  # done
+        (waiting, "cancel", {"reason": "again"}),  # cancelled
+    ]:
+        response = act(job_id, action, **form)
+        assert response.status_code == 409 and "Not possible now" in response.text, action
+        assert len(ledger.history(job_id).events) == 1
+    # A cancelled job's page offers a redrive too, and it takes.
+    response = act(waiting, "redrive", reason="wanted after all")
+    assert response.status_code == 303 and ledger.job(waiting).state.value == "pending"
