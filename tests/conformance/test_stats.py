@@ -5,11 +5,12 @@ tests/observability/test_backend.py.)"""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 
-from jobledger._records import Failure, MinuteStats
+from jobledger._records import Failure, GroupLimits, GroupStatus, MinuteStats
 from jobledger.http.dashboard.diagnosis import diagnose
 
 from .conftest import T0, at, lease_of
@@ -114,3 +115,48 @@ def test_a_lease_counts_as_expired_exactly_when_a_rescue_would_take_it(ledger, s
     assert (depth.leased, depth.expired_leases) == (1, 1)
     assert any("ran out" in line for line in diagnose(ledger.job(job.id), [], past))
     assert [r.job_id for r in ledger.backend.jobs.rescue(now=past)] == [job.id]
+
+
+def test_a_job_page_s_diagnosis_tells_each_state_what_it_waits_for(ledger, stats):
+    """The sentences the job page shows, read at explicit instants: scheduled, waiting for its
+    retry, due again after a failure, held by its group's rate, running, done, cancelled."""
+    job_id = ledger.enqueue("work", {}, key="k", run_at=at(600), now=T0).id
+
+    def said(now: datetime, **group: Any) -> list[str]:
+        return diagnose(ledger.job(job_id), ledger.history(job_id).attempts, now, **group)
+
+    assert said(T0) == ["Scheduled for 2026-08-10 06:10:00Z (in 10 min 00 s); nothing is wrong."]
+    [claimed] = ledger.backend.jobs.claim(["q"], "w1", 1, now=at(600))
+    ledger.backend.jobs.fail([Failure(lease_of(claimed), True, at(700), "E", "no")], now=at(601))
+    assert said(at(640)) == [
+        "Waiting to be retried at 2026-08-10 06:11:40Z (in 1 min 00 s): attempt 1 of 2 failed "
+        "with E: no."
+    ]
+    [due, last] = said(at(705))
+    assert due.startswith("Due for 5.0 s and not claimed yet.")
+    assert last == "Its last attempt (1) failed with E: no."
+    # Held by its group's rate while the bucket holds less than a token, due once it holds one.
+    bucket = GroupStatus("q", "tenant-1", 1, 1, 0, None, None, None, tokens=0.4)
+    limits = GroupLimits(rate=0.5)
+    [held, last] = said(at(705), group=bucket, limits=limits)
+    assert held == (
+        "Its group 'tenant-1' is held to 0.5 jobs per second (the queue's rate per group): "
+        "it is claimed when the group's bucket refills."
+    )
+    assert last == "Its last attempt (1) failed with E: no."
+    full = GroupStatus("q", "tenant-1", 1, 1, 0, None, None, None, tokens=1.0)
+    assert said(at(705), group=full, limits=limits)[0].startswith("Due for 5.0 s")
+    [claimed] = ledger.backend.jobs.claim(["q"], "w2", 1, now=at(710))
+    ledger.backend.jobs.heartbeat([lease_of(claimed)], now=at(712))  # running since its claim
+    running, hangs = said(at(715))
+    assert running == (
+        "Running on w2 (attempt 2 of 2) for 5.0 s; its lease is renewed while the handler "
+        "runs and now ends at 2026-08-10 06:12:22Z."
+    )
+    assert hangs.startswith("If the handler hangs, its worker keeps renewing the lease")
+    ledger.backend.jobs.complete([lease_of(claimed)], now=at(720))
+    assert said(at(800)) == ["Done at 2026-08-10 06:12:00Z after 2 attempt(s)."]
+    other = ledger.enqueue("work", {}, key="other", run_at=at(900), now=T0).id
+    ledger.cancel(other, actor="ops", reason="not wanted", now=at(30))
+    [cancelled] = diagnose(ledger.job(other), [], at(40))
+    assert cancelled == "Cancelled at 2026-08-10 06:00:30Z; it will not run."
