@@ -10,13 +10,16 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from jobledger import Permanent
+from jobledger import Ledger, Permanent
 from jobledger._records import Failure, Lease, MinuteStats, digest
 from jobledger.http import ServerSettings
 from jobledger.http.dashboard import charts
 from jobledger.http.dashboard.session import csrf_token
+from jobledger.http.problems import RETRY_AFTER_UNAVAILABLE
 
 from ..support.http import api_server
+from ..support.outage import SqliteCut
+from ..support.processes import wait_until
 
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 
@@ -544,3 +547,26 @@ def test_a_job_page_redrives_resolves_and_cancels_its_job_with_a_reason_recorded
     # A cancelled job's page offers a redrive too, and it takes.
     response = act(waiting, "redrive", reason="wanted after all")
     assert response.status_code == 303 and ledger.job(waiting).state.value == "pending"
+
+
+def test_the_dashboard_answers_503_with_retry_after_while_the_database_is_unavailable(tmp_path):
+    cut = SqliteCut(tmp_path)
+    ledger = Ledger(cut.url)
+    ledger.migrate()
+    try:
+        job = ledger.enqueue("t", {}, key="k", queue="q").id
+        with api_server(ledger, ServerSettings(snapshot_seconds=0)) as api:
+            client = login(api, api.admin_key)
+            assert client.get(f"/ui/jobs/{job}").status_code == 200
+            cut.cut()
+            down = client.get(f"/ui/jobs/{job}")
+            assert down.status_code == 503, down.text
+            assert "Database unavailable" in down.text and "Traceback" not in down.text
+            assert down.headers["retry-after"] == str(RETRY_AFTER_UNAVAILABLE)
+            cut.restore()
+            wait_until(
+                lambda: client.get(f"/ui/jobs/{job}").status_code == 200,
+                what="the job page to be served again",
+            )
+    finally:
+        ledger.close()
