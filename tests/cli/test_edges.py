@@ -92,6 +92,36 @@ def test_an_app_that_fails_to_import_is_reported_where_it_failed(
     assert_one_line_error(run, *expected)
 
 
+APP = "from jobledger import Ledger\n\nledger = Ledger()\nSETTINGS = {'debug': True}\n"
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("goodapp", "expected MODULE:LEDGER (e.g. myapp.jobs:ledger), got 'goodapp'"),
+        ("goodapp:", "expected MODULE:LEDGER (e.g. myapp.jobs:ledger), got 'goodapp:'"),
+        (":ledger", "expected MODULE:LEDGER (e.g. myapp.jobs:ledger), got ':ledger'"),
+        ("goodapp:ledgr", "module 'goodapp' has no attribute 'ledgr'"),
+        ("goodapp:ledger.nope", "module 'goodapp' has no attribute 'ledger.nope'"),
+        ("goodapp:SETTINGS", "'goodapp:SETTINGS' is a dict, not a jobledger.Ledger"),
+    ],
+    ids=["no-colon", "no-attribute", "no-module", "misspelt", "dotted", "not-a-ledger"],
+)
+def test_an_app_spec_that_names_no_ledger_is_one_line(cli, tmp_path, monkeypatch, spec, expected):
+    # The module imports fine: what is wrong is the name after it, and the error says which.
+    (tmp_path / "goodapp.py").write_text(APP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "goodapp", raising=False)
+    try:
+        run = cli("worker", spec, "--burst", "--url", f"sqlite:///{tmp_path}/x.db")
+    finally:
+        sys.modules.pop("goodapp", None)
+    assert_one_line_error(run)
+    assert run.err.strip() == f"error: {expected}"
+    assert not (tmp_path / "x.db").exists()
+
+
 # The console script's start-up, with an import hook that stalls where jobledger imports click,
 # so that Ctrl-C lands while jobledger's own modules are being imported.
 STALLED_START = """
