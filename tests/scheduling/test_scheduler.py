@@ -534,3 +534,71 @@ def test_a_tick_already_done_is_not_run_again_by_a_scheduler_that_read_a_stale_c
     [row] = ledger.backend.schedules.all()
     assert row.cursor == MONDAY and row.skipped_ticks == 0
     assert keys(ledger) == ["0:2026-W33", "1:2026-W33", "2:2026-W33"]
+
+
+def test_a_key_function_and_a_payload_dict_make_the_jobs_of_a_tick(ledger):
+    settings = {"format": "html"}
+
+    @ledger.schedule(
+        "0 6 * * MON",
+        tz="Europe/Berlin",
+        name="weekly-report",
+        key=lambda tick: f"report-{tick.date}",
+        payload=settings,
+    )
+    @ledger.task(queue="digests")
+    def report(ctx, format: str) -> None: ...
+
+    # A fan-out's key function is given the entity as well.
+    @ledger.schedule(
+        "0 6 * * MON",
+        tz="Europe/Berlin",
+        name="weekly-digest",
+        for_each=lambda tick: range(2),
+        key=lambda tick, customer: f"c{customer}/{tick.week}",
+        payload=lambda tick, customer: {"customer_id": customer, "week": tick.week},
+    )
+    @ledger.task(queue="digests")
+    def send_digest(ctx, customer_id: int, week: str) -> None: ...
+
+    a = scheduler(ledger, "a")
+    a.run_once(T0)
+    ticks = a.run_once(MONDAY + timedelta(seconds=1)).ticks
+    assert sorted(t.jobs_created for t in ticks) == [1, 2]
+    jobs = {j.key: j.payload for j in ledger.jobs(JobFilter(queue="digests"))}
+    assert jobs == {
+        "report-2026-08-10": {"format": "html"},
+        "c0/2026-W33": {"customer_id": 0, "week": "2026-W33"},
+        "c1/2026-W33": {"customer_id": 1, "week": "2026-W33"},
+    }
+    settings["format"] = "pdf"
+    tick = ledger.schedules.get("weekly-report").tick(MONDAY)
+    assert ledger.schedules.get("weekly-report").target.payload(tick, None) == {"format": "pdf"}
+    assert ledger.schedules.get("weekly-report").target.payload(tick, None) is not settings
+
+
+@pytest.mark.parametrize(
+    "options, error",
+    [
+        ({"key": lambda tick: 42}, "schedule 'weekly-report': the key function returned int"),
+        (
+            {"payload": lambda tick: ["html"]},
+            "the payload function of this schedule returned list, not a dict",
+        ),
+    ],
+    ids=["key", "payload"],
+)
+def test_a_key_or_payload_function_returning_the_wrong_type_fails_its_tick(ledger, options, error):
+    @ledger.schedule("0 6 * * MON", tz="Europe/Berlin", name="weekly-report", **options)
+    @ledger.task(queue="digests")
+    def report(ctx, tick: str = "", format: str = "html") -> None: ...
+
+    a = scheduler(ledger, "a")
+    a.run_once(T0)
+    result = a.run_once(MONDAY + timedelta(seconds=1))
+    assert error in result.errors[0]
+    [tick] = ledger.schedules.ticks("weekly-report")
+    assert tick.state is TickState.RUNNING and error in tick.error
+    assert ledger.jobs() == []
+    [status] = ledger.schedules.status()
+    assert status.row.cursor == T0, "the cursor waits for the failing tick"
