@@ -253,3 +253,43 @@ def test_the_ack_of_a_job_that_finishes_while_the_consumer_stops_is_sent_before_
     assert ledger.job_by_key("k1", "q").state is JobState.DONE
     assert broker.acked_at_close == [message]
     assert broker.released == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json at all",
+        b"[1, 2]",
+        b'{"v": 2, "queue": "q", "key": "k1", "job_id": 1, "outbox_id": 1}',
+        b'{"v": 1, "queue": "q", "job_id": 1, "outbox_id": 1}',
+        b'{"v": 1, "queue": "q", "key": "k1", "job_id": "one", "outbox_id": 1}',
+        b'{"v": 1, "queue": "q", "key": "k1", "job_id": null, "outbox_id": 1}',
+    ],
+    ids=["text", "list", "version", "no-key", "bad-id", "null-id"],
+)
+def test_a_message_that_is_not_a_jobledger_envelope_is_acked_and_its_job_left_alone(
+    ledger, running, body
+):
+    """Something else written to the stream or queue (by hand, by another producer) is no job
+    of this consumer's: it is acknowledged so that it does not come back, and counted as
+    malformed; a failing on_delivery hook changes none of it."""
+    ledger.task(lambda ctx, n: None, name="t", queue="q")
+    Outbox(ledger).route("q", actor="test")
+    ledger.enqueue("t", {"n": 1}, key="k1")
+    assert Envelope.parse(body) is None
+    broker = InMemory()
+    foreign = broker.put("q", "k1")
+    foreign.envelope = Envelope.parse(body)
+    outcomes: list[str] = []
+
+    def hook(delivery, outcome):
+        outcomes.append(outcome)
+        raise RuntimeError("a broken hook")
+
+    consumer = running.consumer(ledger, "redis://h", subscriber=broker, on_delivery=hook)
+    wait_until(lambda: foreign in broker.acked, 10, what="the foreign message acked")
+    running.stop(consumer)
+    assert outcomes == ["malformed"]
+    assert consumer.deliveries.malformed == 1 and consumer.deliveries.claimed == 0
+    job = ledger.job_by_key("k1", "q")
+    assert (job.state, job.attempts) == (JobState.PENDING, 0)
