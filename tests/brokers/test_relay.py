@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobledger import Ledger
+from jobledger import ConfigError, Ledger
 from jobledger.brokers.base import PublishOutcome
 from jobledger.brokers.outbox import Outbox
 from jobledger.brokers.relay import Relay
@@ -118,3 +118,60 @@ def test_a_relay_counts_only_the_records_its_mark_found_unpublished(ledger: Ledg
     relay.drain(timeout=5.0)
     assert (relay.stats.published, relay.stats.leadership_lost) == (2, 0)
     assert all(r.published_at is not None for r in box.records())
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"batch_size": 0}, "batch_size must be a whole number from 1 to 10000, got 0"),
+        ({"batch_size": 10_001}, "batch_size must be a whole number from 1 to 10000, got 10001"),
+        ({"batch_size": 2.5}, "batch_size must be a whole number from 1 to 10000, got 2.5"),
+        ({"poll_interval": 0}, "poll_interval must be > 0 seconds, got 0"),
+        ({"poll_interval": float("nan")}, "poll_interval must be > 0 seconds, got nan"),
+        ({"lease_seconds": -1}, "lease_seconds must be > 0, got -1"),
+    ],
+)
+def test_a_relay_with_a_setting_out_of_range_is_refused(ledger: Ledger, options, message):
+    with pytest.raises(ConfigError) as info:
+        Relay(ledger, "redis://h", publisher=Confirming(lambda records: None), **options)
+    assert str(info.value) == message
+
+
+def test_a_relay_at_its_bounds_is_built(ledger: Ledger):
+    for size in (1, 10_000):
+        relay = Relay(
+            ledger, "redis://h", publisher=Confirming(lambda records: None), batch_size=size
+        )
+        assert relay.batch_size == size
+
+
+def test_a_relay_prunes_the_records_published_longer_ago_than_it_keeps_them(ledger: Ledger):
+    box, clock = _routed(ledger), [T0]
+    relay = Relay(
+        ledger, "redis://h", publisher=Confirming(lambda records: None), clock=lambda: clock[0]
+    )
+    relay.drain(timeout=5.0)
+    assert relay.stats.published == 3 and relay.stats.pruned == 0
+    # Published exactly a day (the default keep_published) ago, they are kept; a second more,
+    # and the next relay's first pass deletes them.
+    clock[0] = T0 + timedelta(days=1)
+    kept = Relay(
+        ledger, "redis://h", publisher=Confirming(lambda records: None), clock=lambda: clock[0]
+    )
+    kept.drain(timeout=5.0)
+    assert kept.stats.pruned == 0 and len(box.records()) == 3
+    clock[0] = T0 + timedelta(days=1, seconds=1)
+    never = Relay(
+        ledger,
+        "redis://h",
+        publisher=Confirming(lambda records: None),
+        clock=lambda: clock[0],
+        keep_published=None,
+    )
+    never.drain(timeout=5.0)
+    assert never.stats.pruned == 0 and len(box.records()) == 3
+    pruning = Relay(
+        ledger, "redis://h", publisher=Confirming(lambda records: None), clock=lambda: clock[0]
+    )
+    pruning.drain(timeout=5.0)
+    assert pruning.stats.pruned == 3 and box.records() == []
