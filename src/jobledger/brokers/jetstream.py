@@ -64,12 +64,13 @@ class _Connected(Connection):
         js_api = require("nats.js.api")
         js_errors = require("nats.js.errors")
         name = self.url.stream
+        wanted = f"{self.url.prefix}.>"
         try:
             info = await self._js.stream_info(name)
         except js_errors.NotFoundError:
             config = js_api.StreamConfig(
                 name=name,
-                subjects=[f"{self.url.prefix}.>"],
+                subjects=[wanted],
                 retention=js_api.RetentionPolicy.WORK_QUEUE,
                 storage=js_api.StorageType.FILE,
                 discard=js_api.DiscardPolicy.NEW,
@@ -78,9 +79,19 @@ class _Connected(Connection):
             try:
                 await self._js.add_stream(config)
                 return
-            except js_errors.BadRequestError:
+            except js_errors.BadRequestError as exc:
+                refused = exc
+            try:
                 info = await self._js.stream_info(name)  # created meanwhile by another process
-        wanted = f"{self.url.prefix}.>"
+            except js_errors.NotFoundError:
+                # Not created meanwhile: the server refused it, most often because another
+                # stream already takes these subjects. Say so, and what to change, rather than
+                # report the stream missing as if the server were down.
+                reason = getattr(refused, "description", None) or describe(refused)
+                raise BrokerUnavailable(
+                    f"NATS at {self.url.redacted}: stream {name!r} cannot be created for the "
+                    f"subjects {wanted!r} ({reason}); choose another stream= or prefix="
+                ) from None
         if wanted not in (info.config.subjects or []):
             raise BrokerUnavailable(
                 f"NATS at {self.url.redacted}: stream {name!r} exists but does not take the "
