@@ -260,3 +260,55 @@ def test_a_database_without_the_schema_says_to_migrate(cli, tmp_path):
     assert_one_line_error(
         cli("status", "--url", f"sqlite:///{tmp_path}/empty.db"), "jobledger migrate"
     )
+
+
+def test_at_a_terminal_listings_are_drawn_as_tables_and_redrive_shows_its_progress(
+    cli, db_url, shop, monkeypatch
+):
+    """What a person at a terminal sees: the same rows, drawn by rich, and a progress bar that
+    ends with what moved (through a pipe, plain columns: test_edges)."""
+    from jobledger.cli import actions, params
+
+    ledger, ids = shop
+    monkeypatch.setattr(params, "to_terminal", lambda: True)
+    monkeypatch.setattr(actions, "to_terminal", lambda: True)
+    listed = cli("jobs", "--url", db_url, "-q", "digests", "--state", "dead")
+    assert listed.code == 0, listed.err
+    assert "━" in listed.out and "│" in listed.out, listed.out
+    rows = [line for line in listed.out.splitlines() if "2026-W33" in line]
+    by_key = {key: row for key in ("2:2026-W33", "3:2026-W33") for row in rows if key in row}
+    assert len(rows) == 2 and len(by_key) == 2, listed.out
+    for n in (2, 3):
+        # One row a job, its id right-aligned under the header's "id", its state plain.
+        assert by_key[f"{n}:2026-W33"].startswith(f"│ {ids[n]:>2} │"), listed.out
+        assert "│ dead  │" in by_key[f"{n}:2026-W33"], listed.out
+    moved = cli("redrive", "--url", db_url, "-q", "digests", "--reason", "fixed")
+    assert moved.code == 0, moved.err
+    assert "moved 2 job(s) back to pending (actor ana, reason: fixed)" in moved.out
+    assert [ledger.job(ids[n]).state for n in (2, 3)] == [JobState.PENDING] * 2
+    pruned = cli("prune", "--url", db_url, "--older-than", "10m")
+    assert pruned.code == 0, pruned.err
+    assert "pruned 1 job(s) finished more than 10m ago (1 done)" in pruned.out, pruned.out
+    assert ids[1] not in {j.id for j in ledger.jobs()}
+
+
+def test_a_redrive_of_more_jobs_than_it_lists_says_how_many_more(cli, db_url, ledger, monkeypatch):
+    from jobledger.cli import actions, params
+
+    ledger.task(lambda ctx, n: None, name="export", queue="exports", max_attempts=3)
+    now = datetime.now(UTC) - timedelta(minutes=5)
+    for n in range(25):
+        ledger.enqueue("export", {"n": n}, key=f"export:{n}", now=now)
+    b = ledger.backend
+    claimed = b.jobs.claim(["exports"], "host-a:11", 25, now=now)
+    b.jobs.fail(
+        [Failure(lease_of(j), False, None, "HTTP 400", "HTTP 400: no") for j in claimed], now
+    )
+    monkeypatch.setattr(params, "to_terminal", lambda: True)
+    monkeypatch.setattr(actions, "to_terminal", lambda: True)
+    run = cli("redrive", "--url", db_url, "-q", "exports", "--reason", "fixed")
+    assert run.code == 0, run.err
+    assert "moved 25 job(s) back to pending (actor ana, reason: fixed)" in run.out, run.out
+    assert sum("export:" in line for line in run.out.splitlines()) == 20, run.out
+    assert run.out.rstrip().endswith("… and 5 more (--json lists them all)"), run.out
+    assert {j.state for j in ledger.jobs()} == {JobState.PENDING}
