@@ -103,3 +103,56 @@ def test_schedules_lists_scheduler_cohorts_not_other_leader_leases(ticked, db_ur
     assert [lease["name"] for lease in json.loads(out)["leaders"]] == ["scheduler:default"]
     code, out, _ = run(capsys, "schedules", "--url", db_url)
     assert "cohort default" in out and "relay" not in out
+
+
+def test_the_table_tells_a_live_leader_and_a_failing_tick_with_times_relative_to_now(
+    db_url, capsys
+):
+    """A leader whose lease holds is named with when it took over and until when it leads, each
+    relative to now; a schedule whose last tick fails says why; ticks are listed as a table."""
+    led = Ledger(db_url)
+    broken = [True]
+
+    def customers(tick):
+        if broken[0]:
+            raise RuntimeError("customer database unreachable")
+        return [1]
+
+    @led.schedule("* * * * *", name="every-minute", for_each=customers, key="{entity}:{tick}")
+    @led.task(queue="digests")
+    def poke(ctx, tick: str, entity: int) -> None: ...
+
+    # Leading since two minutes ago, with a lease of half an hour: 28 minutes left.
+    now = datetime.now(UTC)
+    took_over = now - timedelta(minutes=2)
+    s = led.scheduler(name="host:2:def", lease_seconds=1800)
+    try:
+        s.run_once(took_over)
+        assert s.run_once(now).errors
+        code, out, err = run(capsys, "schedules", "--url", db_url)
+        assert code == 0, err
+        assert "last tick failing: RuntimeError: customer database unreachable" in " ".join(
+            out.split()
+        ), out
+        [line] = [line for line in out.splitlines() if line.startswith("cohort default")]
+        since = took_over.strftime("%Y-%m-%d %H:%MZ")
+        until = (took_over + timedelta(minutes=30)).strftime("%Y-%m-%d %H:%MZ")
+        assert line == (
+            f"cohort default: led by host:2:def (term 1) since {since} (2 min ago), "
+            f"lease until {until} (in 28 min)"
+        ), line
+        broken[0] = False
+        s.run_once(now + timedelta(minutes=1))
+        code, out, err = run(capsys, "schedules", "ticks", "every-minute", "--url", db_url)
+        assert code == 0, err
+        title, header, *rows = out.splitlines()
+        assert title == "ticks of every-minute", out
+        assert header.split() == [
+            *("tick", "state", "leader", "(term)", "runs", "created", "existed", "note")
+        ], out
+        # Newest first; the tick that failed once was run twice and made its job the second time.
+        cells = [row.split() for row in rows]
+        assert all(c[2:5] == ["done", "host:2:def", "(1)"] for c in cells), out
+        assert cells[-1][5:] == ["2", "1", "0"], out
+    finally:
+        led.close()
