@@ -68,6 +68,26 @@ def test_a_worker_counts_outcomes_waits_runs_attempts_and_rescues(ledger):
     assert convention_problems(f) == []
 
 
+def test_a_worker_counts_its_completion_refused_for_a_stale_token(ledger):
+    """SPEC §7: the stale-token writes of a worker, by queue and action (a handler that outlived
+    its lease, whose job another worker claimed meanwhile)."""
+    metrics = metrics_for(ledger)
+    later = datetime.now(UTC) + timedelta(minutes=5)
+
+    @ledger.task(queue="mail", lease_seconds=30)
+    def send(ctx, n: int) -> None:
+        # Meanwhile the lease ran out, a rescuer returned the job and another worker took it.
+        assert [r.job_id for r in ledger.backend.jobs.rescue(now=later)] == [ctx.job_id]
+        assert ledger.backend.jobs.claim(["mail"], "thief", 1, now=later)
+
+    ledger.enqueue(send, {"n": 1}, key="k1")
+    ledger.run_worker(["mail"], burst=True, handle_signals=False)
+    f = parse(metrics.render()[0].decode())
+    assert value(f, "jobledger_stale_token_writes_total", queue="mail", action="complete") == 1
+    assert value(f, "jobledger_attempts_total", queue="mail", task="send", outcome="done") == 0
+    assert ledger.job_by_key("k1", "mail").leased_by == "thief"
+
+
 def test_the_gauges_count_due_jobs_their_oldest_wait_and_expired_leases(ledger):
     """SPEC §7: the age of the oldest due pending job of a queue, its due jobs apart from
     those waiting for a later run time, and its leases that ran out with no rescue yet."""
