@@ -92,6 +92,12 @@ def test_pause_for_a_while_then_resume(cli, db_url, tenants):
     assert timedelta(minutes=14) < acme.paused_until - datetime.now(UTC) <= timedelta(minutes=15)
     shorter = cli("groups", "pause", "mail", "acme", "--url", db_url, "--for", "1m", "--json")
     assert shorter.json()["changed"] is False
+    said = cli("groups", "pause", "mail", "acme", "--url", db_url, "--for", "1m")
+    assert said.code == 0, said.err
+    assert said.out.startswith("group acme of mail is already paused until "), said.out
+    assert said.out.rstrip().endswith("longer than asked: unchanged"), said.out
+    [still] = [g for g in tenants.groups("mail") if g.name == "acme"]
+    assert still.paused_until == acme.paused_until
     table = cli("groups", "list", "mail", "--url", db_url)
     assert "429" in table.out and "(in 14m" in table.out
     resumed = cli("groups", "resume", "mail", "acme", "--url", db_url)
@@ -99,6 +105,8 @@ def test_pause_for_a_while_then_resume(cli, db_url, tenants):
     assert all(g.paused_until is None for g in tenants.groups("mail"))
     again = cli("groups", "resume", "mail", "acme", "--url", db_url, "--json")
     assert again.json() == {"queue": "mail", "group": "acme", "resumed": False}
+    plain = cli("groups", "resume", "mail", "acme", "--url", db_url)
+    assert plain.code == 0 and plain.out == "group acme of mail was not paused: nothing to do\n"
 
 
 def test_pause_until_a_time_records_who_paused_by_default(cli, db_url, tenants):
