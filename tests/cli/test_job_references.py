@@ -72,6 +72,12 @@ def test_a_bare_reference_that_names_one_job_still_works(cli, db_url, twins):
     only_id = cli("show", str(ids["first"]), "--url", db_url, "--json")
     assert only_id.json()["job"]["key"] == "first"
     assert_one_line_error(cli("show", "424242", "--url", db_url), "no job with id 424242")
+    # Digits that are a key (an order number) and no job's id: the key.
+    order = ledger.enqueue("send", {}, key="900017", queue="q").id
+    assert cli("show", "900017", "--url", db_url, "--json").json()["job"]["id"] == order
+    cancelled = cli("cancel", "900017", "--reason", "r", "--url", db_url)
+    assert cancelled.code == 0, cancelled.err
+    assert ledger.job(order).state is JobState.CANCELLED
 
 
 def test_a_bare_reference_that_is_one_job_s_id_and_its_own_key_names_that_job(cli, db_url, ledger):
