@@ -83,6 +83,10 @@ def test_bad_urls(cli, url, fragment):
         (("enqueue", "send", "--key", "k", "--priority", "x"), "--priority"),
         (("status", "--late-after", "soon"), "not a duration"),
         (("show",), "JOB"),
+        (
+            ("worker", "nosuchapp:ledger", "--processes", "2", "--metrics-port", "9187"),
+            "--metrics-port cannot be shared by --processes children",
+        ),
     ],
 )
 def test_wrong_flags(cli, tmp_path, args, fragment):
