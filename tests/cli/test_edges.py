@@ -47,6 +47,28 @@ def test_serve_on_a_port_in_use_is_one_line(cli, db_url, ledger):
     assert run.out == ""
 
 
+@pytest.mark.parametrize("command", ["push", "worker"])
+def test_a_metrics_port_in_use_is_one_line(cli, db_url, ledger, tmp_path, monkeypatch, command):
+    # As serve's --port: a port in use is the command's mistake (exit 2), not a bug (exit 1).
+    (tmp_path / "metricsapp.py").write_text(
+        "from jobledger import Ledger\n\nledger = Ledger()\n"
+        "ledger.task(lambda ctx, n: None, name='t', queue='q')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "metricsapp", raising=False)
+    args = ["push"] if command == "push" else ["worker", "metricsapp:ledger", "--burst"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            run = cli(*args, "--metrics-port", str(port), "--url", db_url)
+        finally:
+            sys.modules.pop("metricsapp", None)
+    assert_one_line_error(run, f"cannot serve metrics on 127.0.0.1:{port}", "in use")
+
+
 @pytest.mark.parametrize(
     "source, attribute, expected",
     [

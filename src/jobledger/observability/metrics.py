@@ -26,6 +26,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from .._runtime.hooks import WorkerObserver
+from ..errors import ConfigError
 from .rollup import claim_wait
 from .snapshot import STATES, SnapshotCache
 
@@ -333,9 +334,17 @@ class MetricsServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._server, self._thread = exposition.start_http_server(
-            self.port, self.host, self.metrics.registry
-        )
+        """Listen and serve. A port in use, or an address this host does not have, raises
+        ``ConfigError`` (the CLI's one line and exit 2, as ``serve --port``)."""
+        try:
+            self._server, self._thread = exposition.start_http_server(
+                self.port, self.host, self.metrics.registry
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise ConfigError(
+                f"cannot serve metrics on {self.host}:{self.port}: {reason}"
+            ) from None
         self.port = self._server.server_port
         log.info(
             "metrics on http://%s:%d/metrics",
