@@ -63,6 +63,31 @@ def test_json_lines_carry_the_extra_fields():
     assert "ValueError: boom" in json.loads(JsonFormatter().format(record))["exc"]
 
 
+def test_json_lines_write_any_extra_value_and_never_let_one_replace_a_standard_field():
+    """Values JSON cannot hold become text (a time as ISO 8601, a dict's keys as strings, any
+    other object as its str); an extra named like a standard field (a handler's own "message")
+    leaves that field as it was; stack_info and a cached traceback are kept."""
+    from datetime import UTC, datetime
+    from pathlib import PurePosixPath
+
+    at = datetime(2026, 8, 10, 4, 0, tzinfo=UTC)
+    record = _record(
+        at=at,
+        counts={1: [at], "b": None},
+        where=PurePosixPath("/srv/app"),
+        ts="1999",
+        logger="forged",
+    )
+    record.stack_info = "Stack (most recent call last):\n  here"
+    record.exc_text = "Traceback (most recent call last):\nKeyError: 'x'"
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["at"] == "2026-08-10T04:00:00+00:00"
+    assert entry["counts"] == {"1": ["2026-08-10T04:00:00+00:00"], "b": None}
+    assert entry["where"] == "/srv/app"
+    assert entry["logger"] == "jobledger.worker" and entry["ts"] != "1999"
+    assert entry["stack"].endswith("here") and entry["exc"].endswith("KeyError: 'x'")
+
+
 def test_json_access_lines_name_method_path_and_status():
     record = logging.LogRecord(
         "uvicorn.access",
