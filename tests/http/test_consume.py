@@ -14,6 +14,7 @@ from jobledger._records import AttemptOutcome
 from jobledger.http import ServerSettings
 
 from ..support.http import api_server
+from ..support.metrics import parse, value
 from ..support.processes import wait_until
 from .test_publish import assert_problem, publish
 
@@ -340,3 +341,68 @@ def test_a_receive_whose_client_left_gives_its_messages_back(api):
     assert job.state is JobState.PENDING and job.budget_left == 3
     [attempt] = api.ledger.backend.history.attempts(job.id)
     assert attempt.outcome is AttemptOutcome.RELEASED
+
+
+def taken_over_after_the_check(api, monkeypatch):
+    """Make every receipt lose its lease between the server's check of it and its write: the
+    lease runs out and another consumer receives the message, as when an ack arrives at the
+    very end of its lease. Returns the receipts the other consumer got, by message id."""
+    pull = api.server.state.pull
+    check = pull.find
+    taken: dict[int, str] = {}
+
+    def find(job_id, token):
+        found = check(job_id, token)
+        jobs = api.ledger.backend.jobs
+        later = found.job.lease_until + timedelta(seconds=1)
+        assert [r.job_id for r in jobs.rescue(later)] == [job_id]
+        [again] = jobs.claim([found.job.queue], "http:other", 1, later)
+        taken[again.id] = again.lease_token
+        return found
+
+    monkeypatch.setattr(pull, "find", find)
+    return taken
+
+
+def test_a_receipt_whose_lease_runs_out_after_its_check_is_409_and_changes_nothing(
+    api, monkeypatch
+):
+    """The receipt held its lease when the server looked, and no longer does when it writes:
+    the fenced write changes nothing, the answer is the stale receipt's 409, and the refusal is
+    in the message's history and the stale-token count under its own name, as any late
+    write's."""
+    api.queue(max_attempts=5, lease_seconds=30)
+    cases = (
+        ("ack", {}),
+        ("nack", {"error": "late"}),
+        ("nack", {"permanent": True}),
+        ("extend", {"lease_seconds": 600}),
+    )
+    taken = taken_over_after_the_check(api, monkeypatch)
+    for n, (action, extra) in enumerate(cases):
+        publish(api.admin, {"queue": "q", "payload": {}}, f"k{n}")
+        [message] = receive(api.admin)
+        job_id = int(message["message_id"])
+        response = api.admin.post(
+            f"/v1/queue/{action}", json={"receipt": message["receipt"], **extra}
+        )
+        body = assert_problem(response, 409, "stale-receipt")
+        assert "its lease expired a moment ago" in body["detail"], body
+        job = api.ledger.job(job_id)
+        assert (job.state, job.lease_token, job.attempts) == (JobState.LEASED, taken[job_id], 2)
+        attempts = api.ledger.backend.history.attempts(job_id)
+        assert [a.outcome for a in attempts] == [AttemptOutcome.LEASE_EXPIRED, None]
+        [event] = api.ledger.backend.history.events(job_id)
+        assert event.kind == "lease_lost" and event.actor.startswith("apikey:")
+        assert (event.detail["action"], event.detail["attempt"]) == (action, 1)
+    families = parse(api.admin.get("/metrics").text)
+    counts = {
+        action: value(families, "jobledger_stale_token_writes_total", queue="q", action=action)
+        for action in ("ack", "nack", "extend", "complete", "fail", "heartbeat")
+    }
+    assert counts == {"ack": 1, "nack": 2, "extend": 1, "complete": 0, "fail": 0, "heartbeat": 0}
+    # The consumer that has the message now acks it.
+    monkeypatch.undo()
+    for job_id, token in taken.items():
+        response = api.admin.post("/v1/queue/ack", json={"receipt": f"{job_id}.{token}"})
+        assert response.status_code == 200, response.text

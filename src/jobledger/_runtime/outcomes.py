@@ -109,6 +109,10 @@ class Finished:
     result_dropped: str | None = None
     """Why the handler's return value is not stored (it is not JSON, or too large): the job is
     done all the same, with a null result, and its history says why."""
+    action: str | None = None
+    """What a refused write is called in the history and the stale-token count, when the
+    transport names it (a pull consumer's ``ack`` or ``nack``); else ``complete``, ``fail`` or
+    ``release``."""
     outcome: str = field(default="", init=False)
     """What the recorder made of it: ``done``, ``retry``, ``dead``, ``timed_out``,
     ``released`` or ``lease_lost``."""
@@ -225,7 +229,7 @@ class Recorder:
                     item.outcome = "timed_out" if item.failure.timed_out else outcome
                     self._line(item, item.failure, outcome)
             if item.outcome == "lease_lost":
-                action = (
+                action = item.action or (
                     "release" if item.released else "complete" if item.failure is None else "fail"
                 )
                 self.lease_lost(item.hold, action)

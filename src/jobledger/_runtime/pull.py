@@ -126,7 +126,7 @@ class PullLeases:
     def ack(self, held: Held, actor: str) -> str:
         """The message is done: ``done``, or ``lease_lost`` when its lease ran out a moment
         before (nothing changed)."""
-        item = Finished(_hold(held))
+        item = Finished(_hold(held), action="ack")
         self._recorder(actor).write([item])
         return item.outcome
 
@@ -136,15 +136,19 @@ class PullLeases:
         backoff = self._backoff_of(held.job.queue)
         hold = _hold(held)
         now = self._clock() or datetime.now(UTC)
-        item = Finished(hold, failure(hold.job, held.lease, verdict, backoff, now))
+        item = Finished(hold, failure(hold.job, held.lease, verdict, backoff, now), action="nack")
         self._recorder(actor).write([item])
         assert item.failure is not None
         return item.outcome, item.failure
 
-    def extend(self, held: Held, lease_seconds: float) -> datetime | None:
-        """The lease now ends ``lease_seconds`` from now; None when it was lost meanwhile."""
+    def extend(self, held: Held, lease_seconds: float, actor: str) -> datetime | None:
+        """The lease now ends ``lease_seconds`` from now; None when it was lost meanwhile (the
+        refusal recorded as any other's)."""
         renewed = self._backend().jobs.heartbeat([held.lease], self._clock(), lease_seconds)
-        return renewed.get(held.job.id)
+        until = renewed.get(held.job.id)
+        if until is None:
+            self._recorder(actor).lease_lost(_hold(held), "extend")
+        return until
 
 
 def _hold(held: Held) -> LeaseHold:

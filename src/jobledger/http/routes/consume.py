@@ -301,8 +301,9 @@ async def extend(call: Call) -> Response:
     """The lease now ends `lease_seconds` from now. 409 when the receipt is stale."""
     body = call.body
     found = await held(call, body["receipt"], "extend")
-    until = await call.run(call.state.pull.extend, found, float(body["lease_seconds"]))
+    until = await call.run(
+        call.state.pull.extend, found, float(body["lease_seconds"]), call.caller.actor
+    )
     if until is None:
-        observe(call.state).stale(found.job.queue, "extend")
         raise _stale(found.job.id, "its lease expired a moment ago")
     return json_response({"message_id": str(found.job.id), "lease_until": iso(until)})
