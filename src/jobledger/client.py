@@ -56,8 +56,9 @@ class ApiUnavailable(ClientError):
 
 
 class ApiError(ClientError):
-    """The server refused the request (4xx, or 5xx after the retries). ``problem`` is its
-    problem+json body; ``status``, ``type``, ``title`` and ``detail`` are shortcuts."""
+    """The server refused the request (4xx). ``problem`` is its problem+json body (or, for an
+    answer that is not one, its status and text); ``status``, ``type``, ``title`` and
+    ``detail`` are shortcuts."""
 
     def __init__(self, status: int, problem: Mapping[str, Any]):
         self.status = status
@@ -218,7 +219,7 @@ class Client:
                 self._sleep(wait)
                 attempt += 1
                 continue
-            if status >= 500 and status != 503:
+            if status >= 500:
                 raise ApiUnavailable(f"{method} {path}: HTTP {status}: {problem.get('detail', '')}")
             raise _error(status, problem)
 

@@ -145,6 +145,22 @@ def test_other_4xx_are_raised_with_the_problem():
     assert caught.value.status == 404 and caught.value.detail == "not-found detail"
 
 
+def test_a_503_through_every_retry_raises_api_unavailable():
+    """A server whose database stays down answers 503 to every retry: that is the server
+    unavailable, as a 502 through every retry or no connection at all is, for publish and for
+    the receipt calls alike."""
+    unavailable = answer(503, problem(503, "unavailable"), **{"Retry-After": "1"})
+    client, script, slept = scripted(*[unavailable] * 3, max_retries=2)
+    with pytest.raises(ApiUnavailable) as caught:
+        client.publish("q", {}, key="k")
+    assert str(caught.value) == "POST /v1/queue/publish: HTTP 503: unavailable detail"
+    assert len(script.requests) == 3 and len(slept) == 2
+    client, script, _ = scripted(*[unavailable] * 3, max_retries=2)
+    with pytest.raises(ApiUnavailable):
+        client.ack("1.abc")
+    assert len(script.requests) == 3
+
+
 def test_receipt_calls_are_not_retried_after_a_lost_answer():
     client, script, _ = scripted(httpx.ReadError("connection reset"))
     with pytest.raises(ApiUnavailable):
