@@ -161,6 +161,31 @@ def test_a_503_through_every_retry_raises_api_unavailable():
     assert len(script.requests) == 3
 
 
+def test_an_answer_that_is_not_json_is_raised_with_its_text():
+    """A proxy in front of the server answers with a page of its own: its status and text are
+    what the exception says."""
+    page = "<html><body>" + "Bad Gateway " * 100 + "</body></html>"
+    gateway = httpx.Response(502, text=page, headers={"content-type": "text/html"})
+    client, script, _ = scripted(gateway, gateway, max_retries=1)
+    with pytest.raises(ApiUnavailable) as caught:
+        client.publish("q", {}, key="k")
+    assert str(caught.value) == f"POST /v1/queue/publish: HTTP 502: {page[:500]}"
+    assert len(script.requests) == 2
+    # A 5xx answer to an ack is not retried: the ack may have been done.
+    client, script, _ = scripted(httpx.Response(500, text="Internal Server Error"))
+    with pytest.raises(ApiUnavailable) as caught:
+        client.ack("1.abc")
+    assert str(caught.value) == "POST /v1/queue/ack: HTTP 500: Internal Server Error"
+    assert len(script.requests) == 1
+    too_large = httpx.Response(413, text="<h1>413 Request Entity Too Large</h1>")
+    for body in (too_large, httpx.Response(400, json=["not", "a", "problem"])):
+        client, script, _ = scripted(body)
+        with pytest.raises(ApiError) as caught:
+            client.publish("q", {}, key="k")
+        assert (caught.value.status, caught.value.detail) == (body.status_code, body.text)
+        assert type(caught.value) is ApiError and len(script.requests) == 1
+
+
 def test_receipt_calls_are_not_retried_after_a_lost_answer():
     client, script, _ = scripted(httpx.ReadError("connection reset"))
     with pytest.raises(ApiUnavailable):
