@@ -72,6 +72,20 @@ def test_our_signatures_and_theirs_agree_both_ways():
     assert verify_webhook([secret], headers, body) == "k:1"
 
 
+def test_verifying_with_no_secret_is_a_configuration_error():
+    """An empty list of secrets (a setting left empty) verifies nothing, not even a delivery
+    signed as the specification's example is: it is the operator's mistake, raised as
+    ConfigError, never answered as a bad signature the sender would be blamed for."""
+    headers = {
+        "webhook-id": SPEC_ID,
+        "webhook-timestamp": str(SPEC_TS),
+        "webhook-signature": SPEC_SIGNATURE,
+    }
+    for secrets in ([], (), iter([])):
+        with pytest.raises(ConfigError, match="at least one secret"):
+            verify_webhook(secrets, headers, SPEC_BODY, now=SPEC_TS)
+
+
 def test_rotation_header_carries_one_signature_per_secret():
     old, new = generate_secret(), generate_secret()
     header = signature_header([new, old], "k", 1_700_000_000, b"{}")
