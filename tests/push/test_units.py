@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import socket
 from datetime import UTC, datetime
 
 import httpcore
@@ -27,6 +28,7 @@ from jobledger._webhooks import (
     webhook_id,
 )
 from jobledger.push import AddressPolicy, PushSettings, TargetRefused, decide, status_class
+from jobledger.push.delivery import _error_of
 from jobledger.push.guard import GuardedNetworkBackend, plain_http
 
 # The example of the Standard Webhooks specification's reference libraries.
@@ -311,6 +313,10 @@ def test_status_classes():
         ("224.0.0.1", "multicast"),
         ("100.64.0.1", "non-public"),
         ("::ffff:127.0.0.1", "loopback"),
+        # Not assigned for use on the internet: unallocated space, and NAT64's prefix, whose
+        # addresses carry an IPv4 one (here 127.0.0.1) that a NAT64 gateway would reach.
+        ("4000::1", "reserved"),
+        ("64:ff9b::7f00:1", "reserved"),
         ("93.184.216.34", None),
         ("2606:4700::1111", None),
     ],
@@ -358,6 +364,30 @@ def test_the_guard_judges_the_address_it_connects_to():
     with pytest.raises(httpcore.ConnectError):
         asyncio.run(attempt(AddressPolicy.parse(["127.0.0.1"]), "mixed.example"))
     assert connected == ["127.0.0.1"]  # only the allowed one of its addresses
+
+
+def test_a_name_that_does_not_resolve_is_a_connection_error():
+    """A host whose name has no address (a typo, a domain gone) fails as a connection does,
+    naming the host, and connects nowhere: the delivery is retried as after any connection
+    error, not refused as a forbidden target."""
+    connected = []
+    unknown = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    async def resolve(host, port):
+        raise unknown
+
+    class Inner:
+        async def connect_tcp(self, host, port, *args):
+            connected.append(host)
+            raise AssertionError("connected")
+
+    guard = GuardedNetworkBackend(AddressPolicy(), resolve)
+    guard._inner = Inner()
+    with pytest.raises(httpcore.ConnectError) as caught:
+        asyncio.run(guard.connect_tcp("hooks.invalid", 443))
+    why = f"cannot resolve hooks.invalid: {unknown}"
+    assert str(caught.value) == why and connected == []
+    assert _error_of(caught.value, 10) == ("ConnectError", f"cannot connect: {why}")
 
 
 @pytest.mark.parametrize(
