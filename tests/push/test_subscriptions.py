@@ -11,7 +11,7 @@ from jobledger import ConfigError, JobState, NotFound, Schedule
 from jobledger._records import SubscriptionState
 from jobledger._services.subscriptions import create_subscription, rotate_secret
 from jobledger.errors import SubscriptionExists
-from jobledger.push import HttpTarget
+from jobledger.push import HttpTarget, cron
 
 from ..support.processes import wait_until
 from .conftest import subscribe
@@ -107,3 +107,29 @@ def test_a_cron_target_creates_its_subscription_or_refuses_another_url(ledger):
     )
     with pytest.raises(ConfigError, match="https://"):
         HttpTarget("ftp://reports.example/")
+
+
+def test_a_cron_target_whose_subscription_another_scheduler_makes_meanwhile_uses_that_one(
+    ledger, monkeypatch
+):
+    """Two schedulers (two regions) prepare the same tick: both find no subscription, and the
+    other creates it first. This one's create is refused as a duplicate; it takes the one that
+    exists, and the tick enqueues its job — one subscription, no failed tick."""
+    secret = "whsec_" + "A" * 43 + "="
+    target = HttpTarget("https://reports.example/nightly", queue="reports", secret=secret)
+    ledger.schedules.add(Schedule("nightly", "0 3 * * *", target=target))
+    create = cron.create_subscription
+    made = []
+
+    def the_other_first(backend, queue, url, **options):
+        made.append(create(backend, queue, url, **options))  # the other scheduler's
+        return create(backend, queue, url, **options)
+
+    monkeypatch.setattr(cron, "create_subscription", the_other_first)
+    scheduler = ledger.scheduler(name="s1")
+    scheduler.run_once(T0)
+    result = scheduler.run_once(T0 + timedelta(days=1))
+    assert result.errors == [] and [t.jobs_created for t in result.ticks] == [1]
+    assert [s.id for s in ledger.backend.subscriptions.all()] == [made[0].id]
+    [job] = ledger.jobs()
+    assert (job.queue, job.key) == ("reports", "nightly:2026-08-10")
