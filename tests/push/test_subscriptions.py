@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import standardwebhooks
 
-from jobledger import ConfigError, JobState, NotFound, Schedule
+from jobledger import ConfigError, JobState, NotFound, PayloadError, Schedule
 from jobledger._records import SubscriptionState
 from jobledger._services.subscriptions import create_subscription, rotate_secret
 from jobledger.errors import SubscriptionExists
@@ -133,3 +133,19 @@ def test_a_cron_target_whose_subscription_another_scheduler_makes_meanwhile_uses
     assert [s.id for s in ledger.backend.subscriptions.all()] == [made[0].id]
     [job] = ledger.jobs()
     assert (job.queue, job.key) == ("reports", "nightly:2026-08-10")
+
+
+def test_a_cron_targets_settings_are_checked_when_it_is_built():
+    url = "https://reports.example/nightly"
+    with pytest.raises(ConfigError, match="payload must be a dict, a function of the tick"):
+        HttpTarget(url, payload=["not", "a", "dict"])
+    with pytest.raises(PayloadError, match="not valid JSON"):
+        HttpTarget(url, payload={"ratio": float("nan")})
+    # A schedule's name of 200 characters makes no event type (schedule.<name> is too long):
+    # the schedule is refused, saying to give one.
+    name = "n" * 200
+    with pytest.raises(ConfigError, match="pass event_type="):
+        Schedule(name, "0 3 * * *", target=HttpTarget(url, queue="reports"))
+    named = HttpTarget(url, queue="reports", event_type="report.nightly")
+    Schedule(name, "0 3 * * *", target=named)
+    assert named.task == "report.nightly"
