@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .._records import encode_payload, validate_queue_name, validate_task_name, validate_url
 from .._services.subscriptions import create_subscription
 from .._webhooks import secret_bytes
-from ..errors import ConfigError, NotFound, PayloadError, SubscriptionExists
+from ..errors import ConfigError, NotFound, SubscriptionExists
 from ..scheduling.schedule import tick_payload
 
 if TYPE_CHECKING:
@@ -105,12 +105,6 @@ class HttpTarget:
             "local": tick.local.isoformat(timespec="minutes"),
         }
         return tick_payload(self._payload, self._fan_out, tick, entity, default)
-        if isinstance(self._payload, dict):
-            return dict(self._payload)
-        made = self._payload(tick, entity) if self._fan_out else self._payload(tick)
-        if not isinstance(made, dict):
-            raise PayloadError(f"the payload function returned {type(made).__name__}, not a dict")
-        return made
 
     def prepare(self, ledger: Ledger, tick: Tick) -> None:
         """Before a tick enqueues: the queue's subscription exists and posts to ``url``."""
