@@ -141,7 +141,7 @@ def _header(headers: Mapping[str, str] | Any, name: str) -> str | None:
 
 
 def verify_webhook(
-    secrets: Iterable[str],
+    secrets: str | Iterable[str],
     headers: Mapping[str, str] | Any,
     body: bytes,
     *,
@@ -152,10 +152,11 @@ def verify_webhook(
 
     ``headers`` is any mapping with lower-case (or title-case) names; ``body`` the raw bytes, not
     parsed. The timestamp must be within ``tolerance`` seconds of ``now`` (default: this clock),
-    and one ``v1`` signature must match one of ``secrets`` (several during a rotation). Compared
-    in constant time. Raises ``WebhookVerificationError``; never parses the body.
+    and one ``v1`` signature must match one of ``secrets`` (one secret, or several during a
+    rotation). Compared in constant time. Raises ``WebhookVerificationError``; never parses the
+    body.
     """
-    keys = [secret_bytes(s) for s in secrets]
+    keys = [secret_bytes(s) for s in ([secrets] if isinstance(secrets, str) else secrets)]
     if not keys:
         raise ConfigError("verify_webhook needs at least one secret")
     msg_id = _header(headers, "webhook-id")

@@ -88,6 +88,18 @@ def test_verifying_with_no_secret_is_a_configuration_error():
             verify_webhook(secrets, headers, SPEC_BODY, now=SPEC_TS)
 
 
+def test_one_secret_may_be_given_alone():
+    """A secret given as a string is that one secret, as the receiver takes it: not its
+    characters, each refused as a secret that does not start with whsec_."""
+    headers = {
+        "webhook-id": SPEC_ID,
+        "webhook-timestamp": str(SPEC_TS),
+        "webhook-signature": SPEC_SIGNATURE,
+    }
+    assert verify_webhook(SPEC_SECRET, headers, SPEC_BODY, now=SPEC_TS) == SPEC_ID
+    assert verify_webhook([SPEC_SECRET], headers, SPEC_BODY, now=SPEC_TS) == SPEC_ID
+
+
 def test_rotation_header_carries_one_signature_per_secret():
     old, new = generate_secret(), generate_secret()
     header = signature_header([new, old], "k", 1_700_000_000, b"{}")
