@@ -149,3 +149,6 @@ def test_a_cron_targets_settings_are_checked_when_it_is_built():
     named = HttpTarget(url, queue="reports", event_type="report.nightly")
     Schedule(name, "0 3 * * *", target=named)
     assert named.task == "report.nightly"
+    # Nor does it make a queue (cron.<name>): refused the same way, saying to give one.
+    with pytest.raises(ConfigError, match="pass queue="):
+        Schedule(name, "0 3 * * *", target=HttpTarget(url, event_type="report.nightly"))

@@ -88,7 +88,13 @@ class HttpTarget:
     def check(self, schedule: Schedule) -> None:
         self._fan_out = schedule.fan_out
         if self._queue is None:
-            self._queue = validate_queue_name(f"cron.{schedule.name}")
+            try:
+                self._queue = validate_queue_name(f"cron.{schedule.name}")
+            except ConfigError:
+                raise ConfigError(
+                    f"schedule {schedule.name!r}: pass queue=... (a name such as "
+                    "'cron.reports') for its deliveries"
+                ) from None
         if self._event_type is None:
             try:
                 self._event_type = validate_task_name(f"schedule.{schedule.name}")
