@@ -126,6 +126,7 @@ def test_a_relay_counts_only_the_records_its_mark_found_unpublished(ledger: Ledg
         ({"batch_size": 0}, "batch_size must be a whole number from 1 to 10000, got 0"),
         ({"batch_size": 10_001}, "batch_size must be a whole number from 1 to 10000, got 10001"),
         ({"batch_size": 2.5}, "batch_size must be a whole number from 1 to 10000, got 2.5"),
+        ({"batch_size": True}, "batch_size must be a whole number from 1 to 10000, got True"),
         ({"poll_interval": 0}, "poll_interval must be > 0 seconds, got 0"),
         ({"poll_interval": float("nan")}, "poll_interval must be > 0 seconds, got nan"),
         ({"lease_seconds": -1}, "lease_seconds must be > 0, got -1"),

@@ -9,6 +9,8 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from jobledger import JobState, LeaseLost, Ledger
 from jobledger._records import AttemptOutcome
 from jobledger._runtime.outcomes import Finished
@@ -286,3 +288,32 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
     assert sum(claimed) == 2000 and min(claimed) > 0
     jobs = ledger.jobs()
     assert all(j.state is JobState.DONE and j.attempts == 1 for j in jobs)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"concurrency": 0}, "concurrency must be a whole number >= 1, got 0"),
+        ({"concurrency": True}, "concurrency must be a whole number >= 1, got True"),
+        ({"concurrency": 2.0}, "concurrency must be a whole number >= 1, got 2.0"),
+        ({"batch_size": 0}, "batch_size must be a whole number from 1 to 1000, got 0"),
+        ({"batch_size": 1001}, "batch_size must be a whole number from 1 to 1000, got 1001"),
+        ({"batch_size": True}, "batch_size must be a whole number from 1 to 1000, got True"),
+        ({"prefetch": -1}, "prefetch must be a whole number from 0 to 10000, got -1"),
+        ({"prefetch": 10_001}, "prefetch must be a whole number from 0 to 10000, got 10001"),
+        ({"prefetch": False}, "prefetch must be a whole number from 0 to 10000, got False"),
+    ],
+)
+def test_a_worker_with_a_setting_out_of_range_is_refused(ledger, options, message):
+    """Refused when it is built, with the setting's bounds; a bool is no count (True would run
+    one job at a time, or a batch of one, without a word)."""
+    ledger.task(name="noop", queue="q")(lambda ctx: None)
+    with pytest.raises(ValueError) as info:
+        ledger.worker(["q"], **options)
+    assert str(info.value) == message
+
+
+def test_a_worker_at_its_bounds_is_built(ledger):
+    ledger.task(name="noop", queue="q")(lambda ctx: None)
+    ledger.worker(["q"], concurrency=1, batch_size=1, prefetch=0)
+    ledger.worker(["q"], batch_size=1000, prefetch=10_000)

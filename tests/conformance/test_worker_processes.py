@@ -185,3 +185,5 @@ def test_a_bad_app_path_is_refused():
         WorkerProcesses("tests.apps.drill_app")
     with pytest.raises(ValueError, match="processes must be"):
         WorkerProcesses(APP, processes=0)
+    with pytest.raises(ValueError, match="processes must be .* got True"):
+        WorkerProcesses(APP, processes=True)

@@ -56,7 +56,11 @@ class Supervisor:
         burst: bool,
         env: dict[str, str] | None = None,
     ):
-        if not isinstance(processes, int) or not 1 <= processes <= 256:
+        if (
+            isinstance(processes, bool)
+            or not isinstance(processes, int)
+            or not 1 <= processes <= 256
+        ):
             raise ValueError(f"processes must be a whole number from 1 to 256, got {processes!r}")
         self.command = [sys.executable, "-m", "jobledger", *child_args]
         self.processes = processes

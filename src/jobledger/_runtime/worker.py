@@ -133,13 +133,21 @@ class Worker(Runtime):
         grace_seconds: float = 30.0,
         clock: Callable[[], datetime] | None = None,
     ):
-        if not isinstance(concurrency, int) or concurrency < 1:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
-        if not isinstance(batch_size, int) or not 1 <= batch_size <= 1000:
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not 1 <= batch_size <= 1000
+        ):
             raise ValueError(
                 f"batch_size must be a whole number from 1 to 1000, got {batch_size!r}"
             )
-        if not isinstance(prefetch, int) or not 0 <= prefetch <= 10_000:
+        if (
+            isinstance(prefetch, bool)
+            or not isinstance(prefetch, int)
+            or not 0 <= prefetch <= 10_000
+        ):
             raise ValueError(f"prefetch must be a whole number from 0 to 10000, got {prefetch!r}")
         self.ledger = ledger
         queues = sorted({validate_queue_name(q) for q in (queues or ledger.queues())})

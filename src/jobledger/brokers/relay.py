@@ -93,7 +93,11 @@ class Relay:
         clock: Callable[[], datetime] | None = None,
         publisher: Publisher | None = None,
     ):
-        if not isinstance(batch_size, int) or not 1 <= batch_size <= 10000:
+        if (
+            isinstance(batch_size, bool)
+            or not isinstance(batch_size, int)
+            or not 1 <= batch_size <= 10000
+        ):
             raise ConfigError(
                 f"batch_size must be a whole number from 1 to 10000, got {batch_size!r}"
             )
