@@ -98,11 +98,26 @@ def test_a_closed_backend_says_it_is_closed_not_that_the_database_is_unavailable
         ("sqlite:///x.db?synchronous=sometimes", "synchronous"),
         ("postgresql://h/db?pooler=statement", "pooler must be session .* or transaction"),
         ("sqlite:///x.db?pooler=transaction", "PostgreSQL URLs only"),
+        ("sqlite://", "names no file; write sqlite:///jobs.db"),
+        ("sqlite:///", "names no file"),
+        ("sqlite:///x.db?busy_timeout=5s", "busy_timeout must be milliseconds, got '5s'"),
+        ("sqlite:///x.db?busy_timeout=-1", "busy_timeout must be milliseconds"),
     ],
 )
 def test_bad_urls(url, message):
     with pytest.raises(ConfigError, match=message):
         DatabaseURL.parse(url)
+
+
+def test_an_unparseable_url_is_refused_without_its_password():
+    """A URL that cannot even be split (a bracket left open in its host) is a ConfigError that
+    names no part of it, since its password cannot be found to be hidden."""
+    url = "postgresql://app:s3cret@[db.internal:5432/app"
+    with pytest.raises(ConfigError, match="cannot be parsed") as err:
+        DatabaseURL.parse(url)
+    assert "s3cret" not in str(err.value)
+    assert "<unparseable URL>" in str(err.value)
+    assert redact(url) == "<unparseable URL>"
 
 
 def test_a_listen_url_is_a_direct_postgresql_url(monkeypatch, tmp_path):
