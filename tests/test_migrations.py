@@ -175,6 +175,27 @@ def test_a_newer_schema_is_refused(db_url):
         Ledger(db_url).jobs()
 
 
+def test_a_schema_lacking_a_migration_is_refused_naming_it(db_url):
+    """A process of a newer version than the schema's (deployed before `jobledger migrate`
+    ran) refuses it, naming the migrations it lacks, as docs/operations.md says."""
+    ledger = Ledger(db_url)
+    ledger.migrate()
+    last = migrations(ledger.url.dialect)[-1]
+    table = (
+        f"{ledger.url.schema}.jobledger_migrations"
+        if ledger.url.dialect == "postgres"
+        else "jobledger_migrations"
+    )
+    with ledger.backend.transaction() as conn:
+        conn.execute(f"DELETE FROM {table} WHERE version = {last.version}")
+    ledger.close()
+    lacking = Ledger(db_url, auto_migrate=False)
+    with pytest.raises(SchemaMismatch) as err:
+        lacking.jobs()
+    assert str(err.value).endswith(f"lacks migrations {last.label}; run `jobledger migrate`")
+    lacking.close()
+
+
 def test_sqlite_checks_without_lists_keep_rows_ids_and_constraints(tmp_path):
     """013 rebuilds the jobs and attempts tables (their CHECKs without IN lists): every row and
     the jobs' id sequence survive it (no pruned job's id is given again), and the CHECKs still
