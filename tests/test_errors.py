@@ -136,6 +136,35 @@ def test_a_listen_url_is_a_direct_postgresql_url(monkeypatch, tmp_path):
     assert Ledger("postgresql://pooler/app?pooler=transaction").url.listen_url
 
 
+def test_a_listen_url_given_before_first_use_is_where_a_pooled_ledger_listens(pg, tmp_path):
+    """`--listen-url` gives a ledger behind a pooler in transaction mode a direct URL to
+    LISTEN on (without one it has no listener), kept when `--url` points an app's ledger
+    elsewhere; once a ledger is open, both are refused, as they could no longer take effect."""
+    schema, url = pg.new_schema_url()
+    try:
+        pooled = f"{url}&pooler=transaction" if "?" in url else f"{url}?pooler=transaction"
+        ledger = Ledger(pooled)
+        direct = DatabaseURL.parse(url).listen_conninfo
+        ledger.use_listen_url(url)
+        assert ledger.url.listen_conninfo == direct
+        ledger.use_url(pooled)
+        assert ledger.url.pooled_transactions
+        assert ledger.url.listen_conninfo == direct
+        assert ledger.backend.supports_listen
+        assert ledger.backend.listener(["q"]) is not None
+        with pytest.raises(ConfigError, match="already open; set its listen URL before first use"):
+            ledger.use_listen_url(url)
+        with pytest.raises(ConfigError, match="already open; set its URL before first use"):
+            ledger.use_url(f"sqlite:///{tmp_path}/other.db")
+        assert ledger.url.dialect == "postgres"
+        ledger.close()
+        without = Ledger(pooled)
+        assert not without.backend.supports_listen
+        without.close()
+    finally:
+        pg.drop_schema(schema)
+
+
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
