@@ -163,6 +163,29 @@ def test_key_rule_derives_the_key(api):
     assert api.job(job_id).key == "4187:2026-W33"
 
 
+def test_a_key_or_group_template_the_payload_cannot_fill_is_refused_and_writes_nothing(api):
+    """A task's key or group template that names a field the payload lacks (or a position,
+    which a payload never fills) is refused before anything is written, naming the task, the
+    template and what is missing."""
+    api.task(lambda ctx, **payload: None, name="digest", queue="q", key="{customer_id}:{week}")
+    api.task(lambda ctx, **payload: None, name="tenant", queue="q", key="{n}", group="{tenant}")
+    api.task(lambda ctx, **payload: None, name="positional", queue="q", key="{0}")
+    refused = [
+        ("digest", {"customer_id": 4187}, "key template '{customer_id}:{week}'", ": 'week'"),
+        ("tenant", {"n": 1}, "group template '{tenant}'", ": 'tenant'"),
+        ("positional", {"n": 1}, "key template '{0}'", ": Replacement index 0 out of range"),
+    ]
+    for task, payload, template, missing in refused:
+        with pytest.raises(PayloadError) as err:
+            api.enqueue(task, payload, now=T0)
+        assert str(err.value).startswith(
+            f"task '{task}': {template} cannot be filled from the payload{missing}"
+        )
+    assert api.jobs() == []
+    job_id, _ = api.enqueue("tenant", {"n": 1, "tenant": "acme"}, now=T0)
+    assert (api.job(job_id).key, api.job(job_id).group) == ("1", "acme")
+
+
 def test_unregistered_task_by_name(api):
     job_id, created = api.enqueue("elsewhere.task", {"x": 1}, key="k", queue="remote", now=T0)
     job = api.job(job_id)
