@@ -16,6 +16,7 @@ from jobledger import (
     Ledger,
     PayloadError,
     SchemaMismatch,
+    Task,
 )
 from jobledger.errors import ConfigError
 
@@ -161,6 +162,46 @@ def test_key_rule_derives_the_key(api):
     )
     job_id, _ = digest.enqueue({"customer_id": 4187, "week": "2026-W33"}, now=T0)
     assert api.job(job_id).key == "4187:2026-W33"
+
+
+def test_a_task_that_could_not_run_is_refused_when_it_is_registered(ledger):
+    """Registration refuses, naming the task, what would otherwise fail only when a job of it
+    runs or is enqueued; a name taken by another handler is refused too, so that the jobs of
+    one are never run by the other. Nothing refused is registered."""
+
+    def handler(ctx, n: int = 0) -> int:
+        return n + 1
+
+    def other(ctx, n: int = 0) -> None:
+        pass
+
+    def no_context(*, n: int = 0) -> None:
+        pass
+
+    refused = [
+        (42, {"name": "answer"}, "task 'answer': handler 42 is not callable"),
+        (handler, {"name": "bad name"}, "task name 'bad name' is invalid"),
+        (handler, {"backoff": 5}, "task 'handler': backoff must be a jobledger.Backoff"),
+        (handler, {"key": 42}, "task 'handler': key must be a format string or a function"),
+        (handler, {"group": 4.5}, "task 'handler': group must be a format string or a function"),
+        (no_context, {}, "task 'no_context': the handler must take the job context as its first"),
+    ]
+    for fn, options, message in refused:
+        with pytest.raises(ConfigError) as err:
+            ledger.task(fn, **options)
+        assert str(err.value).startswith(message)
+    assert ledger.tasks() == []
+    work = ledger.task(handler, name="work", queue="q")
+    assert ledger.task(handler, name="work", queue="q").fn is handler  # the same handler again
+    with pytest.raises(ConfigError, match="a task named 'work' is already registered"):
+        ledger.task(other, name="work", queue="q")
+    assert [t.fn for t in ledger.tasks()] == [handler]
+    assert work(None, n=41) == 42  # a task is still its function
+    with pytest.raises(ConfigError, match="task must be a registered Task or a task name, got 42"):
+        ledger.enqueue(42, {"n": 1}, key="k", now=T0)
+    with pytest.raises(ConfigError, match="task 'loose' is not registered with a ledger"):
+        Task(fn=handler, name="loose").enqueue({"n": 1}, key="k")
+    assert ledger.jobs() == []
 
 
 def test_a_key_or_group_template_the_payload_cannot_fill_is_refused_and_writes_nothing(api):
