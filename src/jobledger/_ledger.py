@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -1057,14 +1058,24 @@ class Ledger:
     ) -> datetime:
         """Claim none of the group's jobs before ``until`` (or ``seconds`` from now). A pause
         only ever extends: a shorter one than the group already has changes nothing. Returns
-        the time the group is paused until."""
+        the time the group is paused until. ``seconds`` is a finite number > 0 and ``until`` an
+        aware datetime; anything else is a ``ConfigError`` that pauses nothing."""
         if (until is None) == (seconds is None):
             raise ConfigError("pause_group needs until= or seconds=, one of them")
         if until is None:
-            if seconds is None or seconds <= 0:
-                raise ConfigError(f"seconds must be > 0, got {seconds!r}")
-            until = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
-        elif until.tzinfo is None:
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int | float)
+                or not 0 < seconds < math.inf  # not NaN either
+            ):
+                raise ConfigError(f"seconds must be a finite number > 0, got {seconds!r}")
+            try:
+                until = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
+            except OverflowError:
+                raise ConfigError(
+                    f"seconds={seconds!r} pauses past the last time a datetime holds"
+                ) from None
+        elif not isinstance(until, datetime) or until.tzinfo is None:
             raise ConfigError(f"until must be an aware datetime, got {until!r}")
         return self.backend.groups.pause(
             validate_queue_name(queue), validate_group(group), until, reason, now

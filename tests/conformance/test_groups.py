@@ -256,6 +256,35 @@ def test_a_pause_only_extends_and_an_operator_can_lift_it(api, work):
     assert len(claim(api, 5, at(30))) == 2
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "pause_group needs until= or seconds=, one of them"),
+        ({"seconds": 60, "until": at(60)}, "pause_group needs until= or seconds=, one of them"),
+        ({"seconds": 0}, "seconds must be a finite number > 0, got 0"),
+        ({"seconds": -5}, "seconds must be a finite number > 0, got -5"),
+        ({"seconds": math.nan}, "seconds must be a finite number > 0, got nan"),
+        ({"seconds": math.inf}, "seconds must be a finite number > 0, got inf"),
+        ({"seconds": True}, "seconds must be a finite number > 0, got True"),
+        ({"seconds": "60"}, "seconds must be a finite number > 0, got '60'"),
+        ({"seconds": 1e300}, "seconds=1e+300 pauses past the last time a datetime holds"),
+        ({"until": T0.replace(tzinfo=None)}, "until must be an aware datetime, got datetime"),
+        ({"until": "2026-08-10"}, "until must be an aware datetime, got '2026-08-10'"),
+    ],
+)
+def test_a_pause_without_a_finite_end_is_refused_and_pauses_nothing(api, work, options, message):
+    """A pause needs one end, in the future and in reach: a number of seconds (not a bool,
+    not a NaN) or an aware datetime. Anything else is a ConfigError that says so, and the group
+    is left as it was."""
+    put(api, "g", 1)
+    with pytest.raises(ConfigError) as err:
+        api.pause_group("q", "g", now=T0, **options)
+    assert str(err.value).startswith(message)
+    [status] = api.groups("q", T0)
+    assert status.paused_until is None
+    assert len(claim(api, 5, T0)) == 1
+
+
 def test_groups_show_pending_due_leased_and_pause(api, work):
     api.set_group_limits("q", max_leased=1, rate=10)
     put(api, "a", 3)
