@@ -250,6 +250,38 @@ def test_delay_and_run_at(api, tasks):
     assert [j.id for j in api.backend.jobs.claim(["q"], "w", 10, now=at(60))] == [a, b]
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"priority": True}, "priority must be a whole number (32-bit), got True"),
+        ({"priority": 1.5}, "priority must be a whole number (32-bit), got 1.5"),
+        ({"priority": "9"}, "priority must be a whole number (32-bit), got '9'"),
+        ({"priority": 2**31}, "priority must be a whole number (32-bit), got 2147483648"),
+        ({"priority": -(2**40)}, "priority must be a whole number (32-bit), got -1099511627776"),
+        (
+            {"run_at": T0.replace(tzinfo=None)},
+            "run_at must be an aware datetime (with a time zone)",
+        ),
+        ({"run_at": "2026-08-10"}, "run_at must be an aware datetime (with a time zone)"),
+    ],
+)
+def test_a_priority_or_run_at_out_of_reach_is_refused_and_writes_nothing(
+    api, tasks, options, message
+):
+    """A priority is a 32-bit whole number (not a bool), as the column that holds it; a run
+    time is an aware datetime, never read in some local zone; and a task's default priority is
+    held to the same."""
+    with pytest.raises(ConfigError) as err:
+        api.enqueue("work", {"n": 1}, key="k", now=T0, **options)
+    assert str(err.value).startswith(message)
+    assert api.jobs() == []
+    if "priority" in options:
+        with pytest.raises(ConfigError, match="priority must be a whole number"):
+            api.task(lambda ctx: None, name="urgent", queue="q", priority=options["priority"])
+    edge = api.enqueue("work", {"n": 1}, key="edge", priority=2**31 - 1, now=T0)
+    assert api.job(edge.id).priority == 2**31 - 1
+
+
 def test_higher_priority_first_then_oldest_run_at(api, tasks):
     low_old = api.enqueue("work", {"n": 1}, key="low-old", run_at=at(-20), now=T0).id
     high_new = api.enqueue("work", {"n": 2}, key="high-new", run_at=at(-1), priority=5, now=T0).id
