@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import signal
 import threading
@@ -11,9 +12,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobledger import JobState, LeaseLost, Ledger
+from jobledger import JobState, LeaseLost, Ledger, WorkerObserver
 from jobledger._records import AttemptOutcome
 from jobledger._runtime.outcomes import Finished
+from jobledger.push import PushObserver
 
 from ..support.processes import wait_exit, wait_until, worker_process
 from .conftest import T0
@@ -317,3 +319,40 @@ def test_a_worker_at_its_bounds_is_built(ledger):
     ledger.task(name="noop", queue="q")(lambda ctx: None)
     ledger.worker(["q"], concurrency=1, batch_size=1, prefetch=0)
     ledger.worker(["q"], batch_size=1000, prefetch=10_000)
+
+
+def test_an_observer_that_raises_or_lacks_an_event_never_stops_a_worker(ledger, caplog):
+    """Observers are told, never trusted: one that raises is logged and the worker goes on;
+    one that does not subclass WorkerObserver is told each outcome through its ``on_outcome``;
+    and one that observes push deliveries alone (placed in ``ledger.observers``, as
+    docs/push.md says) is left out of the worker's events, with no error logged for them."""
+
+    class Broken(WorkerObserver):
+        def on_claim(self, worker, jobs):
+            raise RuntimeError("observer bug")
+
+        def on_outcomes(self, worker, outcomes):
+            raise RuntimeError("observer bug")
+
+    class Plain:
+        def __init__(self):
+            self.seen = []
+
+        def on_outcome(self, worker, job, outcome, duration, error_class):
+            self.seen.append((job.key, outcome))
+
+    class Deliveries(PushObserver):
+        pass
+
+    ledger.task(lambda ctx, n: None, name="t", queue="w")
+    for n in range(3):
+        ledger.enqueue("t", {"n": n}, key=f"k{n}")
+    broken, plain, deliveries = Broken(), Plain(), Deliveries()
+    ledger.observers.extend([broken, plain, deliveries])
+    with caplog.at_level(logging.ERROR, logger="jobledger"):
+        stats = ledger.worker(["w"], concurrency=1, burst=True).run()
+    assert stats.completed == 3
+    assert sorted(plain.seen) == [("k0", "done"), ("k1", "done"), ("k2", "done")]
+    failed = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert failed and all(repr(broken) in r.getMessage() for r in failed)
+    assert {r.getMessage().rsplit(" ", 1)[1] for r in failed} == {"on_claim", "on_outcomes"}

@@ -21,7 +21,8 @@ class WorkerObserver:
     """Told what workers do. Subclass and override what you need; the defaults do nothing.
 
     Called on worker threads, outside any database transaction: keep it quick and never raise
-    (an exception is logged and swallowed).
+    (an exception is logged and swallowed). An object in ``ledger.observers`` that does not
+    subclass it (a push observer, say) is told only what it has methods for.
     """
 
     def on_claim(self, worker: Runtime, jobs: Sequence[ClaimedJob]) -> None:

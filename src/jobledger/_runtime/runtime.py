@@ -152,8 +152,13 @@ class Runtime:
 
     def notify(self, event: str, *args: Any) -> None:
         for observer in self._observers:
+            # ``ledger.observers`` also holds observers of other things (push deliveries: see
+            # docs/push.md), and one need not subclass WorkerObserver: what it lacks, it skips.
+            told = getattr(observer, event, None)
+            if told is None:
+                continue
             try:
-                getattr(observer, event)(self, *args)
+                told(self, *args)
             except Exception:  # an observer must never break the runtime
                 log.exception("observer %r failed in %s", observer, event)
 
@@ -163,9 +168,12 @@ class Runtime:
                 batch = getattr(observer, "on_outcomes", None)
                 if batch is not None:
                     batch(self, observed)
-                else:  # an observer that does not subclass WorkerObserver
+                    continue
+                # An observer that does not subclass WorkerObserver (or of push deliveries only).
+                one = getattr(observer, "on_outcome", None)
+                if one is not None:
                     for job, outcome, duration, error_class in observed:
-                        observer.on_outcome(self, job, outcome, duration, error_class)
+                        one(self, job, outcome, duration, error_class)
             except Exception:  # an observer must never break the runtime
                 log.exception("observer %r failed in on_outcomes", observer)
 
