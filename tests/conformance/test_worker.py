@@ -356,3 +356,11 @@ def test_an_observer_that_raises_or_lacks_an_event_never_stops_a_worker(ledger, 
     failed = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert failed and all(repr(broken) in r.getMessage() for r in failed)
     assert {r.getMessage().rsplit(" ", 1)[1] for r in failed} == {"on_claim", "on_outcomes"}
+
+
+def test_a_worker_with_no_queue_to_work_on_is_refused(ledger):
+    """Without tasks registered, a worker needs its queues named: one that would idle on none
+    is refused, saying what to do."""
+    with pytest.raises(ValueError, match="no queues to work on: register a task or pass queues="):
+        ledger.worker()
+    ledger.worker(["w"])  # named, they are enough
