@@ -99,6 +99,14 @@ def test_a_handler_that_returns_none_has_a_null_result(ledger):
     assert ledger.history(ledger.find("none").id).events == []
 
 
+def _nested(depth: int) -> list:
+    """A list in a list ``depth`` times: more than the JSON encoder's recursion can hold."""
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(
     ("value", "why"),
     [
@@ -107,8 +115,9 @@ def test_a_handler_that_returns_none_has_a_null_result(ledger):
         ("x" * (256 * 1024), "the limit is 262144 bytes"),
         ({"s": "a\x00b"}, "U+0000"),
         ("\ud800", "unpaired surrogate"),
+        (_nested(100_000), "nests too deeply"),
     ],
-    ids=["datetime", "nan", "too-large", "nul", "surrogate"],
+    ids=["datetime", "nan", "too-large", "nul", "surrogate", "nested"],
 )
 def test_a_return_value_that_cannot_be_stored_leaves_the_job_done_with_a_null_result(
     ledger, caplog, value, why
