@@ -151,8 +151,11 @@ def test_configure_logging_replaces_the_root_logger_s_handlers(root_logging):
     handler = configure_logging("warning", "json", stream)
     assert root_logging.handlers == [handler]
     assert root_logging.level == logging.WARNING
-    logging.getLogger("uvicorn.error").warning("one line, once")
-    logging.getLogger("jobledger.test").info("below the level")
+    # A logger of the application's own, made here: one configured by an earlier test in this
+    # process (uvicorn's do not propagate once uvicorn has set up its logging) would not tell.
+    app = logging.getLogger("test_logs.configure_logging")
+    app.warning("one line, once")
+    app.info("below the level")
     assert [json.loads(line)["message"] for line in stream.getvalue().splitlines()] == [
         "one line, once"
     ]
