@@ -125,3 +125,43 @@ def test_a_closed_gate_probes_no_more(outage, database):
     outage.suspect(now=True)
     outage.settle(timeout=0.2)
     assert database.probes == 0
+
+
+def test_a_postgresql_connection_that_cannot_be_had_makes_the_server_known_down(
+    monkeypatch, tmp_path
+):
+    """The pool could not make a connection in time (the server's address takes connections
+    and never answers: a host that hangs), rather than handing out one found broken: that
+    failure too has the outage probe the server, so that once the probe finds it down the next
+    use fails at once, saying for how long, instead of waiting for a connection again."""
+    import socket
+
+    from jobledger import Ledger
+    from jobledger.backends.postgres import database
+
+    from .support.outage import PostgresCut
+
+    monkeypatch.setattr(database, "CONNECT_TIMEOUT", 1)
+    monkeypatch.setattr(database, "PROBE_TIMEOUT", 1)
+    cut = PostgresCut(tmp_path)
+    hangs = None
+    try:
+        ledger = Ledger(cut.url)
+        ledger.migrate()
+        cut.cut()
+        # The server's port now takes connections and never answers. The single enqueue's
+        # pool has made no connection yet: it must make one, and cannot.
+        hangs = socket.create_server(("127.0.0.1", cut.server.port), backlog=64)
+        try:
+            with pytest.raises(BackendUnavailable, match="couldn't get a connection"):
+                ledger.enqueue("t", {}, key="first")
+            outage = ledger.backend.db.outage
+            wait_until(lambda: outage.down, what="the outage found by the probe")
+            with pytest.raises(BackendUnavailable, match=r"down for \d"):
+                ledger.enqueue("t", {}, key="second")
+        finally:
+            ledger.close()
+    finally:
+        if hangs is not None:
+            hangs.close()
+        cut.close()
