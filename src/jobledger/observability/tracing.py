@@ -220,15 +220,20 @@ class AttemptTracing:
 def server_span(method: str, path: str, headers: Mapping[str, str]) -> Iterator[Any]:
     """A server span for one HTTP request, continuing the caller's ``traceparent`` (its
     parent), current while the request is handled: a publish made in it stores its context with
-    the message's job. The caller names it by its route and sets the answer's status."""
+    the message's job. The caller names it by its route and sets the answer's status. An SDK
+    (or span processor) that raises costs the request its span, never its answer: it is
+    logged, and the request runs under a span that records nothing."""
     from opentelemetry import context, trace
 
-    parent = _propagator().extract(dict(headers))
-    tracer = _tracer()
-    attributes = {"http.request.method": method, "url.path": path}
-    span = tracer.start_span(
-        f"{method}", context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
-    )
+    try:
+        parent = _propagator().extract(dict(headers))
+        attributes = {"http.request.method": method, "url.path": path}
+        span = _tracer().start_span(
+            f"{method}", context=parent, kind=trace.SpanKind.SERVER, attributes=attributes
+        )
+    except Exception:  # tracing must never fail a request
+        log.exception("starting the server span of %s %s failed", method, path)
+        span = trace.INVALID_SPAN
     token = context.attach(trace.set_span_in_context(span))
     try:
         yield span
@@ -239,4 +244,7 @@ def server_span(method: str, path: str, headers: Mapping[str, str]) -> Iterator[
         raise
     finally:
         context.detach(token)
-        span.end()
+        try:
+            span.end()
+        except Exception:
+            log.exception("ending the server span of %s %s failed", method, path)
