@@ -471,3 +471,37 @@ def test_a_sender_killed_mid_delivery_delivers_again_with_the_same_id(ledger, en
     for request in (first, second):
         standardwebhooks.Webhook(sub.secret).verify(request.body, request.headers)
     assert json.loads(first.body) == json.loads(second.body)  # the same event, signed anew
+
+
+def test_a_stop_that_abandons_a_request_in_flight_gives_the_job_back_uncharged(
+    ledger, endpoint, push
+):
+    gate = threading.Event()
+
+    def stuck(request, n):
+        if n == 1:
+            gate.wait(30)  # answers 200 only once the sender has given up on it
+        return 200, {}, b""
+
+    ep = endpoint(stuck)
+    sub = subscribe(ledger, ep.url, timeout_seconds=30)
+    job_id = publish(ledger, "4187:2026-W33")
+    service = push(grace=0.2)
+    try:
+        wait_until(lambda: ep.count() == 1, what="the first request")
+        service.stop()
+        # Abandoned past the grace: released, uncharged, due again; never done without a 2xx.
+        job = ledger.job(job_id)
+        assert job.state is JobState.PENDING and job.budget_left == 10
+        [attempt] = ledger.history(job_id).attempts
+        assert attempt.outcome is AttemptOutcome.RELEASED
+        assert service.counters.by_outcome() == {(sub.id, "hooks", "released"): 1}
+    finally:
+        gate.set()
+    # The endpoint's late 200 changes nothing; the next loop delivers it with the same id.
+    assert job_state(ledger, job_id) is JobState.PENDING
+    push()
+    wait_state(ledger, job_id, JobState.DONE)
+    first, second = ep.requests
+    assert first.headers["webhook-id"] == second.headers["webhook-id"] == "4187:2026-W33"
+    assert [a.outcome.value for a in ledger.history(job_id).attempts] == ["released", "done"]
