@@ -505,3 +505,58 @@ def test_a_stop_that_abandons_a_request_in_flight_gives_the_job_back_uncharged(
     first, second = ep.requests
     assert first.headers["webhook-id"] == second.headers["webhook-id"] == "4187:2026-W33"
     assert [a.outcome.value for a in ledger.history(job_id).attempts] == ["released", "done"]
+
+
+def test_a_database_gone_mid_delivery_loses_no_job_and_the_lanes_go_on(tmp_path, endpoint, caplog):
+    """SQLite made unreadable while a request is in flight: the 2xx's outcome waits for the
+    database, the lanes' claims fail and are retried, and once it is back the job is done
+    and later ones are delivered."""
+    from jobledger import Ledger
+    from jobledger.errors import BackendUnavailable
+    from jobledger.push import PushService
+
+    from ..support.outage import SqliteCut
+    from .conftest import fast_settings
+
+    def done(job_id):
+        try:
+            return job_state(ledger, job_id) is JobState.DONE
+        except BackendUnavailable:  # until this process sees the database back
+            return False
+
+    cut = SqliteCut(tmp_path)
+    ledger = Ledger(cut.url)
+    ledger.migrate()
+    gate = threading.Event()
+    service = None
+
+    def held(request, n):
+        if n == 1:
+            gate.wait(30)
+        return 200, {}, b""
+
+    try:
+        ep = endpoint(held)
+        subscribe(ledger, ep.url, timeout_seconds=30)
+        first = publish(ledger, "k1")
+        service = PushService(ledger, fast_settings())
+        service.start()
+        wait_until(lambda: ep.count() == 1, what="the first request")
+        cut.cut()
+        gate.set()  # the 200 arrives while the database is away
+        for logged in ("claim failed", "cannot read subscriptions"):  # the lane's, the loop's
+            wait_until(
+                lambda: any(logged in r.getMessage() for r in caplog.records),  # noqa: B023
+                what=f"a log line saying {logged!r}",
+            )
+        cut.restore()
+        wait_until(lambda: done(first), what="the first job to be done")
+        second = publish(ledger, "k2")
+        wait_until(lambda: done(second), what="the second job to be done")
+        assert [r.headers["webhook-id"] for r in ep.requests] == ["k1", "k2"]
+        assert [a.outcome.value for a in ledger.history(first).attempts] == ["done"]
+    finally:
+        gate.set()
+        if service is not None:
+            service.stop()
+        ledger.close()
