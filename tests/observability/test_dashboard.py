@@ -570,3 +570,45 @@ def test_the_dashboard_answers_503_with_retry_after_while_the_database_is_unavai
             )
     finally:
         ledger.close()
+
+
+def test_redrive_and_resolve_of_the_selected_dead_letters(dash, ledger):
+    client = login(dash, dash.admin_key)
+    token = _csrf(client.get("/ui/dead?queue=mail").text)
+    dead = sorted(j.id for j in ledger.jobs() if j.state.value == "dead")
+    assert len(dead) == 3
+    waiting = ledger.job_by_key("waiting", "other").id
+
+    def post(path, **form):
+        fields = {k: [str(i) for i in v] if isinstance(v, list) else v for k, v in form.items()}
+        return client.post(path, data={"csrf": token, **fields})
+
+    # Refused, changing nothing: no reason; all matching without a queue; nothing selected.
+    for form, said in [
+        ({"id": [dead[0]], "reason": ""}, "a reason is required"),
+        ({"scope": "all", "reason": "fixed"}, "choose a queue to redrive all"),
+        ({"reason": "fixed"}, "select at least one dead letter"),
+    ]:
+        response = post("/ui/dead/redrive", **form)
+        assert response.status_code == 422 and said in response.text, form
+    assert {ledger.job(i).state.value for i in dead} == {"dead"}
+    # The selected ones: a job that is not dead (pending here) is not redriven, nor counted.
+    response = post(
+        "/ui/dead/redrive", id=[dead[0], dead[1], waiting], reason="fixed", queue="mail"
+    )
+    assert response.status_code == 303
+    location = response.headers["location"]
+    assert location == "/ui/dead?queue=mail&redriven=2"
+    assert "Redriven: 2 back to pending." in client.get(location).text
+    assert [ledger.job(i).state.value for i in dead] == ["pending", "pending", "dead"]
+    assert ledger.history(waiting).events == []
+    # Resolve the selected: one resolved by someone else meanwhile, or gone, is passed over.
+    assert post("/ui/dead/resolve", id=[dead[2]], note="").status_code == 422
+    assert post("/ui/dead/resolve", note="by hand").status_code == 422
+    ledger.resolve(dead[0], actor="ops", note="done elsewhere")
+    response = post("/ui/dead/resolve", id=[dead[0], dead[2], 999999], note="sent by hand")
+    assert response.status_code == 303 and response.headers["location"] == "/ui/dead?resolved=1"
+    assert [ledger.job(i).state.value for i in dead] == ["done", "pending", "done"]
+    assert [e.note for e in ledger.history(dead[0]).events] == ["fixed", "done elsewhere"]
+    [event] = ledger.history(dead[2]).events
+    assert (event.kind, event.note) == ("resolve", "sent by hand")
