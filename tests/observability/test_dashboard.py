@@ -612,3 +612,25 @@ def test_redrive_and_resolve_of_the_selected_dead_letters(dash, ledger):
     assert [e.note for e in ledger.history(dead[0]).events] == ["fixed", "done elsewhere"]
     [event] = ledger.history(dead[2]).events
     assert (event.kind, event.note) == ("resolve", "sent by hand")
+
+
+def test_a_ledger_error_without_a_page_of_its_own_is_a_500_page(dash, ledger, monkeypatch, caplog):
+    from jobledger.errors import JobledgerError
+
+    def conflict(*args, **kwargs):
+        raise JobledgerError("the ledger refused: <b>conflict</b>")
+
+    client = login(dash, dash.admin_key)
+    token = _csrf(client.get("/ui/dead").text)
+    dead = next(j for j in ledger.jobs() if j.state.value == "dead")
+    monkeypatch.setattr(ledger, "redrive", conflict)
+    response = client.post(
+        "/ui/dead/redrive", data={"csrf": token, "id": str(dead.id), "reason": "fixed"}
+    )
+    assert response.status_code == 500
+    assert response.headers["content-type"].startswith("text/html")
+    assert "the ledger refused: &lt;b&gt;conflict&lt;/b&gt;" in response.text
+    assert "Traceback" not in response.text
+    [record] = [r for r in caplog.records if r.getMessage().startswith("dashboard: JobledgerError")]
+    assert record.levelname == "ERROR"
+    assert ledger.job(dead.id).state.value == "dead"
