@@ -634,3 +634,59 @@ def test_a_ledger_error_without_a_page_of_its_own_is_a_500_page(dash, ledger, mo
     [record] = [r for r in caplog.records if r.getMessage().startswith("dashboard: JobledgerError")]
     assert record.levelname == "ERROR"
     assert ledger.job(dead.id).state.value == "dead"
+
+
+def test_a_form_that_is_not_a_small_utf8_form_post_changes_nothing(dash, ledger):
+    client = login(dash, dash.admin_key)
+    token = _csrf(client.get("/ui/dead").text)
+    dead = next(j for j in ledger.jobs() if j.state.value == "dead")
+    form = f"csrf={token}&id={dead.id}&reason=fixed".encode()
+    too_big = form + b"&pad=" + b"x" * 64 * 1024
+
+    def chunks():  # no Content-Length: the limit is checked as the body arrives
+        yield too_big[:1000]
+        yield too_big[1000:]
+
+    refused = [
+        (415, "Unsupported form", {"content": form, "headers": {"Content-Type": "text/plain"}}),
+        (
+            415,
+            "Unsupported form",
+            {"json": {"csrf": token, "id": dead.id, "reason": "fixed"}, "headers": {}},
+        ),
+        (413, "Form too large", {"content": too_big}),
+        (413, "Form too large", {"content": chunks()}),
+        (400, "not UTF-8", {"content": form + b"&note=\xff\xfe"}),
+    ]
+    form_type = {"Content-Type": "application/x-www-form-urlencoded"}
+    for status, said, request in refused:
+        request.setdefault("headers", form_type)
+        response = client.post("/ui/dead/redrive", **request)
+        assert response.status_code == status and said in response.text, (status, said)
+        assert "text/html" in response.headers["content-type"]
+    assert ledger.job(dead.id).state.value == "dead" and ledger.history(dead.id).events == []
+    # The same form, as a browser posts it, is taken.
+    response = client.post("/ui/dead/redrive", content=form, headers=form_type)
+    assert response.status_code == 303 and ledger.job(dead.id).state.value == "pending"
+
+
+def test_login_logout_and_actions_without_a_session(dash, ledger):
+    anonymous = httpx.Client(base_url=dash.url, timeout=30)
+    dead = next(j for j in ledger.jobs() if j.state.value == "dead")
+    response = anonymous.post(f"/ui/jobs/{dead.id}/redrive", data={"reason": "r", "csrf": "x"})
+    assert response.status_code == 401 and "Not logged in" in response.text
+    assert ledger.job(dead.id).state.value == "dead"
+    # Logging out without a session goes to the login page; a login form that is no form is
+    # refused as any form is.
+    response = anonymous.post("/ui/logout", data={"csrf": "x"})
+    assert response.status_code == 303 and response.headers["location"] == "/ui/login"
+    response = anonymous.post("/ui/login", json={"key": dash.admin_key})
+    assert response.status_code == 415
+    client = login(dash, dash.key("read"))
+    # Logged in, the login page sends the browser on to where it was going.
+    response = client.get("/ui/login?next=/ui/dead")
+    assert response.status_code == 303 and response.headers["location"] == "/ui/dead"
+    # A logout without the page's token is refused, and the session stays open.
+    response = client.post("/ui/logout", data={"csrf": "0" * 64})
+    assert response.status_code == 403
+    assert client.get("/ui/dead").status_code == 200
