@@ -343,6 +343,52 @@ def test_a_receive_whose_client_left_gives_its_messages_back(api):
     assert attempt.outcome is AttemptOutcome.RELEASED
 
 
+def test_a_long_poll_whose_client_left_stops_waiting_and_takes_nothing(api):
+    """The client of a receive waiting for a message (``wait_seconds``) disconnects: the
+    server stops waiting at once and answers nothing, and a message published afterwards is
+    left for the next consumer, unclaimed and uncharged."""
+    api.queue(max_attempts=3)
+    body = json.dumps({"queue": "q", "wait_seconds": 20}).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/queue/receive",
+        "raw_path": b"/v1/queue/receive",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"authorization", f"Bearer {api.admin_key}".encode()),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+        "app": api.server.app,
+    }
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent = []
+
+    async def receive_message():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    async def served():  # well before the 20 s the client asked to wait
+        await asyncio.wait_for(api.server.app(scope, receive_message, send), 10)
+
+    asyncio.run(served())
+    [start, answer] = sent
+    assert start["status"] == 200 and json.loads(answer["body"]) == {"messages": []}
+    job_id = publish(api.admin, {"queue": "q", "payload": {}}, "k").json()["message_id"]
+    [message] = receive(api.admin)
+    assert message["attempt"] == 1 and message["attempts_left"] == 2
+    assert [a.outcome for a in api.ledger.backend.history.attempts(int(job_id))] == [None]
+
+
 def taken_over_after_the_check(api, monkeypatch):
     """Make every receipt lose its lease between the server's check of it and its write: the
     lease runs out and another consumer receives the message, as when an ack arrives at the
