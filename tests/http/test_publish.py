@@ -148,6 +148,29 @@ def test_invalid_bodies_are_422_naming_the_field(api):
     assert api.ledger.jobs() == []
 
 
+def test_an_unpaired_surrogate_is_422_naming_where_it_is(api):
+    """JSON may escape half of a surrogate pair (``"\\ud800"``), which no UTF-8 text (and no
+    database) can hold: refused as invalid Unicode where it is, in a field, a payload's value
+    or a payload's key; nothing is stored."""
+    api.queue()
+    headers = {"Content-Type": "application/json", "Idempotency-Key": "k"}
+    for body, pointer in [
+        (rb'{"queue": "q\ud800", "payload": {}}', "/queue"),
+        (rb'{"queue": "q", "payload": {"s": ["ok", "\udc00 alone"]}}', "/payload/s/1"),
+        (rb'{"queue": "q", "payload": {"\ud800": 1}}', "/payload"),
+    ]:
+        response = api.admin.post("/v1/queue/publish", content=body, headers=headers)
+        problem = assert_problem(response, 422, "validation-failed")
+        assert [(e["pointer"], e["detail"]) for e in problem["errors"]] == [
+            (pointer, "is not valid Unicode (unpaired surrogate)")
+        ], body
+    assert api.ledger.jobs() == []
+    paired = rb'{"queue": "q", "payload": {"s": "\ud83d\ude00"}}'  # a pair is one character
+    response = api.admin.post("/v1/queue/publish", content=paired, headers=headers)
+    assert response.status_code == 201, response.text
+    assert api.ledger.job(int(response.json()["message_id"])).payload == {"s": "\U0001f600"}
+
+
 def test_a_json_body_with_a_charset_parameter_is_accepted(api):
     # "application/json; charset=utf-8" is what many clients send: the media type is what counts.
     api.queue()
