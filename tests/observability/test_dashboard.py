@@ -690,3 +690,33 @@ def test_login_logout_and_actions_without_a_session(dash, ledger):
     response = client.post("/ui/logout", data={"csrf": "0" * 64})
     assert response.status_code == 403
     assert client.get("/ui/dead").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (None, "—"),
+        (float("nan"), "—"),
+        (0.85, "850 ms"),
+        (12.34, "12.3 s"),
+        (245, "4 min 05 s"),
+        (3 * 3600 + 20 * 60 + 59, "3 h 20 min"),
+        (47 * 3600 + 59 * 60, "47 h 59 min"),
+        (48 * 3600, "2 d 0 h"),
+        (52 * 3600 + 1800, "2 d 4 h"),
+        (-90, "-1 min 30 s"),
+    ],
+)
+def test_durations_read_as_people_say_them(value, shown):
+    from jobledger.http.dashboard.render import seconds
+
+    assert seconds(value) == shown
+
+
+def test_a_time_is_said_relative_to_now():
+    from jobledger.http.dashboard.render import since
+
+    now = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
+    assert since(None, now) == "—"
+    assert since(now - timedelta(minutes=4, seconds=5), now) == "4 min 05 s ago"
+    assert since(now + timedelta(hours=50), now) == "in 2 d 2 h"
