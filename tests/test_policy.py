@@ -86,6 +86,21 @@ def test_classify_exceptions():
     assert classify(ValueError("anything else")).error_class == "ValueError"
 
 
+def test_an_exception_whose_message_cannot_be_read_is_classified_by_its_class():
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no")
+
+    decision = classify(Unprintable())
+    assert (decision.retry, decision.error_class, decision.message) == (
+        True,
+        "test_an_exception_whose_message_cannot_be_read_is_classified_by_its_class.<locals>"
+        ".Unprintable",
+        "test_an_exception_whose_message_cannot_be_read_is_classified_by_its_class.<locals>"
+        ".Unprintable (its message could not be read: ValueError)",
+    )
+
+
 def test_httpx_status_error_is_classified_with_retry_after():
     request = httpx.Request("POST", "https://provider.example/send")
     response = httpx.Response(429, headers={"Retry-After": "17"}, request=request)

@@ -172,6 +172,15 @@ def _name(exc: BaseException) -> str:
     return type(exc).__qualname__
 
 
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or its class's name when it has none, or says it could not be read (an
+    ``__str__`` that raises must not keep the attempt's outcome from being written)."""
+    try:
+        return str(exc) or _name(exc)
+    except Exception as failed:
+        return f"{_name(exc)} (its message could not be read: {type(failed).__name__})"
+
+
 def classify(exc: BaseException, now: datetime | None = None) -> Decision:
     """Decide how a handler's exception ends its attempt."""
     if isinstance(exc, Retry):
@@ -190,9 +199,9 @@ def classify(exc: BaseException, now: datetime | None = None) -> Decision:
         decision = classify_status(status, headers, now)
         if decision is not None:
             return Decision(
-                decision.retry, decision.delay, _name(exc), f"{decision.message}: {exc}"
+                decision.retry, decision.delay, _name(exc), f"{decision.message}: {_message(exc)}"
             )
-    return Decision(True, None, _name(exc), str(exc) or _name(exc))
+    return Decision(True, None, _name(exc), _message(exc))
 
 
 def check_response(response: Any, now: datetime | None = None) -> None:

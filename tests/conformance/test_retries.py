@@ -178,6 +178,41 @@ def test_payload_that_no_longer_fits_the_handler_is_dead(ledger):
     assert row.state is JobState.DEAD and row.last_error_class == "PayloadError"
 
 
+class _Unprintable(Exception):
+    """An exception whose message cannot be read: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message today")
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_an_exception_whose_message_cannot_be_read_is_a_failure_like_any_other(ledger, is_async):
+    """The attempt ends as its class says (transient: retried), recorded with a message that
+    says its own could not be read, at once: never a job left leased until its lease runs
+    out because the outcome could not be written."""
+    if is_async:
+
+        async def handler(ctx) -> None:
+            raise _Unprintable()
+    else:
+
+        def handler(ctx) -> None:
+            raise _Unprintable()
+
+    task = ledger.task(handler, queue="w", name="unprintable", max_attempts=2, lease_seconds=3600)
+
+    job_id, _ = ledger.enqueue(task, {}, key="k", now=T0)
+    run_burst(ledger, T0)
+    row = ledger.job(job_id)
+    assert (row.state, row.attempts, row.last_error_class) == (
+        JobState.PENDING,
+        1,
+        "_Unprintable",
+    )
+    assert row.last_error == "_Unprintable (its message could not be read: RuntimeError)"
+    assert "_Unprintable" in (row.last_traceback or "")
+
+
 @pytest.mark.parametrize("is_async", [False, True])
 def test_sync_and_async_handlers(ledger, is_async):
     seen = []
