@@ -985,15 +985,20 @@ class Ledger:
         state: JobState | str = JobState.DONE,
         queue: str | None = None,
         now: datetime | None = None,
+        only_dead: bool = False,
     ) -> JobRow:
         """An operator's repair after checking the outside world: a dead or pending job becomes
-        done (or pending again, with a fresh budget). Recorded with actor and note."""
+        done (or pending again, with a fresh budget). Recorded with actor and note. With
+        ``only_dead``, a job that is no longer dead (redriven meanwhile by someone else) is
+        refused (``InvalidTransition``) in the same write, as a job in any other state is."""
         if not actor or not note:
             raise ConfigError(
                 "resolve needs an actor and a note; both are recorded in the job's history"
             )
         row = self.find(job, queue)
-        return self.backend.history.resolve(row.id, JobState(state), actor, note, now)
+        return self.backend.history.resolve(
+            row.id, JobState(state), actor, note, now, only_dead=only_dead
+        )
 
     def cancel(
         self,

@@ -196,6 +196,20 @@ def test_resolve_of_a_pending_job_to_pending_gives_a_fresh_budget_and_makes_it_d
     assert row.attempts == 2  # the attempts it made stay counted, and in its history
 
 
+def test_resolve_only_dead_refuses_a_job_redriven_meanwhile(api, tasks):
+    """What the dead letters page resolves: the jobs that are dead when the write happens. One
+    that someone redrove after the page was read is pending again, and stays so, with its
+    history unchanged; a dead one is resolved as without the option."""
+    redriven, dead = make_dead(api, 1), make_dead(api, 2)
+    api.redrive(ids=[redriven], actor="ana", reason="provider fixed", now=at(5))
+    with pytest.raises(InvalidTransition, match="pending"):
+        api.resolve(redriven, actor="bo", note="sent by hand", only_dead=True, now=at(6))
+    assert api.job(redriven).state is JobState.PENDING
+    assert [e.kind for e in api.backend.history.events(redriven)] == ["redrive"]
+    row = api.resolve(dead, actor="bo", note="sent by hand", only_dead=True, now=at(6))
+    assert row.state is JobState.DONE
+
+
 def test_resolve_refuses_leased_and_done_jobs(api, tasks):
     job_id = enqueue(api, 1)
     [job] = api.backend.jobs.claim(["q"], "w", 1, now=T0)

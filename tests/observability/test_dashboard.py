@@ -602,11 +602,12 @@ def test_redrive_and_resolve_of_the_selected_dead_letters(dash, ledger):
     assert "Redriven: 2 back to pending." in client.get(location).text
     assert [ledger.job(i).state.value for i in dead] == ["pending", "pending", "dead"]
     assert ledger.history(waiting).events == []
-    # Resolve the selected: one resolved by someone else meanwhile, or gone, is passed over.
+    # Resolve the selected: one resolved by someone else meanwhile, one redriven meanwhile
+    # (pending: to run again, as whoever redrove it wanted), or one gone, is passed over.
     assert post("/ui/dead/resolve", id=[dead[2]], note="").status_code == 422
     assert post("/ui/dead/resolve", note="by hand").status_code == 422
     ledger.resolve(dead[0], actor="ops", note="done elsewhere")
-    response = post("/ui/dead/resolve", id=[dead[0], dead[2], 999999], note="sent by hand")
+    response = post("/ui/dead/resolve", id=[dead[0], dead[1], dead[2], 999999], note="sent by hand")
     assert response.status_code == 303 and response.headers["location"] == "/ui/dead?resolved=1"
     assert [ledger.job(i).state.value for i in dead] == ["done", "pending", "done"]
     assert [e.note for e in ledger.history(dead[0]).events] == ["fixed", "done elsewhere"]

@@ -179,16 +179,24 @@ class History:
         return job
 
     def resolve(
-        self, job_id: int, state: JobState, actor: str, note: str, now: datetime | None = None
+        self,
+        job_id: int,
+        state: JobState,
+        actor: str,
+        note: str,
+        now: datetime | None = None,
+        only_dead: bool = False,
     ) -> JobRow:
         """An operator's repair: a dead or pending job becomes done (or pending, with a fresh
-        budget). Raises ``InvalidTransition`` for other states."""
+        budget); with ``only_dead``, a dead job only. Raises ``InvalidTransition`` for other
+        states."""
         state = JobState(state)
         if state not in (JobState.DONE, JobState.PENDING):
             raise InvalidTransition(f"resolve moves a job to done or pending, not {state.value}")
         detail = _json({"state": state.value})
         noted = {"kind": "resolve", "actor": actor, "note": note, "detail": detail}
-        job = self._transition("job_resolve", job_id, {"state": state.value}, noted, now)
+        params = {"state": state.value, "only_dead": only_dead}
+        job = self._transition("job_resolve", job_id, params, noted, now)
         if state is JobState.PENDING:
             self.made_pending()
         return job

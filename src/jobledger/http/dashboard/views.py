@@ -352,7 +352,9 @@ async def dead_resolve(request: Request) -> Response:
     for job_id in ids:
         try:
             await run_in_threadpool(
-                functools.partial(state.ledger.resolve, job_id, actor=viewer.actor, note=note)
+                functools.partial(
+                    state.ledger.resolve, job_id, actor=viewer.actor, note=note, only_dead=True
+                )
             )
             resolved += 1
         except (InvalidTransition, NotFound):

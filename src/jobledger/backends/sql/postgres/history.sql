@@ -59,6 +59,7 @@ SET state = %(state)s::text,
     lease_until = NULL,
     updated_at = {now}
 WHERE id = %(id)s AND state IN ('dead', 'pending')
+  AND (state = 'dead' OR NOT %(only_dead)s::bool)
 RETURNING id
 
 -- name: job_cancel

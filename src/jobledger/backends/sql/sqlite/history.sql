@@ -56,7 +56,7 @@ SET state = :state,
                          THEN attempts + max_attempts ELSE attempt_limit END,
     lease_until = NULL,
     updated_at = :now
-WHERE id = :id AND state IN ('dead', 'pending')
+WHERE id = :id AND state IN ('dead', 'pending') AND (state = 'dead' OR NOT :only_dead)
 RETURNING id
 
 -- name: job_cancel
