@@ -300,13 +300,10 @@ def test_a_consumer_that_dies_loses_its_lease_to_the_rescuer(api):
     assert outcomes == [AttemptOutcome.LEASE_EXPIRED, AttemptOutcome.LEASE_EXPIRED]
 
 
-def test_a_receive_whose_client_left_gives_its_messages_back(api):
-    """The client disconnected before its answer could be sent: the claimed messages are
-    released at once (outcome ``released``, not charged) rather than left to their lease."""
-    api.queue(max_attempts=3)
-    publish(api.admin, {"queue": "q", "payload": {}}, "k")
-    body = json.dumps({"queue": "q"}).encode()
-    scope = {
+def _receive_scope(api, body: bytes) -> dict:
+    """The ASGI scope of a receive by the admin key with ``body``, for a test that plays the
+    client's side of the connection itself (its disconnect)."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -325,6 +322,15 @@ def test_a_receive_whose_client_left_gives_its_messages_back(api):
         "server": ("127.0.0.1", 80),
         "app": api.server.app,
     }
+
+
+def test_a_receive_whose_client_left_gives_its_messages_back(api):
+    """The client disconnected before its answer could be sent: the claimed messages are
+    released at once (outcome ``released``, not charged) rather than left to their lease."""
+    api.queue(max_attempts=3)
+    publish(api.admin, {"queue": "q", "payload": {}}, "k")
+    body = json.dumps({"queue": "q"}).encode()
+    scope = _receive_scope(api, body)
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     sent = []
 
@@ -349,25 +355,7 @@ def test_a_long_poll_whose_client_left_stops_waiting_and_takes_nothing(api):
     left for the next consumer, unclaimed and uncharged."""
     api.queue(max_attempts=3)
     body = json.dumps({"queue": "q", "wait_seconds": 20}).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/queue/receive",
-        "raw_path": b"/v1/queue/receive",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"authorization", f"Bearer {api.admin_key}".encode()),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-        "app": api.server.app,
-    }
+    scope = _receive_scope(api, body)
     messages = [{"type": "http.request", "body": body, "more_body": False}]
     sent = []
 
