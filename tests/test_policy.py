@@ -45,6 +45,16 @@ def test_retry_after_seconds_and_http_date():
     assert parse_retry_after("soon", NOW) is None and parse_retry_after(None) is None
 
 
+@pytest.mark.parametrize("value", ["Mon, 10 Aug 2026 06:01:30", "Mon, 10 Aug 2026 06:01:30 -0000"])
+def test_retry_after_date_without_a_time_zone_is_read_as_gmt(value):
+    # HTTP-dates are always GMT (RFC 9110 5.6.7); a sender that leaves the zone out, or writes
+    # -0000, still means GMT, and the wait is counted from there instead of the value failing.
+    assert parse_retry_after(value, NOW) == 90
+    decision = classify_status(503, {"Retry-After": value}, now=NOW)
+    assert decision is not None and decision.retry is True and decision.delay == 90
+    assert parse_retry_after("Mon, 10 Aug 2026 08:01:30 +0200", NOW) == 90
+
+
 @pytest.mark.parametrize(
     "status, retry",
     [
