@@ -421,6 +421,23 @@ def test_subscription_urls_are_checked(url):
         validate_url(url)
 
 
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("https://hooks.example:99999/x", "Port out of range 0-65535"),
+        ("https://hooks.example:abc/x", "Port could not be cast to integer value as 'abc'"),
+        ("https://hooks.example:-1/x", "Port could not be cast to integer value as '-1'"),
+    ],
+)
+def test_a_subscription_url_with_an_invalid_port_is_refused_naming_it(ledger, url, why):
+    # The port is read when the URL is checked, so a bad one is a ConfigError when the
+    # subscription is created, not an error of every delivery later.
+    with pytest.raises(ConfigError) as caught:
+        create_subscription(ledger.backend, "q", url)
+    assert str(caught.value) == f"subscription URL {url!r} is invalid: {why}"
+    assert ledger.backend.subscriptions.all() == []
+
+
 def test_subscription_settings_are_checked(ledger):
     url = "https://hooks.example/x"
     for options, message in (
