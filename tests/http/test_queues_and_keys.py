@@ -318,6 +318,8 @@ def test_cli_errors_are_one_line(cli, tmp_path, args, message):
         ("line\nbreak", ["admin"], "control characters"),
         ("ops", [], "needs at least one scope"),
         ("ops", ["publish:bad name"], "queue name 'bad name' is invalid"),
+        ("ops", ["admin", 42], "a scope must be a string, got 42"),
+        ("ops", [None], "a scope must be a string, got None"),
     ],
 )
 def test_a_key_with_a_bad_name_or_scope_is_refused_and_not_stored(ledger, name, scopes, message):
