@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import math
 import re
 import socket
 from datetime import UTC, datetime
@@ -447,6 +448,11 @@ def test_subscription_settings_are_checked(ledger):
         ({"rate_per_second": -1}, "rate_limit"),
         ({"burst": 3}, "needs a rate"),
         ({"secret": "whsec_short"}, "secret"),
+        ({"timeout_seconds": "5"}, "timeout_seconds must be a number, got '5'"),
+        ({"timeout_seconds": True}, "timeout_seconds must be a number, got True"),
+        ({"timeout_seconds": math.inf}, "timeout_seconds must be a number, got inf"),
+        ({"rate_per_second": "8"}, "rate_limit must be a number, got '8'"),
+        ({"rate_per_second": 1, "burst": False}, "burst must be a number, got False"),
     ):
         with pytest.raises(ConfigError, match=message):
             create_subscription(ledger.backend, "q", url, **options)
