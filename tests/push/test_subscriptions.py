@@ -58,6 +58,21 @@ def test_a_subscription_as_stored(ledger):
         rotate_secret(backend, sub.id)
 
 
+@pytest.mark.parametrize(
+    "overlap", [timedelta(days=30, seconds=1), timedelta(seconds=-1), 3600, None]
+)
+def test_a_rotation_s_overlap_is_0_to_30_days_else_nothing_changes(ledger, overlap):
+    backend = ledger.backend
+    sub = create_subscription(backend, "hooks", "https://hooks.example/in", now=T0)
+    with pytest.raises(ConfigError, match="^the overlap must be between 0 and 30 days$"):
+        rotate_secret(backend, sub.id, overlap=overlap, now=T0)
+    kept = backend.subscriptions.get(sub.id)
+    assert (kept.secret, kept.previous_until) == (sub.secret, None)
+    widest = rotate_secret(backend, sub.id, overlap=timedelta(days=30), now=T0)
+    assert widest.previous_until == T0 + timedelta(days=30)
+    assert widest.signing_secrets(T0) == [widest.secret, sub.secret]
+
+
 def test_cron_ticks_are_pushed_with_the_tick_key_as_webhook_id(ledger, endpoint, push):
     ep = endpoint()
     ledger.schedules.add(
