@@ -6,6 +6,7 @@ and test_prune.py)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ import pytest
 
 from jobledger import KeyConflict, Ledger
 from jobledger._records import Lease, NewJob
+from jobledger.backends.rows import _decode
 from jobledger.backends.sqlite.jobs import _MAX_ROWS, _chunks
 
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
@@ -232,3 +234,33 @@ def test_groups_and_trace_contexts_are_bound_only_in_the_chunks_that_have_them(
         "n599": (None, '{"traceparent": "00-ab-cd-01"}'),
     }
     assert ledger.job(results[0].id).correlation_id == "c0"
+
+
+@pytest.mark.parametrize(
+    "stored, payload",
+    [
+        (' {"n": 1}', {"n": 1}),
+        ('{"n": 2} ', {"n": 2}),
+        ('\n{"n": 3}\n', {"n": 3}),
+    ],
+)
+def test_a_payload_stored_with_whitespace_around_it_is_claimed_as_its_json(
+    ledger: Ledger, path: Path, stored: str, payload: dict[str, int]
+) -> None:
+    # A payload written by another tool (or by hand) need not be the compact text enqueue
+    # writes: the claim's fast reading falls back to json.loads for it, as the job's reading does.
+    ledger.enqueue("work", {"n": 0}, key="k")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE jobledger_jobs SET payload = ? WHERE key = 'k'", (stored,))
+    conn.close()
+    [claimed] = ledger.backend.jobs.claim(["q"], "w", 1)
+    assert claimed.payload == payload
+
+
+@pytest.mark.parametrize("stored", ['{"n": 1} x', '{"n": 1}{"n": 2}', "", "nope"])
+def test_a_payload_text_that_is_not_one_json_value_is_an_error_not_its_first_part(
+    stored: str,
+) -> None:
+    # The fast reading stops after the first value; the rest must not be dropped in silence.
+    with pytest.raises(json.JSONDecodeError):
+        _decode(stored)
