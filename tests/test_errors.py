@@ -197,3 +197,9 @@ def test_libpq_reads_the_url_it_is_given(url, expected):
 def test_redact():
     assert redact("postgresql://u:p@h:5432/d?x=1") == "postgresql://u:***@h:5432/d?x=1"
     assert redact("postgresql://u@h/d") == "postgresql://u@h/d"
+
+
+def test_a_database_url_printed_or_formatted_shows_no_password():
+    url = DatabaseURL.parse("postgresql://u:secret@h:5432/d?schema=s")
+    assert str(url) == f"{url}" == "postgresql://u:***@h:5432/d?schema=s"
+    assert "secret" not in str([str(url)])
