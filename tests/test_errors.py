@@ -203,3 +203,17 @@ def test_a_database_url_printed_or_formatted_shows_no_password():
     url = DatabaseURL.parse("postgresql://u:secret@h:5432/d?schema=s")
     assert str(url) == f"{url}" == "postgresql://u:***@h:5432/d?schema=s"
     assert "secret" not in str([str(url)])
+
+
+def test_a_database_url_s_repr_shows_no_password_of_its_own_or_its_listen_url():
+    # A repr reaches logs and tracebacks (a logged %r, an error tracker's local variables),
+    # so it hides the passwords as the URL's text does.
+    url = DatabaseURL.parse("postgresql://u:secret@pooler:6432/d?pooler=transaction")
+    url = url.listening_at("postgresql://u:other@db:5432/d")
+    shown = repr(url)
+    assert "secret" not in shown and "other" not in shown
+    assert shown == (
+        "DatabaseURL('postgresql://u:***@pooler:6432/d?pooler=transaction',"
+        " listen_url='postgresql://u:***@db:5432/d')"
+    )
+    assert repr(DatabaseURL.parse("sqlite:///tmp/x.db")) == "DatabaseURL('sqlite:///tmp/x.db')"

@@ -311,3 +311,8 @@ class DatabaseURL:
 
     def __str__(self) -> str:
         return self.redacted
+
+    def __repr__(self) -> str:
+        # A repr reaches logs and tracebacks too: the passwords are hidden as in the text.
+        listen = f", listen_url={redact(self.listen_url)!r}" if self.listen_url else ""
+        return f"DatabaseURL({self.redacted!r}{listen})"
