@@ -602,3 +602,19 @@ def test_a_key_or_payload_function_returning_the_wrong_type_fails_its_tick(ledge
     assert ledger.jobs() == []
     [status] = ledger.schedules.status()
     assert status.row.cursor == T0, "the cursor waits for the failing tick"
+
+
+@pytest.mark.parametrize("entity", [True, 1.5, {"customer_id": 1}])
+def test_an_eligibility_function_yielding_what_is_no_entity_id_fails_its_tick(ledger, entity):
+    weekly_fan_out(ledger, lambda tick: [1, entity])
+    a = scheduler(ledger, "a")
+    a.run_once(T0)
+    result = a.run_once(MONDAY + timedelta(seconds=1))
+    error = (
+        f"the eligibility function of schedule 'weekly-digest' yielded {entity!r}; "
+        "it must yield entity ids (str or int)"
+    )
+    assert error in result.errors[0]
+    [tick] = ledger.schedules.ticks("weekly-digest")
+    assert tick.state is TickState.RUNNING and error in tick.error
+    assert keys(ledger) == []
