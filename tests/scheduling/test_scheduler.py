@@ -618,3 +618,27 @@ def test_an_eligibility_function_yielding_what_is_no_entity_id_fails_its_tick(le
     [tick] = ledger.schedules.ticks("weekly-digest")
     assert tick.state is TickState.RUNNING and error in tick.error
     assert keys(ledger) == []
+
+
+def test_a_tick_s_key_held_with_another_payload_is_left_counted_and_logged(ledger, caplog):
+    weekly_fan_out(ledger, 2)
+    ledger.enqueue("send_digest", {"customer_id": 1, "week": "other"}, key="1:2026-W33")
+    a = scheduler(ledger, "a")
+    a.run_once(T0)
+    with caplog.at_level("WARNING", logger="jobledger"):
+        [done] = a.run_once(MONDAY + timedelta(seconds=1)).ticks
+    assert (done.state, done.jobs_created, done.jobs_existing, done.conflicts) == (
+        TickState.DONE,
+        1,
+        0,
+        1,
+    )
+    payloads = {j.key: j.payload for j in ledger.jobs(JobFilter(queue="digests"))}
+    assert payloads == {
+        "0:2026-W33": {"customer_id": 0, "week": "2026-W33"},
+        "1:2026-W33": {"customer_id": 1, "week": "other"},
+    }
+    assert (
+        "schedule 'weekly-digest' tick 2026-08-10T04:00Z: 1 key(s) exist with a "
+        "different payload; left as they were"
+    ) in caplog.text
