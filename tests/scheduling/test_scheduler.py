@@ -642,3 +642,19 @@ def test_a_tick_s_key_held_with_another_payload_is_left_counted_and_logged(ledge
         "schedule 'weekly-digest' tick 2026-08-10T04:00Z: 1 key(s) exist with a "
         "different payload; left as they were"
     ) in caplog.text
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"lease_seconds": 0}, "lease_seconds must be a number of seconds > 0, got 0"),
+        ({"lease_seconds": "30"}, "lease_seconds must be a number of seconds > 0, got '30'"),
+        ({"poll_interval": -1}, "poll_interval must be a number of seconds > 0, got -1"),
+        ({"poll_interval": True}, "poll_interval must be a number of seconds > 0, got True"),
+    ],
+)
+def test_a_scheduler_s_lease_and_poll_interval_are_checked(ledger, options, message):
+    weekly_fan_out(ledger, 1)
+    with pytest.raises(ConfigError) as caught:
+        ledger.scheduler(**options)
+    assert str(caught.value) == message
