@@ -658,3 +658,13 @@ def test_a_scheduler_s_lease_and_poll_interval_are_checked(ledger, options, mess
     with pytest.raises(ConfigError) as caught:
         ledger.scheduler(**options)
     assert str(caught.value) == message
+
+
+def test_a_pass_at_a_naive_time_is_refused_and_runs_nothing(ledger):
+    weekly_fan_out(ledger, 1)
+    a = scheduler(ledger, "a")
+    a.run_once(T0)
+    with pytest.raises(ValueError, match="naive datetime .*: pass an aware datetime"):
+        a.run_once(datetime(2026, 8, 10, 4, 0, 1))
+    assert keys(ledger) == []
+    assert [t.jobs_created for t in a.run_once(MONDAY + timedelta(seconds=1)).ticks] == [1]
