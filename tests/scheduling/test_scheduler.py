@@ -668,3 +668,29 @@ def test_a_pass_at_a_naive_time_is_refused_and_runs_nothing(ledger):
         a.run_once(datetime(2026, 8, 10, 4, 0, 1))
     assert keys(ledger) == []
     assert [t.jobs_created for t in a.run_once(MONDAY + timedelta(seconds=1)).ticks] == [1]
+
+
+def test_a_scheduler_stopped_mid_fan_out_ends_after_its_batch_and_the_next_finishes_the_tick(
+    ledger,
+):
+    """docs/scheduling.md: a graceful stop ends the pass after the batch it is on and releases
+    the lease, so another scheduler takes over at once and finishes the tick, each job once."""
+    a, b = scheduler(ledger, "a"), scheduler(ledger, "b")
+
+    def customers(tick):
+        for n in range(5):
+            if n == 2:
+                a.stop()  # as SIGTERM does while the first batch is written
+            yield n
+
+    weekly_fan_out(ledger, customers, batch_size=2)
+    a.run_once(T0)
+    stopped = a.run_once(MONDAY + timedelta(seconds=1))
+    assert stopped.ticks == [] and stopped.errors == []
+    assert keys(ledger) == ["0:2026-W33", "1:2026-W33"]
+    assert a.run_once(MONDAY + timedelta(seconds=2)).leading == [], "a stopped runs no pass"
+    a.release(MONDAY + timedelta(seconds=2))
+    [tick] = b.run_once(MONDAY + timedelta(seconds=3)).ticks
+    assert (tick.state, tick.leader, tick.runs) == (TickState.DONE, "b", 2)
+    assert (tick.jobs_created, tick.jobs_existing) == (5, 2)
+    assert keys(ledger) == sorted(f"{n}:2026-W33" for n in range(5))
