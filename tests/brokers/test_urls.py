@@ -55,3 +55,12 @@ def test_each_mistake_gets_one_clear_error(url, message):
         BrokerURL.parse(url)
     assert message in str(error.value)
     assert "pw" not in str(error.value)
+
+
+def test_a_broker_url_s_repr_and_text_show_no_password():
+    # A repr reaches logs and tracebacks (a logged %r, an error tracker's local variables):
+    # neither the URL nor the client's URL shows the password there.
+    url = BrokerURL.parse("amqp://guest:secret@mq:5672/%2F?prefix=acme")
+    assert "secret" not in repr(url) and "secret" not in str(url)
+    assert repr(url) == "BrokerURL('amqp://guest:***@mq:5672/%2F?prefix=acme', kind='rabbitmq')"
+    assert str(url) == "amqp://guest:***@mq:5672/%2F?prefix=acme"

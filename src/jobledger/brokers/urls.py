@@ -135,6 +135,10 @@ class BrokerURL:
     def __str__(self) -> str:
         return self.redacted
 
+    def __repr__(self) -> str:
+        # A repr reaches logs and tracebacks too: the password is hidden as in the text.
+        return f"BrokerURL({self.redacted!r}, kind={self.kind!r})"
+
     @property
     def redacted(self) -> str:
         return redact(self.raw)
