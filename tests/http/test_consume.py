@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from jobledger import JobState
 from jobledger._records import AttemptOutcome
@@ -324,6 +325,21 @@ def _receive_scope(api, body: bytes) -> dict:
     }
 
 
+def _client_that_leaves(body: bytes) -> tuple[Any, Any, list[dict]]:
+    """The client's side of one request: it sends ``body``, then disconnects. Returns the ASGI
+    ``receive`` and ``send`` to serve it with, and the list of what the server sent."""
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+    sent: list[dict] = []
+
+    async def receive_message():
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    return receive_message, send, sent
+
+
 def test_a_receive_whose_client_left_gives_its_messages_back(api):
     """The client disconnected before its answer could be sent: the claimed messages are
     released at once (outcome ``released``, not charged) rather than left to their lease."""
@@ -331,14 +347,7 @@ def test_a_receive_whose_client_left_gives_its_messages_back(api):
     publish(api.admin, {"queue": "q", "payload": {}}, "k")
     body = json.dumps({"queue": "q"}).encode()
     scope = _receive_scope(api, body)
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    sent = []
-
-    async def receive_message():
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-    async def send(message):
-        sent.append(message)
+    receive_message, send, sent = _client_that_leaves(body)
 
     asyncio.run(api.server.app(scope, receive_message, send))
     [start, answer] = sent
@@ -356,14 +365,7 @@ def test_a_long_poll_whose_client_left_stops_waiting_and_takes_nothing(api):
     api.queue(max_attempts=3)
     body = json.dumps({"queue": "q", "wait_seconds": 20}).encode()
     scope = _receive_scope(api, body)
-    messages = [{"type": "http.request", "body": body, "more_body": False}]
-    sent = []
-
-    async def receive_message():
-        return messages.pop(0) if messages else {"type": "http.disconnect"}
-
-    async def send(message):
-        sent.append(message)
+    receive_message, send, sent = _client_that_leaves(body)
 
     async def served():  # well before the 20 s the client asked to wait
         await asyncio.wait_for(api.server.app(scope, receive_message, send), 10)
