@@ -36,6 +36,7 @@ from ._records import (
     finite_number,
     validate_group,
     validate_key,
+    whole_number,
 )
 from ._runtime.hooks import WorkerObserver, WorkerService
 from ._services.finishes import FinishWatch
@@ -1123,8 +1124,7 @@ class Ledger:
         keep = _seconds(keep_keys) if keep_keys is not None else None
         if keep is not None and keep < 0:
             raise ConfigError(f"keep_keys must be a duration >= 0, got {keep_keys!r}")
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
-            raise ConfigError(f"batch must be a whole number from 1 to 10000, got {batch!r}")
+        whole_number(batch, 1, 10_000, "batch")
         if queue is not None:
             validate_queue_name(queue)
         states = [JobState.DONE, JobState.CANCELLED] + ([JobState.DEAD] if include_dead else [])

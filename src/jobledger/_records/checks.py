@@ -30,6 +30,7 @@ __all__ = [
     "validate_queue_name",
     "validate_task_name",
     "validate_timeout_seconds",
+    "whole_number",
 ]
 
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -191,10 +192,16 @@ def validate_queue_name(queue: str) -> str:
     return queue
 
 
-def validate_max_attempts(value: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 1000:
-        raise ConfigError(f"max_attempts must be a whole number from 1 to 1000, got {value!r}")
+def whole_number(value: Any, low: int, high: int, what: str) -> int:
+    """``value`` if it is a whole number from ``low`` to ``high``, else ``ConfigError`` (a
+    ``ValueError``). A bool is no count: ``True`` would be read as 1 without a word."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigError(f"{what} must be a whole number from {low} to {high}, got {value!r}")
     return value
+
+
+def validate_max_attempts(value: int) -> int:
+    return whole_number(value, 1, 1000, "max_attempts")
 
 
 def validate_lease_seconds(value: float) -> float:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .._records import whole_number
 from .._signals import relayed_signals
 
 __all__ = ["ChildExit", "Supervisor", "WorkerProcesses"]
@@ -56,12 +57,7 @@ class Supervisor:
         burst: bool,
         env: dict[str, str] | None = None,
     ):
-        if (
-            isinstance(processes, bool)
-            or not isinstance(processes, int)
-            or not 1 <= processes <= 256
-        ):
-            raise ValueError(f"processes must be a whole number from 1 to 256, got {processes!r}")
+        whole_number(processes, 1, 256, "processes")
         self.command = [sys.executable, "-m", "jobledger", *child_args]
         self.processes = processes
         self.burst = burst

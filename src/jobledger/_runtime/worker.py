@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
 from .._host import default_worker_name
-from .._records import ClaimedJob, validate_queue_name
+from .._records import ClaimedJob, validate_queue_name, whole_number
 from ..errors import BackendUnavailable, NotFound, PayloadError, Permanent
 from ..maintenance.rescuer import Rescuer
 from ..policy import Backoff
@@ -135,20 +135,8 @@ class Worker(Runtime):
     ):
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not 1 <= batch_size <= 1000
-        ):
-            raise ValueError(
-                f"batch_size must be a whole number from 1 to 1000, got {batch_size!r}"
-            )
-        if (
-            isinstance(prefetch, bool)
-            or not isinstance(prefetch, int)
-            or not 0 <= prefetch <= 10_000
-        ):
-            raise ValueError(f"prefetch must be a whole number from 0 to 10000, got {prefetch!r}")
+        whole_number(batch_size, 1, 1000, "batch_size")
+        whole_number(prefetch, 0, 10_000, "prefetch")
         self.ledger = ledger
         queues = sorted({validate_queue_name(q) for q in (queues or ledger.queues())})
         if not queues:

@@ -9,7 +9,7 @@ import secrets as _random
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._records.checks import validate_queue_name
+from .._records.checks import validate_queue_name, whole_number
 from .._records.subscriptions import (
     DEFAULT_CONCURRENCY,
     DEFAULT_OVERLAP,
@@ -44,14 +44,7 @@ def _limits(
 ) -> tuple[float, int, float | None, float | None]:
     """The limits checked, in the order of ``Subscription``'s fields after its secret."""
     timeout = _number(timeout_seconds, "timeout_seconds", 0, MAX_TIMEOUT_SECONDS)
-    if (
-        isinstance(concurrency, bool)
-        or not isinstance(concurrency, int)
-        or not 1 <= concurrency <= MAX_CONCURRENCY
-    ):
-        raise ConfigError(
-            f"concurrency must be a whole number from 1 to {MAX_CONCURRENCY}, got {concurrency!r}"
-        )
+    whole_number(concurrency, 1, MAX_CONCURRENCY, "concurrency")
     rate_value = None if rate is None else _number(rate, "rate_limit", 0, 100_000)
     burst_value = None if burst is None else _number(burst, "burst", 0, 100_000)
     if burst_value is not None:

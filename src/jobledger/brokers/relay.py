@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 
 from .._faults import fault_point
 from .._ledger import Ledger
-from .._records import Counts, OutboxRecord
+from .._records import Counts, OutboxRecord, whole_number
 from .._runtime.worker import default_worker_name
 from ..backends.base import Backend
 from ..errors import (
@@ -93,14 +93,7 @@ class Relay:
         clock: Callable[[], datetime] | None = None,
         publisher: Publisher | None = None,
     ):
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not 1 <= batch_size <= 10000
-        ):
-            raise ConfigError(
-                f"batch_size must be a whole number from 1 to 10000, got {batch_size!r}"
-            )
+        whole_number(batch_size, 1, 10_000, "batch_size")
         if not poll_interval > 0:
             raise ConfigError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
         if not lease_seconds > 0:

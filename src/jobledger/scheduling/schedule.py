@@ -26,6 +26,7 @@ from .._records import (
     TickRow,
     TickState,
     encode_payload,
+    whole_number,
 )
 from .._task import DEFAULT_QUEUE, Task, validate_queue_name
 from ..errors import ConfigError, NotFound, PayloadError
@@ -284,14 +285,16 @@ class Schedule:
             raise ConfigError(
                 f"schedule {name!r}: catch_up must be one of skip, latest, all; got {catch_up!r}"
             ) from None
-        self.max_catch_up = _whole(max_catch_up, 1, 10_000, f"schedule {name!r}: max_catch_up")
+        self.max_catch_up = whole_number(
+            max_catch_up, 1, 10_000, f"schedule {name!r}: max_catch_up"
+        )
         self.grace_seconds = _grace(grace, name)
         if not isinstance(cohort, str) or not _NAME.match(cohort):
             raise ConfigError(
                 f"schedule {name!r}: cohort {cohort!r} is invalid: letters, digits and _ . : -"
             )
         self.cohort = cohort
-        self.batch_size = _whole(batch_size, 1, 10_000, f"schedule {name!r}: batch_size")
+        self.batch_size = whole_number(batch_size, 1, 10_000, f"schedule {name!r}: batch_size")
         self._samples = [self.tick(t) for t in _sample_ticks(self.spec)]
         self.key = key
         self.key_template = self._check_key(key)
@@ -431,12 +434,6 @@ class Schedule:
             key_template=self.key_template,
             fan_out=self.fan_out,
         )
-
-
-def _whole(value: Any, low: int, high: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{what} must be a whole number from {low} to {high}, got {value!r}")
-    return value
 
 
 def _grace(value: float | timedelta, name: str) -> float:
