@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import random
 import ssl
 import threading
 import time
@@ -223,7 +222,7 @@ class PushService:
     ``stop()`` (how ``jobledger push`` runs it). ``counters`` counts deliveries; observers (see
     ``jobledger.push.observe``) are told of each one. ``rng`` draws the jitter of a retry that
     the endpoint gave no ``Retry-After`` (a number in [0, 1) times the backoff's ceiling for
-    that attempt); tests pass their own.
+    that attempt; None: ``random.random``, as ``Backoff.delay`` draws it); tests pass their own.
     """
 
     def __init__(
@@ -233,7 +232,7 @@ class PushService:
         *,
         name: str | None = None,
         observers: Iterable[Any] = (),
-        rng: Callable[[], float] = random.random,
+        rng: Callable[[], float] | None = None,
     ):
         self.ledger = ledger
         self.rng = rng
