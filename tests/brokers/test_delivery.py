@@ -14,7 +14,7 @@ import pytest
 
 from jobledger import JobState, Ledger, Permanent, Retry
 from jobledger._records import OutboxReason
-from jobledger.brokers.base import publisher_for
+from jobledger.brokers.base import Envelope, publisher_for
 from jobledger.brokers.outbox import Outbox
 from jobledger.brokers.relay import Relay
 
@@ -108,6 +108,34 @@ def test_jobs_run_once_with_retries_and_a_dead_job_is_run_again_only_by_a_redriv
     assert reasons == [OutboxReason.ENQUEUE, OutboxReason.REDRIVE]
     running.stop_all()
     assert consumer.stats.completed == 20 and consumer.stats.dead == 1
+    assert broker.backlog() == 0
+
+
+@pytest.mark.parametrize("backend_name", ["sqlite"], indirect=True)
+def test_a_message_nested_too_deeply_to_read_is_dropped_and_the_next_job_runs(
+    ledger, broker, running, monkeypatch
+):
+    """A body nested past Python's recursion limit (a foreign producer's, or a hostile one) is
+    dropped as malformed, as any other message that is not a jobledger envelope is: the
+    consumer does not stop on it, and runs the job whose message comes after it."""
+    ran: list[str] = []
+
+    @ledger.task(queue=QUEUE, lease_seconds=10)
+    def step(ctx, n: int) -> None:
+        ran.append(ctx.key)
+
+    box = routed(ledger)
+    job = step.enqueue({"n": 1}, key="after")
+    url = broker.url()
+    with monkeypatch.context() as patched:
+        patched.setattr(Envelope, "body", lambda self: b"[" * 100_000 + b"]" * 100_000)
+        publish_again(url, box.records(queue=QUEUE))
+    consumer = running.consumer(ledger, url)
+    running.relay(ledger, url)
+    wait_until(lambda: ledger.job(job.id).state is JobState.DONE, 30, what="the job after it")
+    running.stop_all()
+    assert ran == ["after"]
+    assert (consumer.deliveries.malformed, consumer.deliveries.claimed) == (1, 1)
     assert broker.backlog() == 0
 
 

@@ -103,8 +103,11 @@ def test_wrong_flags(cli, tmp_path, args, fragment):
         ("customer_id=1", "not valid JSON"),
         ("[1, 2]", "JSON object"),
         ('"text"', "JSON object"),
-        ('{"n": NaN}', "NaN is not a JSON number"),
+        ('{"n": NaN}', "NaN is not valid JSON"),
+        ('{"n": -Infinity}', "-Infinity is not valid JSON"),
+        ('{"n": ' + "[" * 100_000 + "]" * 100_000 + "}", "it nests too deeply"),
     ],
+    ids=["cut", "form", "list", "string", "nan", "infinity", "nested"],
 )
 def test_malformed_json(cli, db_url, ledger, payload, fragment):
     run = cli("enqueue", "send", "--url", db_url, "--key", "k", "--payload", payload)

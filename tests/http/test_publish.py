@@ -196,7 +196,8 @@ def test_delay_at_the_limits_is_accepted(api):
 def test_malformed_json_and_wrong_content_type(api):
     api.queue()
     headers = {"Content-Type": "application/json", "Idempotency-Key": "k"}
-    for raw in (b"{not json", b"", b'{"queue": "q", "payload": {"x": NaN}}'):
+    nested = b'{"queue": "q", "payload": {"x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    for raw in (b"{not json", b"", b'{"queue": "q", "payload": {"x": NaN}}', nested):
         response = api.admin.post("/v1/queue/publish", content=raw, headers=headers)
         assert_problem(response, 400, "malformed-request")
     response = api.admin.post(

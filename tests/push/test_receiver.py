@@ -315,8 +315,9 @@ def test_a_webhook_id_that_cannot_be_a_key_is_400_invalid_header(app_ledger, ser
         (b'{"type":"t","data":{"n":-Infinity}}', "the body is not JSON"),
         (b'{"type":"t","data":{"s":"nul\\u0000"}}', "U+0000"),
         (b'{"type":"t","data":{"s":"\\ud800"}}', "unpaired surrogate"),
+        (b'{"type":"t","data":' + b"[" * 100_000 + b"]" * 100_000 + b"}", "the body is not JSON"),
     ],
-    ids=["nan", "infinity", "nul", "surrogate"],
+    ids=["nan", "infinity", "nul", "surrogate", "nested"],
 )
 def test_a_signed_body_of_json_no_database_stores_is_400_malformed_not_413(
     app_ledger, served, body, detail

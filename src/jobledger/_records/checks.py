@@ -19,6 +19,7 @@ __all__ = [
     "MAX_LEASE_SECONDS",
     "MAX_PAYLOAD_BYTES",
     "PayloadTooLarge",
+    "decode_json",
     "encode_payload",
     "encode_result",
     "finite_number",
@@ -111,6 +112,23 @@ def encode_payload(payload: Any) -> str:
         # Refused on both backends alike: PostgreSQL's jsonb cannot hold it.
         raise PayloadError("payload holds a string with U+0000, which the ledger cannot store")
     return text
+
+
+def decode_json(text: str | bytes) -> Any:
+    """A JSON text read from outside (a request's body, a command's option, a broker's
+    message) as Python values, or ``ValueError`` saying why not: a malformed text
+    (``json.JSONDecodeError``), ``NaN``, ``Infinity`` or ``-Infinity`` (Python's json module
+    reads them, though JSON has no such values and no database stores them), or a text nested
+    past Python's recursion limit (``RecursionError`` would escape a caller's ``except
+    ValueError`` as an internal error)."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("it nests too deeply") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def encode_result(value: Any) -> str | None:

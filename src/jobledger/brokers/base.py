@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
-from .._records import OutboxRecord
+from .._records import OutboxRecord, decode_json
 from ..errors import BrokerUnavailable, ConfigError
 from .urls import BrokerURL
 
@@ -77,7 +77,7 @@ class Envelope:
     def parse(cls, body: bytes | str) -> Envelope | None:
         """The envelope in a message body, or None when it is not one of ours."""
         try:
-            data = json.loads(body)
+            data = decode_json(body)
             if not isinstance(data, dict) or data.get("v") != 1:
                 return None
             return cls(

@@ -152,8 +152,10 @@ class JsonObject(_Type):
     kind = dict
 
     def parse(self, text: str) -> dict[str, Any]:
+        from .._records import decode_json  # the records only once a command reads JSON
+
         try:
-            parsed = json.loads(text, parse_constant=_no_constant)
+            parsed = decode_json(text)
         except ValueError as exc:
             raise ConfigError(f"not valid JSON ({exc}): {text[:80]!r}") from None
         if not isinstance(parsed, dict):
@@ -162,10 +164,6 @@ class JsonObject(_Type):
                 f"got {type(parsed).__name__}"
             )
         return parsed
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 DURATION = Duration()

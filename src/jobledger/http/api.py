@@ -19,7 +19,6 @@ body against their schemas (422; 400 for headers). Handlers check queue scopes t
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from .._records import ApiKey
+from .._records import ApiKey, decode_json
 from ..errors import (
     BackendUnavailable,
     ConfigError,
@@ -413,17 +412,11 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def parse_json(raw: bytes) -> Any:
     """The request's JSON document; 400 when it is not one."""
     if not raw.strip():
         raise Problem("malformed-request", "the body is empty; send a JSON object")
     try:
-        return json.loads(raw, parse_constant=_no_constants)
-    except RecursionError:
-        raise Problem("malformed-request", "the JSON nests too deeply") from None
+        return decode_json(raw)
     except ValueError as exc:
         raise Problem("malformed-request", f"the body is not valid JSON: {exc}") from None

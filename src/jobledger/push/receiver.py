@@ -33,7 +33,13 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from .._faults import fault_point
-from .._records import DEFAULT_QUEUE, PayloadTooLarge, validate_key, validate_queue_name
+from .._records import (
+    DEFAULT_QUEUE,
+    PayloadTooLarge,
+    decode_json,
+    validate_key,
+    validate_queue_name,
+)
 from .._task import Task
 from .._webhooks import (
     DEFAULT_TOLERANCE,
@@ -241,8 +247,8 @@ def _event(raw: bytes) -> dict[str, Any]:
     """The job's payload: the event's ``type``, ``timestamp`` and ``data`` (an event without a
     ``data`` member is its own data)."""
     try:
-        document = json.loads(raw, parse_constant=_no_constant)
-    except (ValueError, RecursionError):
+        document = decode_json(raw)
+    except ValueError:
         raise _Refused(400, "malformed", "the body is not JSON") from None
     if not isinstance(document, dict):
         raise _Refused(400, "malformed", "the body is not a JSON object")
@@ -253,10 +259,6 @@ def _event(raw: bytes) -> dict[str, Any]:
         "timestamp": timestamp if isinstance(timestamp, str) else None,
         "data": document.get("data", document),
     }
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 async def _answer(
