@@ -34,6 +34,9 @@ from ._records import (
     RescueResult,
     encode_payload,
     finite_number,
+    keepable_time,
+    keepable_time_after,
+    time_after,
     validate_group,
     validate_key,
     whole_number,
@@ -1075,14 +1078,11 @@ class Ledger:
                 or not 0 < seconds < math.inf  # not NaN either
             ):
                 raise ConfigError(f"seconds must be a finite number > 0, got {seconds!r}")
-            try:
-                until = (now or datetime.now(UTC)) + timedelta(seconds=seconds)
-            except OverflowError:
-                raise ConfigError(
-                    f"seconds={seconds!r} pauses past the last time a datetime holds"
-                ) from None
+            until = keepable_time_after(now or datetime.now(UTC), seconds, "seconds")
         elif not isinstance(until, datetime) or until.tzinfo is None:
             raise ConfigError(f"until must be an aware datetime, got {until!r}")
+        else:
+            keepable_time(until, "until")
         return self.backend.groups.pause(
             validate_queue_name(queue), validate_group(group), until, reason, now
         )
@@ -1128,7 +1128,7 @@ class Ledger:
         if queue is not None:
             validate_queue_name(queue)
         states = [JobState.DONE, JobState.CANCELLED] + ([JobState.DEAD] if include_dead else [])
-        before = (now or datetime.now(UTC)) - timedelta(seconds=age)
+        before = time_after(now or datetime.now(UTC), -age)
         total = PruneResult(by_state={s.value: 0 for s in states} if dry_run else {})
         after: int | None = 0
         while after is not None:
@@ -1193,11 +1193,11 @@ def _run_at(
             raise ConfigError(
                 f"run_at must be an aware datetime (with a time zone), got {run_at!r}"
             )
-        return run_at
+        return keepable_time(run_at, "run_at")
     if delay is not None:
         if delay < 0:
             raise ConfigError(f"delay must be >= 0 seconds, got {delay!r}")
-        return clock + timedelta(seconds=delay)
+        return keepable_time_after(clock, delay, "delay")
     # Due now: by the explicit clock if one was given, else by the database's clock.
     return explicit_now
 

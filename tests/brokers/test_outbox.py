@@ -308,6 +308,10 @@ def test_republish_writes_records_for_pending_jobs_the_broker_lost(ledger, box):
     assert [r.key for r in records(ledger, unpublished=True)] == ["d", "b", "c"]
     assert {r.reason for r in records(ledger, unpublished=True)} >= {OutboxReason.REPUBLISH}
     assert box.republish("digests", due_for=300, now=at(400)) == 0
+    # Due for longer than any time a datetime holds: none, said without an error.
+    ledger.enqueue("digest", {"n": 1}, key="e", now=T0)
+    ledger.backend.outbox.mark([r.id for r in ledger.backend.outbox.due(10, at(400))], lease, T0)
+    assert box.republish("digests", due_for=1e12, now=at(400)) == 0
     with pytest.raises(ConfigError, match="not routed"):
         box.republish("polled", due_for=0)
 
@@ -319,6 +323,7 @@ def test_prune_deletes_only_old_published_records(ledger, box):
     [a, _] = ledger.backend.outbox.due(10, T0)
     ledger.backend.outbox.mark([a.id], lease, T0)
     assert box.prune(timedelta(hours=1), now=at(3599)) == 0
+    assert box.prune(timedelta(days=999_999_999), now=at(3601)) == 0
     assert box.prune(timedelta(hours=1), now=at(3601)) == 1
     assert [r.key for r in records(ledger)] == ["b"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -18,6 +19,7 @@ from jobledger import (
     SchemaMismatch,
     Task,
 )
+from jobledger._records import LATEST_TIME
 from jobledger.errors import ConfigError
 
 from ..support.async_api import app_connection, is_async
@@ -263,6 +265,16 @@ def test_delay_and_run_at(api, tasks):
             "run_at must be an aware datetime (with a time zone)",
         ),
         ({"run_at": "2026-08-10"}, "run_at must be an aware datetime (with a time zone)"),
+        (
+            {"run_at": datetime.max.replace(tzinfo=UTC)},
+            "run_at must come no later than 9999-12-30 (UTC), the latest time the ledger keeps",
+        ),
+        (
+            {"run_at": LATEST_TIME + timedelta(microseconds=1)},
+            "run_at must come no later than 9999-12-30 (UTC)",
+        ),
+        ({"delay": 1e12}, "delay must come no later than 9999-12-30 (UTC)"),
+        ({"delay": 1e300}, "delay must come no later than 9999-12-30 (UTC)"),
     ],
 )
 def test_a_priority_or_run_at_out_of_reach_is_refused_and_writes_nothing(
@@ -280,6 +292,18 @@ def test_a_priority_or_run_at_out_of_reach_is_refused_and_writes_nothing(
             api.task(lambda ctx: None, name="urgent", queue="q", priority=options["priority"])
     edge = api.enqueue("work", {"n": 1}, key="edge", priority=2**31 - 1, now=T0)
     assert api.job(edge.id).priority == 2**31 - 1
+
+
+def test_a_job_due_at_the_latest_time_the_ledger_keeps_reads_back_as_that_time(api, tasks):
+    """The last run time an enqueue takes is read back as itself, in the job and in the list,
+    on both backends (SQLite keeps seconds: a time near the end of what a datetime holds read
+    back past it, and made every list that held the job fail)."""
+    by_time = api.enqueue("work", {"n": 1}, key="at", run_at=LATEST_TIME, now=T0).id
+    by_delay = api.enqueue(
+        "work", {"n": 2}, key="in", delay=(LATEST_TIME - T0).total_seconds(), now=T0
+    ).id
+    assert api.job(by_time).run_at == api.job(by_delay).run_at == LATEST_TIME
+    assert {j.run_at for j in api.jobs()} == {LATEST_TIME}
 
 
 def test_higher_priority_first_then_oldest_run_at(api, tasks):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from datetime import UTC, datetime
 
 import pytest
 
@@ -267,7 +268,12 @@ def test_a_pause_only_extends_and_an_operator_can_lift_it(api, work):
         ({"seconds": math.inf}, "seconds must be a finite number > 0, got inf"),
         ({"seconds": True}, "seconds must be a finite number > 0, got True"),
         ({"seconds": "60"}, "seconds must be a finite number > 0, got '60'"),
-        ({"seconds": 1e300}, "seconds=1e+300 pauses past the last time a datetime holds"),
+        ({"seconds": 1e300}, "seconds must come no later than 9999-12-30 (UTC), the latest"),
+        ({"seconds": 1e12}, "seconds must come no later than 9999-12-30 (UTC), the latest"),
+        (
+            {"until": datetime.max.replace(tzinfo=UTC)},
+            "until must come no later than 9999-12-30 (UTC), the latest time the ledger keeps",
+        ),
         ({"until": T0.replace(tzinfo=None)}, "until must be an aware datetime, got datetime"),
         ({"until": "2026-08-10"}, "until must be an aware datetime, got '2026-08-10'"),
     ],

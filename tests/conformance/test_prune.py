@@ -40,6 +40,9 @@ def test_prune_removes_old_finished_jobs_with_their_history(api, tasks):
     old_pending = enqueue(api, 4)
     recent_done = finish(api, 5, now=at(29 * DAY))
 
+    # Finished longer ago than any time a datetime holds: none, said without an error.
+    for age in (1e12, timedelta(days=999_999_999)):
+        assert api.prune(age, now=at(31 * DAY)).jobs == 0
     result = api.prune(timedelta(days=30), now=at(31 * DAY))
 
     assert (result.jobs, result.by_state) == (2, {"done": 1, "cancelled": 1})

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from jobledger import JobState, Permanent, Retry
-from jobledger._records import AttemptOutcome, Failure
+from jobledger._records import LATEST_TIME, AttemptOutcome, Failure
 
 from .conftest import T0, at, enqueue, lease_of
 
@@ -211,6 +211,33 @@ def test_an_exception_whose_message_cannot_be_read_is_a_failure_like_any_other(l
     )
     assert row.last_error == "_Unprintable (its message could not be read: RuntimeError)"
     assert "_Unprintable" in (row.last_traceback or "")
+
+
+@pytest.mark.parametrize(
+    "after",
+    [1e12, 1e300, datetime.max.replace(tzinfo=UTC)],
+    ids=["1e12-seconds", "1e300-seconds", "datetime-max"],
+)
+def test_a_retry_later_than_the_ledger_keeps_waits_until_the_latest_time_it_keeps(ledger, after):
+    """A handler's ``Retry(after=...)`` past the latest time the ledger keeps (or past what a
+    datetime holds) is recorded at once as a retry at that time: never an internal error that
+    leaves the job leased until its lease runs out."""
+
+    def handler(ctx) -> None:
+        raise Retry("come back much later", after=after)
+
+    task = ledger.task(handler, queue="w", name="later", max_attempts=2, lease_seconds=3600)
+    job_id, _ = ledger.enqueue(task, {}, key="k", now=T0)
+    run_burst(ledger, T0)
+    row = ledger.job(job_id)
+    assert (row.state, row.attempts, row.run_at, row.last_error) == (
+        JobState.PENDING,
+        1,
+        LATEST_TIME,
+        "come back much later",
+    )
+    [attempt] = ledger.history(job_id).attempts
+    assert attempt.outcome is AttemptOutcome.RETRY
 
 
 @pytest.mark.parametrize("is_async", [False, True])

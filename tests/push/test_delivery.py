@@ -11,7 +11,7 @@ import pytest
 import standardwebhooks
 
 from jobledger import JobState
-from jobledger._records import AttemptOutcome, QueueSettings, SubscriptionState
+from jobledger._records import LATEST_TIME, AttemptOutcome, QueueSettings, SubscriptionState
 from jobledger._services.subscriptions import rotate_secret
 from jobledger._webhooks import key_from_webhook_id
 
@@ -153,6 +153,24 @@ def test_a_retry_after_is_kept_as_the_job_s_next_run_time(ledger, endpoint, push
     [attempt] = ledger.history(job_id).attempts
     assert (ledger.job(job_id).run_at - attempt.finished_at).total_seconds() >= 119
     assert ep.count() == 1
+
+
+@pytest.mark.parametrize("retry_after", ["99999999999999999999", "Fri, 31 Dec 9999 23:59:59 GMT"])
+def test_a_retry_after_past_the_latest_time_the_ledger_keeps_is_kept_as_that_time(
+    ledger, endpoint, push, retry_after
+):
+    """An endpoint's Retry-After past what the ledger keeps (or a datetime holds) is recorded
+    at once as a retry at the latest time it keeps: never a job left leased until its lease
+    runs out because its outcome could not be written."""
+    ep = endpoint(scripted((503, {"Retry-After": retry_after}, b"busy")))
+    subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_until(
+        lambda: [a.outcome for a in ledger.history(job_id).attempts] == [AttemptOutcome.RETRY],
+        what="the first attempt to be recorded as a retry",
+    )
+    assert (ledger.job(job_id).state, ledger.job(job_id).run_at) == (JobState.PENDING, LATEST_TIME)
 
 
 def test_after_a_retry_after_the_subscription_sends_nothing_until_then(ledger, endpoint, push):

@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..errors import ConfigError, PayloadError
@@ -15,6 +16,8 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_QUEUE",
+    "EARLIEST_TIME",
+    "LATEST_TIME",
     "MAX_KEY_LENGTH",
     "MAX_LEASE_SECONDS",
     "MAX_PAYLOAD_BYTES",
@@ -23,7 +26,10 @@ __all__ = [
     "encode_payload",
     "encode_result",
     "finite_number",
+    "keepable_time",
+    "keepable_time_after",
     "payload_digest",
+    "time_after",
     "validate_key",
     "validate_lease_seconds",
     "validate_max_attempts",
@@ -177,6 +183,48 @@ def validate_name(value: Any, what: str, longest: int, empty_hint: str = "") -> 
     if _CONTROL.search(value):
         raise PayloadError(f"{what} {value!r} contains a control character")
     return value
+
+
+#: The latest time the ledger keeps: a job's due time, a group's pause. A day before the last
+#: that Python's ``datetime`` holds, so that it can still be shown in any time zone, and a
+#: whole number of seconds, as SQLite stores it, so that it reads back as itself.
+LATEST_TIME = datetime(9999, 12, 30, tzinfo=UTC)
+#: The earliest, likewise: a day after the first that a ``datetime`` holds.
+EARLIEST_TIME = datetime(1, 1, 2, tzinfo=UTC)
+
+
+def keepable_time(when: datetime, what: str) -> datetime:
+    """``when`` if the ledger can keep it (no later than ``LATEST_TIME``), else ``ConfigError``."""
+    if when > LATEST_TIME:
+        raise ConfigError(_past_latest(what, when.isoformat()))
+    return when
+
+
+def keepable_time_after(start: datetime, seconds: float, what: str) -> datetime:
+    """``seconds`` (>= 0) after ``start``, if the ledger can keep that time, else
+    ``ConfigError`` naming ``what`` gave it."""
+    if seconds > (LATEST_TIME - start).total_seconds():
+        raise ConfigError(_past_latest(what, f"{seconds!r} s from {start.isoformat()}"))
+    return start + timedelta(seconds=seconds)
+
+
+def _past_latest(what: str, given: str) -> str:
+    return (
+        f"{what} must come no later than {LATEST_TIME:%Y-%m-%d} (UTC), the latest time the "
+        f"ledger keeps; got {given}"
+    )
+
+
+def time_after(start: datetime, seconds: float) -> datetime:
+    """``seconds`` (finite; negative: before) after ``start``, but no later than
+    ``LATEST_TIME`` and no earlier than ``EARLIEST_TIME``: for a wait decided while a job runs
+    (a handler's ``Retry(after=...)``, an endpoint's ``Retry-After``), recorded whatever its
+    size as "not before then", and for a cut-off ("finished longer ago than") of any age."""
+    if seconds >= (LATEST_TIME - start).total_seconds():
+        return LATEST_TIME
+    if seconds <= (EARLIEST_TIME - start).total_seconds():
+        return EARLIEST_TIME
+    return start + timedelta(seconds=seconds)
 
 
 def finite_number(value: Any, what: str) -> float:

@@ -16,10 +16,10 @@ import logging
 import traceback as _traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._records import ClaimedJob, Failure, JobState, Lease, encode_result
+from .._records import ClaimedJob, Failure, JobState, Lease, encode_result, time_after
 from ..errors import BackendUnavailable, LeaseLost
 from ..policy import Backoff, Decision, classify
 
@@ -53,8 +53,9 @@ def failure(
     ``Retry``, ``Permanent``, an HTTP status carried by the exception, or anything else,
     transient) or a ``Decision`` already made from an HTTP answer, a consumer's nack or a
     timeout. A retry runs after the decision's delay, else after ``backoff`` for this attempt,
-    its jitter drawn from ``rng`` (None: ``random.random``);
-    a decision to pause the group pauses it until then.
+    its jitter drawn from ``rng`` (None: ``random.random``), and never later than the latest
+    time the ledger keeps (``LATEST_TIME``: a ``Retry-After`` of 10**20 seconds is recorded as
+    a wait until then); a decision to pause the group pauses it until then.
     """
     now = now or datetime.now(UTC)
     if isinstance(cause, Decision):
@@ -65,7 +66,7 @@ def failure(
     run_at = None
     if decision.retry:
         delay = decision.delay if decision.delay is not None else backoff.delay(job.attempt, rng)
-        run_at = now + timedelta(seconds=delay)
+        run_at = time_after(now, delay)
     return Failure(
         lease=lease,
         retry=decision.retry,

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 
 from .._ledger import Ledger
-from .._records import OutboxQueueStats, OutboxRecord, Route
+from .._records import OutboxQueueStats, OutboxRecord, Route, time_after
 from .._task import validate_queue_name
 from ..backends.base import Backend
 from ..errors import ConfigError
@@ -97,14 +97,14 @@ class Outbox:
         if not self.routed(queue):
             raise ConfigError(f"queue {queue!r} is not routed to a broker")
         clock = now or datetime.now(UTC)
-        return self.backend.outbox.republish(queue, clock - timedelta(seconds=seconds), now, limit)
+        return self.backend.outbox.republish(queue, time_after(clock, -seconds), now, limit)
 
     def prune(self, older_than: timedelta, now: datetime | None = None) -> int:
         """Delete records published more than ``older_than`` ago; return how many."""
         clock = now or datetime.now(UTC)
         total = 0
         while True:
-            n = self.backend.outbox.prune(clock - older_than)
+            n = self.backend.outbox.prune(time_after(clock, -older_than.total_seconds()))
             total += n
             if n == 0:
                 return total
