@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from jobledger import ConfigError, JobState, Ledger, PayloadError, Retry
-from jobledger._records import MIN_RATE, Failure, GroupLimits
+from jobledger._records import MAX_LEASED, MAX_RATE, MIN_RATE, Failure, GroupLimits
 
 from .conftest import T0, at, lease_of
 
@@ -79,10 +79,17 @@ def test_group_limits_at_their_bounds_are_kept_and_past_them_refused(api):
         {"rate": True},
         {"max_leased": True},
         {"rate": 1, "burst": math.inf},
+        {"max_leased": MAX_LEASED + 1},
+        {"max_leased": 2**70},
+        {"rate": MAX_RATE * 2},
+        {"rate": 1, "burst": MAX_RATE * 2},
     ):
         with pytest.raises(ConfigError):
             api.set_group_limits("q", **kwargs)
     assert api.group_limits("q") == kept
+    # The largest are limits too (what the HTTP API accepts, and a count the column holds).
+    largest = api.set_group_limits("q", max_leased=MAX_LEASED, rate=MAX_RATE, burst=MAX_RATE)
+    assert api.group_limits("q") == largest == GroupLimits(MAX_LEASED, MAX_RATE, MAX_RATE)
 
 
 def test_leased_jobs_per_group_never_exceed_the_limit(api, work):

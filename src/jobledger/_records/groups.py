@@ -21,13 +21,15 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import ConfigError
-from .checks import validate_name
+from .checks import validate_name, whole_number
 
 __all__ = [
     "GroupLimits",
     "GroupState",
     "GroupStatus",
     "MAX_GROUP_LENGTH",
+    "MAX_LEASED",
+    "MAX_RATE",
     "MIN_RATE",
     "allowance",
     "claim_share",
@@ -49,6 +51,10 @@ def validate_group(group: Any) -> str:
 #: below it means nothing to a queue, and the bucket's refill (rate × seconds since the last
 #: claim) would fall below what a double can hold (PostgreSQL refuses such a product).
 MIN_RATE = 1e-6
+#: Limits beyond these are typing mistakes, and a count past it would not fit the column that
+#: holds it (an integer).
+MAX_LEASED = 1_000_000
+MAX_RATE = 1_000_000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +71,8 @@ class GroupLimits:
     burst: float | None = None
 
     def __post_init__(self) -> None:
-        if self.max_leased is not None and (
-            isinstance(self.max_leased, bool)
-            or not isinstance(self.max_leased, int)
-            or self.max_leased < 1
-        ):
-            raise ConfigError(f"max_leased must be a whole number ≥ 1, got {self.max_leased!r}")
+        if self.max_leased is not None:
+            whole_number(self.max_leased, 1, MAX_LEASED, "max_leased")
         for name in ("rate", "burst"):
             value = getattr(self, name)
             if value is not None and (
@@ -80,6 +82,8 @@ class GroupLimits:
                 or value <= 0
             ):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
+            if value is not None and value > MAX_RATE:
+                raise ConfigError(f"{name} must be at most {MAX_RATE:,.0f}, got {value!r}")
         if self.rate is not None and self.rate < MIN_RATE:
             raise ConfigError(
                 f"rate must be at least {MIN_RATE:g} jobs per second (one in about 11.6 days), "

@@ -16,7 +16,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..._records import MIN_RATE, GroupStatus
+from ..._records import MAX_LEASED, MAX_RATE, MIN_RATE, GroupStatus
 from ..api import Call, Handler, Reply, RouteGroup, json_response
 from ..models import (
     GROUP_LIMITS,
@@ -53,9 +53,6 @@ def _on_group(action: str, **spec: Any) -> Callable[[Handler], Handler]:
 
 #: The longest pause set at once: a year (the CLI has the same bound). Resume lifts it any time.
 MAX_PAUSE_SECONDS = 365 * 86400
-#: Limits beyond these are typing mistakes, and would not fit the columns that hold them.
-MAX_LEASED = 1_000_000
-MAX_RATE = 1_000_000.0
 
 GROUP_LIST = Object(
     {
