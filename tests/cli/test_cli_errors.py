@@ -116,6 +116,60 @@ def test_malformed_json(cli, db_url, ledger, payload, fragment):
 
 
 @pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("groups", "pause", "q", "g", "--for", "99999999d"), "a pause lasts at most 365 days"),
+        (
+            ("groups", "limits", "q", "--max-leased", "99999999999999999999999"),
+            "max_leased must be a whole number from 1 to 1000000",
+        ),
+        (("groups", "limits", "q", "--rate", "10000000"), "rate must be at most 1,000,000"),
+        (
+            ("enqueue", "send", "--key", "k", "--delay", "99999999d"),
+            "delay must come no later than 9999-12-30 (UTC), the latest time the ledger keeps",
+        ),
+        (
+            ("redrive", "--all", "--reason", "r", "--limit", "99999999999999999999999"),
+            "limit must be a whole number from 1 to 9223372036854775807",
+        ),
+    ],
+    ids=["pause", "max-leased", "rate", "delay", "limit"],
+)
+def test_a_number_past_what_the_ledger_keeps_is_a_one_line_error(
+    cli, db_url, ledger, args, fragment
+):
+    """Said by the ledger, the same on both backends: never an internal error (a date past
+    what a datetime holds), nor a database said to be unusable (SQLite's driver refusing a
+    number past its integer)."""
+    assert_one_line_error(cli(*args, "--url", db_url), fragment)
+    assert ledger.jobs() == []
+    assert ledger.group_limits("q").max_leased is None
+
+
+def test_a_time_longer_ago_than_any_date_holds_means_from_the_first(cli, db_url, ledger):
+    ledger.enqueue("send", {}, key="k")
+    for option in ("--since", "--until"):
+        run = cli("jobs", option, "99999999d", "--json", "--url", db_url)
+        assert run.code == 0, run.err
+        assert [j["key"] for j in run.json()["jobs"]] == (["k"] if option == "--since" else [])
+
+
+@pytest.mark.parametrize("backend_name", ["postgres"], indirect=True)
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("jobs", "--queue", "\x00"), "a text given holds U+0000 (NUL)"),
+        (("outbox", "route", "q", "--note", "\x00"), "a text given holds U+0000 (NUL)"),
+        (("status", "--late-after", "99999999d"), "a value given is out of PostgreSQL's range"),
+    ],
+    ids=["filter", "note", "interval"],
+)
+def test_what_postgresql_cannot_hold_is_a_one_line_error(cli, db_url, ledger, args, fragment):
+    ledger.enqueue("send", {}, key="k", queue="q")
+    assert_one_line_error(cli(*args, "--url", db_url), fragment)
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ("show", "no-such-key"),

@@ -1,7 +1,8 @@
 """The nouns of the ledger: states, job rows, attempts, events, and what the runtime hands the
 storage (new jobs, leases, failures) and gets back (claims, inserts, rescues, prunes).
 
-A leaf module: it imports nothing from the rest of jobledger, so every layer may depend on it.
+A leaf module: it imports nothing from the rest of jobledger but the checks beside it (which
+import only the errors), so every layer may depend on it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
+
+from .checks import whole_number
 
 __all__ = [
     "MAX_JOB_ID",
@@ -343,6 +346,14 @@ class JobFilter:
     limit: int | None = None
     after_id: int | None = None
     """Only jobs with a larger id (paging through a listing ordered by id)."""
+
+    def __post_init__(self) -> None:
+        # Checked here, for every backend alike: PostgreSQL refuses a number past its bigint,
+        # and SQLite's driver one past its integer as if the database could not be used.
+        if self.limit is not None:
+            whole_number(self.limit, 1, MAX_JOB_ID, "limit")
+        if self.after_id is not None:
+            whole_number(self.after_id, 0, MAX_JOB_ID, "after_id")
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 #: The longest pause the CLI (and the HTTP API) sets at once: a year. A group that must stay
 #: off longer is paused again; ``resume`` lifts a pause at any time.
 MAX_PAUSE = timedelta(days=365)
+_TOO_LONG = f"a pause lasts at most {MAX_PAUSE.days} days; resume lifts it at any time"
 
 #: ``--max-leased none`` lifts that one limit.
 NONE = "none"
@@ -297,6 +298,8 @@ def pause(
     exclusive(**{"--for": duration, "--until": until})
     if duration is None and until is None:
         raise click.UsageError("give --for DURATION or --until TIME, one of them")
+    if duration is not None and duration > MAX_PAUSE:
+        raise ConfigError(_TOO_LONG)
     now = datetime.now(UTC)
     target = until if until is not None else now + (duration or timedelta())
     if target <= now:
@@ -304,9 +307,7 @@ def pause(
             f"--until {format_time(target)} is not in the future (now {format_time(now)} UTC)"
         )
     if target - now > MAX_PAUSE:
-        raise ConfigError(
-            f"a pause lasts at most {MAX_PAUSE.days} days; resume lifts it at any time"
-        )
+        raise ConfigError(_TOO_LONG)
     ledger = open_ledger(url)
     paused = ledger.pause_group(
         queue, group, until=target, reason=reason or f"paused by {default_actor()}", now=now

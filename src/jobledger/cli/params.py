@@ -132,8 +132,11 @@ class When(_Type):
         text = text.strip()
         if text.lower() == "now":
             return datetime.now(UTC)
+        from .._records import time_after  # the records only once a command reads a time
+
         try:
-            return datetime.now(UTC) - parse_duration(text)
+            # That long ago; longer ago than any time a datetime holds: the earliest one.
+            return time_after(datetime.now(UTC), -parse_duration(text).total_seconds())
         except ConfigError:
             pass
         when = iso_time(text)

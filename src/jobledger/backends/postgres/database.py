@@ -26,7 +26,7 @@ import psycopg_pool
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
-from ...errors import BackendUnavailable, SchemaMismatch
+from ...errors import BackendUnavailable, ConfigError, SchemaMismatch
 from ..database import Fill
 from ..outage import Outage
 from ..sqlfiles import fill as fill_text
@@ -145,6 +145,14 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     # again on every run.
     conn.prepare_threshold = NEVER_BY_COUNT
     conn.execute("SET TIME ZONE 'UTC'")
+
+
+#: The server's refusals of a value out of range (SQLSTATE 22003, 22008, 22015).
+_OUT_OF_RANGE = (
+    psycopg.errors.NumericValueOutOfRange,
+    psycopg.errors.DatetimeFieldOverflow,
+    psycopg.errors.IntervalFieldOverflow,
+)
 
 
 class PostgresDatabase:
@@ -367,6 +375,21 @@ class PostgresDatabase:
         except (psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout) as exc:
             self.outage.suspect()
             raise self.unavailable(exc) from None
+        except _OUT_OF_RANGE as exc:
+            # A value a caller gave (a limit, a duration) past what the column or the time
+            # arithmetic holds: SQLite takes it, or refuses it in Python, where it is checked.
+            raise ConfigError(
+                f"a value given is out of PostgreSQL's range: {first_line(exc)}"
+            ) from None
+        except psycopg.DataError as exc:
+            # psycopg's own refusal, before sending: a text with U+0000 (a filter, a note, an
+            # actor), which SQLite would store. Its other data errors are the server's, above
+            # or for the statement's own caller to catch (the enqueue's "not all keys were new").
+            if type(exc) is not psycopg.DataError or "NUL" not in str(exc):
+                raise
+            raise ConfigError(
+                "a text given holds U+0000 (NUL), which PostgreSQL cannot store"
+            ) from None
 
     @contextmanager
     def transaction(self, conn: Any = None) -> Iterator[psycopg.Connection[Any]]:
