@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import psycopg
 import pytest
@@ -274,6 +274,10 @@ def test_delay_and_run_at(api, tasks):
             "run_at must come no later than 9999-12-30 (UTC)",
         ),
         ({"delay": 1e12}, "delay must come no later than 9999-12-30 (UTC)"),
+        (
+            {"run_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))},
+            "run_at must come no earlier than 0001-01-02 (UTC), the earliest time the ledger",
+        ),
         ({"delay": 1e300}, "delay must come no later than 9999-12-30 (UTC)"),
     ],
 )

@@ -194,9 +194,16 @@ EARLIEST_TIME = datetime(1, 1, 2, tzinfo=UTC)
 
 
 def keepable_time(when: datetime, what: str) -> datetime:
-    """``when`` if the ledger can keep it (no later than ``LATEST_TIME``), else ``ConfigError``."""
+    """``when`` if the ledger can keep it (from ``EARLIEST_TIME`` to ``LATEST_TIME``), else
+    ``ConfigError``. Before the earliest, a time in a zone east of UTC may fall before year 1
+    once in UTC: PostgreSQL stores it, and every read of its row fails."""
     if when > LATEST_TIME:
         raise ConfigError(_past_latest(what, when.isoformat()))
+    if when < EARLIEST_TIME:
+        raise ConfigError(
+            f"{what} must come no earlier than {EARLIEST_TIME.date().isoformat()} (UTC), the earliest time "
+            f"the ledger keeps; got {when.isoformat()}"
+        )
     return when
 
 
@@ -210,7 +217,7 @@ def keepable_time_after(start: datetime, seconds: float, what: str) -> datetime:
 
 def _past_latest(what: str, given: str) -> str:
     return (
-        f"{what} must come no later than {LATEST_TIME:%Y-%m-%d} (UTC), the latest time the "
+        f"{what} must come no later than {LATEST_TIME.date().isoformat()} (UTC), the latest time the "
         f"ledger keeps; got {given}"
     )
 
