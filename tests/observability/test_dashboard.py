@@ -721,3 +721,31 @@ def test_a_time_is_said_relative_to_now():
     assert since(None, now) == "—"
     assert since(now - timedelta(minutes=4, seconds=5), now) == "4 min 05 s ago"
     assert since(now + timedelta(hours=50), now) == "in 2 d 2 h"
+
+
+ODD_VALUES = ["%00", "a" * 3000, "%ED%A0%80", "99999999999999999999999", "-1", "%F0%9F%92%A5"]
+
+
+def test_odd_values_in_every_query_are_a_page_or_a_refusal_never_an_error(dash, ledger):
+    """Query strings nobody means (U+0000, a lone surrogate's bytes, a very long text, numbers
+    past every integer) get a page, a redirect or a 4xx that says why, on both backends: never
+    a 500."""
+    client = login(dash, dash.key("read"))
+    pages = [
+        "/ui/queues/{v}",
+        "/ui/queues/mail?state={v}",
+        "/ui/jobs/{v}",
+        "/ui/dead?queue={v}",
+        "/ui/dead?task={v}",
+        "/ui/dead?key={v}",
+        "/ui/dead?error={v}",
+        "/ui/dead?redriven={v}&skipped={v}&resolved={v}",
+        "/ui/search?key={v}",
+        "/ui/login?next={v}",
+    ]
+    wrong = []
+    for path, value in itertools.product(pages, ODD_VALUES):
+        response = client.get(path.format(v=value))
+        if response.status_code >= 500:
+            wrong.append((path.format(v=value)[:80], response.status_code))
+    assert wrong == []
