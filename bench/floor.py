@@ -173,14 +173,15 @@ def floor_postgres(dsn: str, jobs: int, batch: int, single: int = 2_000) -> dict
 
 def copy_batch(conn: psycopg.Connection[Any], sql: dict[str, str], batch: list[NewJob]) -> None:
     """One batch of new jobs of queue ``bench`` written as ``enqueue_many`` writes a large one
-    (``PostgresJobs._copy_fresh``): the ids and the insert's time, the ``COPY``, the check of
-    the tombstones and the ``NOTIFY``, in one transaction."""
+    on the database's clock (``PostgresJobs._copy_fresh``): the ids and the insert's time, the
+    ``COPY`` (the created and updated times left to their defaults), the check of the
+    tombstones and the ``NOTIFY``, in one transaction."""
     with conn.transaction():
         ((clock, ids),) = conn.execute(
             sql["job_copy_start"], {"now": None, "n": len(batch)}
         ).fetchall()
-        with conn.cursor().copy(sql["job_copy"]) as copy:
-            copy.write(new_job_copy(batch, ids[1:-1].split(","), clock))
+        with conn.cursor().copy(sql["job_copy_on_server_clock"]) as copy:
+            copy.write(new_job_copy(batch, ids[1:-1].split(","), clock, with_times=False))
         keys = {"queue": text_array(["bench"] * len(batch))}
         keys["key"] = text_array([j.key for j in batch])
         conn.execute(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -130,3 +131,32 @@ def test_a_large_batch_is_built_as_the_copy_reads_it(url):
         assert len(ledger.jobs(JobFilter(limit=5000))) == 1300
     finally:
         ledger.close()
+
+
+def test_a_copied_batch_is_created_due_and_updated_at_one_clock_by_either_shape(url, copies):
+    """Without an explicit clock the COPY leaves the created and updated times to the table's
+    defaults (the transaction's clock, which is the batch's too): every job of the batch has
+    the one time the statement-built jobs have, between the clocks read before and after it,
+    and a job given its own run time keeps it. With an explicit clock, that clock, sent."""
+    later = datetime(2030, 1, 1, tzinfo=UTC)
+    batch = _batch(COPY_FROM - 1) + [{"payload": {"n": -1}, "key": "later", "run_at": later}]
+    with Ledger(url) as ledger, psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+        [[before]] = conn.execute("SELECT now()").fetchall()
+        made = ledger.enqueue_many("t", batch)
+        [[after]] = conn.execute("SELECT now()").fetchall()
+        jobs = [ledger.job(r.id) for r in made]
+        clocks = {(j.created_at, j.updated_at) for j in jobs}
+        [(clock, same)] = clocks
+        assert clock == same and before <= clock <= after
+        assert [j.run_at for j in jobs] == [clock] * (COPY_FROM - 1) + [later]
+
+        given = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
+        made = ledger.enqueue_many("t", _batch(COPY_FROM, "given"), now=given)
+        times = {
+            (j.created_at, j.updated_at, j.run_at) for j in map(ledger.job, (r.id for r in made))
+        }
+        assert times == {(given, given, given)}
+    assert [c.split("(")[1].split(")")[0].endswith("attempt_limit") for c in copies] == [
+        True,
+        False,
+    ]

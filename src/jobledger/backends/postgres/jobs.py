@@ -216,7 +216,13 @@ class PostgresJobs(Jobs):
         sql = self._db.sql
         ((clock, ids),) = yield Statement(sql["job_copy_start"], {"now": now, "n": len(jobs)})
         taken: list[str] = ids[1:-1].split(",")
-        yield Copy(sql["job_copy"], new_job_copy_pieces(jobs, taken, clock))
+        if now is None:  # the database's clock: the created and updated times by default
+            yield Copy(
+                sql["job_copy_on_server_clock"],
+                new_job_copy_pieces(jobs, taken, clock, with_times=False),
+            )
+        else:
+            yield Copy(sql["job_copy"], new_job_copy_pieces(jobs, taken, clock))
         queues = list(map(_queue_of, jobs))
         params = {
             "queue": text_array(queues),

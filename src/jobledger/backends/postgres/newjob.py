@@ -98,6 +98,9 @@ NEW_JOB_SQL = {
     "copy_columns": "id, "
     + ", ".join(c.name for c in NEW_JOB_COLUMNS)
     + ", attempt_limit, created_at, updated_at",
+    "copy_columns_on_server_clock": "id, "
+    + ", ".join(c.name for c in NEW_JOB_COLUMNS)
+    + ", attempt_limit",
     "new_arrays": ", ".join(f"%({c.name})s::{c.type}[]" for c in NEW_JOB_COLUMNS),
     "new_values": ", ".join(f"%({c.name})s::{c.type} AS {c.name}" for c in NEW_JOB_COLUMNS),
     "new_select": ", ".join(c.select or c.name for c in NEW_JOB_COLUMNS),
@@ -159,23 +162,27 @@ COPY_PIECE = 200
 
 
 def new_job_copy_pieces(
-    jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime
+    jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime, with_times: bool = True
 ) -> Iterator[str]:
     """``new_job_copy`` of ``COPY_PIECE`` jobs at a time, each piece built when it is asked
     for: a ``COPY`` sends each as soon as it is made, so the server inserts the rows of one
     while the client builds the next, instead of waiting for the whole batch."""
     for first in range(0, len(jobs), COPY_PIECE):
         last = first + COPY_PIECE
-        yield new_job_copy(jobs[first:last], ids[first:last], clock)
+        yield new_job_copy(jobs[first:last], ids[first:last], clock, with_times)
 
 
-def new_job_copy(jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime) -> str:
+def new_job_copy(
+    jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime, with_times: bool = True
+) -> str:
     """The rows of a ``COPY`` of ``jobs`` (its columns are ``{copy_columns}``: the id, taken
     from the jobs' sequence beforehand, the new job's columns, then what the insert statements
     derive in SQL — the attempt limit, the created and updated times) in text format: tab-separated
     fields, ``\\N`` for NULL, a backslash, tab, newline or carriage return in a value escaped.
     ``ids`` are the jobs' ids (as text), ``clock`` the insert's time: the due time of a job
     without one and every job's created and updated time, as the insert statements write them.
+    Without ``with_times``, the rows of ``{copy_columns_on_server_clock}``: no created and
+    updated times, which the table's defaults give (``clock`` is then the database's clock).
 
     Each column is rendered as one list (a value the batch shares once), then the rows are
     joined: a few Python steps per job rather than one per field."""
@@ -185,8 +192,10 @@ def new_job_copy(jobs: Sequence[NewJob], ids: Sequence[str], clock: datetime) ->
         c.name: _copy_column(values, c.copy, when if c.select else None)
         for c, values in zip(NEW_JOB_COLUMNS, _columns(jobs), strict=True)
     }
-    times = [when] * n
-    columns = [list(ids), *fields.values(), fields["max_attempts"], times, times]
+    columns = [list(ids), *fields.values(), fields["max_attempts"]]
+    if with_times:
+        times = [when] * n
+        columns += [times, times]
     return "\n".join(map("\t".join, zip(*columns, strict=True))) + "\n"
 
 

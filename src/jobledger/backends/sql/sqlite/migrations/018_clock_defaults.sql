@@ -1,0 +1,2 @@
+-- Defaults for a job's created and updated times (018): PostgreSQL only, for its bulk enqueue
+-- by COPY. SQLite's inserts name both: nothing changes here.
