@@ -344,6 +344,7 @@ class JobFilter:
     """Last changed before this time."""
     ids: tuple[int, ...] | None = None
     limit: int | None = None
+    """At most this many jobs: a whole number from 1 (``ConfigError`` otherwise)."""
     after_id: int | None = None
     """Only jobs with a larger id (paging through a listing ordered by id)."""
 
