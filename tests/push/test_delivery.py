@@ -139,10 +139,10 @@ def test_a_retry_without_retry_after_waits_its_jittered_backoff_drawn_from_the_h
     assert ep.count() == 4
 
 
-def test_a_retry_after_is_kept_as_the_job_s_next_run_time(ledger, endpoint, push):
-    # The pause is written on the job, not only remembered by this process's lane: another
-    # process, or this one restarted, must not deliver it before the endpoint asked.
-    ep = endpoint(scripted((503, {"Retry-After": "120"}, b"busy")))
+def _retried_once(ledger, endpoint, push, retry_after: str):
+    """A job pushed to an endpoint that answers 503 with ``retry_after``, once its first
+    attempt is recorded as a retry; and the endpoint."""
+    ep = endpoint(scripted((503, {"Retry-After": retry_after}, b"busy")))
     subscribe(ledger, ep.url)
     job_id = publish(ledger, "k1")
     push()
@@ -150,6 +150,13 @@ def test_a_retry_after_is_kept_as_the_job_s_next_run_time(ledger, endpoint, push
         lambda: [a.outcome for a in ledger.history(job_id).attempts] == [AttemptOutcome.RETRY],
         what="the first attempt to be recorded as a retry",
     )
+    return job_id, ep
+
+
+def test_a_retry_after_is_kept_as_the_job_s_next_run_time(ledger, endpoint, push):
+    # The pause is written on the job, not only remembered by this process's lane: another
+    # process, or this one restarted, must not deliver it before the endpoint asked.
+    job_id, ep = _retried_once(ledger, endpoint, push, "120")
     [attempt] = ledger.history(job_id).attempts
     assert (ledger.job(job_id).run_at - attempt.finished_at).total_seconds() >= 119
     assert ep.count() == 1
@@ -162,14 +169,7 @@ def test_a_retry_after_past_the_latest_time_the_ledger_keeps_is_kept_as_that_tim
     """An endpoint's Retry-After past what the ledger keeps (or a datetime holds) is recorded
     at once as a retry at the latest time it keeps: never a job left leased until its lease
     runs out because its outcome could not be written."""
-    ep = endpoint(scripted((503, {"Retry-After": retry_after}, b"busy")))
-    subscribe(ledger, ep.url)
-    job_id = publish(ledger, "k1")
-    push()
-    wait_until(
-        lambda: [a.outcome for a in ledger.history(job_id).attempts] == [AttemptOutcome.RETRY],
-        what="the first attempt to be recorded as a retry",
-    )
+    job_id, _ = _retried_once(ledger, endpoint, push, retry_after)
     assert (ledger.job(job_id).state, ledger.job(job_id).run_at) == (JobState.PENDING, LATEST_TIME)
 
 
