@@ -198,12 +198,9 @@ def keepable_time(when: datetime, what: str) -> datetime:
     ``ConfigError``. Before the earliest, a time in a zone east of UTC may fall before year 1
     once in UTC: PostgreSQL stores it, and every read of its row fails."""
     if when > LATEST_TIME:
-        raise ConfigError(_past_latest(what, when.isoformat()))
+        raise ConfigError(_beyond(what, "later", when.isoformat()))
     if when < EARLIEST_TIME:
-        raise ConfigError(
-            f"{what} must come no earlier than {EARLIEST_TIME.date().isoformat()} (UTC), the earliest time "
-            f"the ledger keeps; got {when.isoformat()}"
-        )
+        raise ConfigError(_beyond(what, "earlier", when.isoformat()))
     return when
 
 
@@ -211,14 +208,15 @@ def keepable_time_after(start: datetime, seconds: float, what: str) -> datetime:
     """``seconds`` (>= 0) after ``start``, if the ledger can keep that time, else
     ``ConfigError`` naming ``what`` gave it."""
     if seconds > (LATEST_TIME - start).total_seconds():
-        raise ConfigError(_past_latest(what, f"{seconds!r} s from {start.isoformat()}"))
+        raise ConfigError(_beyond(what, "later", f"{seconds!r} s from {start.isoformat()}"))
     return start + timedelta(seconds=seconds)
 
 
-def _past_latest(what: str, given: str) -> str:
+def _beyond(what: str, side: str, given: str) -> str:
+    bound, edge = (LATEST_TIME, "latest") if side == "later" else (EARLIEST_TIME, "earliest")
     return (
-        f"{what} must come no later than {LATEST_TIME.date().isoformat()} (UTC), the latest time the "
-        f"ledger keeps; got {given}"
+        f"{what} must come no {side} than {bound.date().isoformat()} (UTC), the {edge} time "
+        f"the ledger keeps; got {given}"
     )
 
 
