@@ -942,8 +942,10 @@ class Ledger:
             raise ConfigError(
                 "redrive needs an actor and a reason; both are recorded in the job's history"
             )
-        if rate is not None and not rate > 0:
-            raise ConfigError(f"rate must be > 0 jobs per second, got {rate!r}")
+        if rate is not None and (
+            isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf
+        ):
+            raise ConfigError(f"rate must be a finite number > 0 jobs per second, got {rate!r}")
         if budget is not None:
             validate_max_attempts(budget)
         selection = where or JobFilter()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from jobledger import ConfigError, InvalidTransition, JobFilter, JobState, NotFound
@@ -149,11 +151,22 @@ def test_operator_actions_without_actor_or_reason_are_refused_and_change_nothing
 
 
 @pytest.mark.parametrize(
-    "options", [{"rate": 0}, {"rate": -1}, {"budget": 0}, {"budget": 1001}], ids=str
+    "options",
+    [
+        {"rate": 0},
+        {"rate": -1},
+        {"rate": math.inf},
+        {"rate": math.nan},
+        {"rate": True},
+        {"budget": 0},
+        {"budget": 1001},
+    ],
+    ids=str,
 )
 def test_redrive_refuses_a_rate_or_budget_out_of_range_and_moves_nothing(api, tasks, options):
-    """A rate of zero would not pace the redrive at all (it would be read as no rate), and a
-    budget outside 1..1000 is none a task could have."""
+    """A rate of zero would not pace the redrive at all (it would be read as no rate), an
+    infinite one was an internal error, and a budget outside 1..1000 is none a task could
+    have."""
     dead = make_dead(api, 1)
     with pytest.raises(ConfigError):
         api.redrive(ids=[dead], actor="ana", reason="r", **options)
