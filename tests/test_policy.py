@@ -32,9 +32,24 @@ def test_full_jitter_stays_between_zero_and_the_ceiling():
     assert b.delay(3, rng=lambda: 0.999) == pytest.approx(7.992)
 
 
-@pytest.mark.parametrize("kwargs", [{"base": 0}, {"base": 10, "cap": 5}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"base": 0},
+        {"base": 10, "cap": 5},
+        {"base": float("inf"), "cap": float("inf")},
+        {"base": float("nan")},
+        {"base": True},
+        {"base": "2"},
+        {"cap": "60"},
+        {"cap": None},
+    ],
+    ids=str,
+)
 def test_bad_backoff(kwargs):
-    with pytest.raises(ConfigError):
+    """Refused when built, with a message that names the setting: never a TypeError from a
+    comparison (a text, None) or a base that makes every delay infinite."""
+    with pytest.raises(ConfigError, match=r"^backoff (base|cap) must be"):
         Backoff(**kwargs)
 
 

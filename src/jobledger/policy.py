@@ -12,6 +12,7 @@ The rules (SPEC §3):
 from __future__ import annotations
 
 import email.utils
+import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,8 +49,12 @@ class Backoff:
     jitter: bool = True
 
     def __post_init__(self) -> None:
-        if not self.base > 0:
-            raise ConfigError(f"backoff base must be > 0 seconds, got {self.base!r}")
+        # As _records.positive_seconds checks (a layer above this one): a number, > 0, finite.
+        base, cap = self.base, self.cap
+        if isinstance(base, bool) or not isinstance(base, int | float) or not 0 < base < math.inf:
+            raise ConfigError(f"backoff base must be > 0 seconds, got {base!r}")
+        if isinstance(cap, bool) or not isinstance(cap, int | float):
+            raise ConfigError(f"backoff cap must be a number of seconds, got {cap!r}")
         if not self.cap >= self.base:
             raise ConfigError(f"backoff cap must be >= base ({self.base} s), got {self.cap!r}")
 

@@ -129,7 +129,9 @@ def test_a_relay_counts_only_the_records_its_mark_found_unpublished(ledger: Ledg
         ({"batch_size": True}, "batch_size must be a whole number from 1 to 10000, got True"),
         ({"poll_interval": 0}, "poll_interval must be > 0 seconds, got 0"),
         ({"poll_interval": float("nan")}, "poll_interval must be > 0 seconds, got nan"),
-        ({"lease_seconds": -1}, "lease_seconds must be > 0, got -1"),
+        ({"poll_interval": float("inf")}, "poll_interval must be > 0 seconds, got inf"),
+        ({"poll_interval": "1"}, "poll_interval must be > 0 seconds, got '1'"),
+        ({"lease_seconds": -1}, "lease_seconds must be > 0 seconds, got -1"),
     ],
 )
 def test_a_relay_with_a_setting_out_of_range_is_refused(ledger: Ledger, options, message):

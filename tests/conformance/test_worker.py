@@ -304,11 +304,18 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
         ({"prefetch": -1}, "prefetch must be a whole number from 0 to 10000, got -1"),
         ({"prefetch": 10_001}, "prefetch must be a whole number from 0 to 10000, got 10001"),
         ({"prefetch": False}, "prefetch must be a whole number from 0 to 10000, got False"),
+        ({"poll_interval": 0}, "poll_interval must be > 0 seconds, got 0"),
+        ({"poll_interval": -1}, "poll_interval must be > 0 seconds, got -1"),
+        ({"poll_interval": float("nan")}, "poll_interval must be > 0 seconds, got nan"),
+        ({"poll_interval": float("inf")}, "poll_interval must be > 0 seconds, got inf"),
+        ({"poll_interval": "1"}, "poll_interval must be > 0 seconds, got '1'"),
+        ({"rescue_interval": 0}, "rescuer interval must be > 0 seconds, got 0"),
     ],
 )
 def test_a_worker_with_a_setting_out_of_range_is_refused(ledger, options, message):
     """Refused when it is built, with the setting's bounds; a bool is no count (True would run
-    one job at a time, or a batch of one, without a word)."""
+    one job at a time, or a batch of one, without a word); a poll interval of zero or less
+    would poll without a pause, and an infinite one never."""
     ledger.task(name="noop", queue="q")(lambda ctx: None)
     with pytest.raises(ValueError) as info:
         ledger.worker(["q"], **options)

@@ -505,6 +505,8 @@ def test_the_push_api_is_explicit_and_documented():
         ({"lease_margin": True}, "push lease_margin must be > 0 seconds"),
         ({"poll_interval": 0}, "push poll_interval must be > 0 seconds"),
         ({"rescue_interval": "5"}, "push rescue_interval must be > 0 seconds"),
+        ({"refresh_interval": float("inf")}, "push refresh_interval must be > 0 seconds"),
+        ({"poll_interval": float("nan")}, "push poll_interval must be > 0 seconds"),
         ({"body_kept": -1}, "push body_kept must be 0..100000"),
         ({"body_kept": 100_001}, "push body_kept must be 0..100000"),
         ({"allow_networks": ["10.0.0.0/33"]}, "10.0.0.0/33"),

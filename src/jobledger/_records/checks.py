@@ -29,6 +29,7 @@ __all__ = [
     "keepable_time",
     "keepable_time_after",
     "payload_digest",
+    "positive_seconds",
     "time_after",
     "validate_key",
     "validate_lease_seconds",
@@ -230,6 +231,15 @@ def time_after(start: datetime, seconds: float) -> datetime:
     if seconds <= (EARLIEST_TIME - start).total_seconds():
         return EARLIEST_TIME
     return start + timedelta(seconds=seconds)
+
+
+def positive_seconds(value: Any, what: str) -> float:
+    """``value`` as a float if it is a number of seconds > 0 (not a bool, NaN or infinity), else
+    ``ConfigError`` (a ``ValueError``): an interval, a lease, a grace period. Zero would spin, a
+    negative one fail later, and an infinite one never come."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ConfigError(f"{what} must be > 0 seconds, got {value!r}")
+    return float(value)
 
 
 def finite_number(value: Any, what: str) -> float:

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
 from .._host import default_worker_name
-from .._records import ClaimedJob, validate_queue_name, whole_number
+from .._records import ClaimedJob, positive_seconds, validate_queue_name, whole_number
 from ..errors import BackendUnavailable, NotFound, PayloadError, Permanent
 from ..maintenance.rescuer import Rescuer
 from ..policy import Backoff
@@ -137,6 +137,8 @@ class Worker(Runtime):
             raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
         whole_number(batch_size, 1, 1000, "batch_size")
         whole_number(prefetch, 0, 10_000, "prefetch")
+        if poll_interval is not None:
+            positive_seconds(poll_interval, "poll_interval")
         self.ledger = ledger
         queues = sorted({validate_queue_name(q) for q in (queues or ledger.queues())})
         if not queues:

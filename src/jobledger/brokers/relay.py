@@ -26,13 +26,12 @@ from datetime import UTC, datetime, timedelta
 
 from .._faults import fault_point
 from .._ledger import Ledger
-from .._records import Counts, OutboxRecord, whole_number
+from .._records import Counts, OutboxRecord, positive_seconds, whole_number
 from .._runtime.worker import default_worker_name
 from ..backends.base import Backend
 from ..errors import (
     BackendUnavailable,
     BrokerUnavailable,
-    ConfigError,
     JobledgerError,
     LeadershipLost,
 )
@@ -94,10 +93,8 @@ class Relay:
         publisher: Publisher | None = None,
     ):
         whole_number(batch_size, 1, 10_000, "batch_size")
-        if not poll_interval > 0:
-            raise ConfigError(f"poll_interval must be > 0 seconds, got {poll_interval!r}")
-        if not lease_seconds > 0:
-            raise ConfigError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        positive_seconds(poll_interval, "poll_interval")
+        positive_seconds(lease_seconds, "lease_seconds")
         self.backend: Backend = ledger.backend if isinstance(ledger, Ledger) else ledger
         self.url = to if isinstance(to, BrokerURL) else BrokerURL.parse(to)
         self.publisher = publisher or publisher_for(self.url)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._records import positive_seconds
 from ..errors import ConfigError
 from .wakeups import Wakeups
 
@@ -71,10 +72,9 @@ class ServerSettings:
                 raise ConfigError(f"default burst must be >= 1, got {self.default_burst!r}")
         if not 0 <= self.max_wait_seconds <= 20:
             raise ConfigError(f"max_wait_seconds must be 0..20, got {self.max_wait_seconds!r}")
-        if not self.rescue_interval > 0:
-            raise ConfigError(f"rescue_interval must be > 0, got {self.rescue_interval!r}")
-        if self.poll_interval is not None and not self.poll_interval > 0:
-            raise ConfigError(f"poll_interval must be > 0, got {self.poll_interval!r}")
+        positive_seconds(self.rescue_interval, "rescue_interval")
+        if self.poll_interval is not None:
+            positive_seconds(self.poll_interval, "poll_interval")
         if not 0 <= self.snapshot_seconds <= 3600:
             raise ConfigError(f"snapshot_seconds must be 0..3600, got {self.snapshot_seconds!r}")
         if not 0 <= self.finished_seconds <= 86400:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._records import LeaderLease
+from .._records import LeaderLease, positive_seconds
 from ..errors import BackendUnavailable, LeadershipLost
 
 if TYPE_CHECKING:
@@ -57,8 +57,7 @@ class LeaderElection:
         label: str | None = None,
         what: str | None = None,
     ):
-        if not lease_seconds > 0:
-            raise ValueError(f"lease_seconds must be > 0, got {lease_seconds!r}")
+        positive_seconds(lease_seconds, "lease_seconds")
         self._store = store
         self.name = name
         self.holder = holder

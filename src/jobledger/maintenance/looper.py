@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from .._records import positive_seconds
 from ..errors import BackendUnavailable
 
 __all__ = ["Looper"]
@@ -22,9 +23,7 @@ class Looper:
     kind = "looper"
 
     def __init__(self, interval: float, *, max_backoff: float | None = None):
-        if not interval > 0:
-            raise ValueError(f"{self.kind} interval must be > 0 seconds, got {interval!r}")
-        self.interval = float(interval)
+        self.interval = positive_seconds(interval, f"{self.kind} interval")
         self.max_backoff = max_backoff if max_backoff is not None else max(30.0, self.interval)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -50,6 +50,7 @@ from .._records import (
     JobFilter,
     Subscription,
     SubscriptionState,
+    positive_seconds,
 )
 from .._runtime.leases import LeaseHold
 from .._runtime.outcomes import Finished, failure
@@ -109,13 +110,10 @@ class PushSettings:
         object.__setattr__(self, "allow_networks", tuple(self.allow_networks))
         object.__setattr__(self, "policy", AddressPolicy.parse(self.allow_networks))
         for name in ("refresh_interval", "grace", "lease_margin"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ConfigError(f"push {name} must be > 0 seconds, got {value!r}")
-        for name in ("poll_interval", "rescue_interval"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int | float) or value <= 0):
-                raise ConfigError(f"push {name} must be > 0 seconds, got {value!r}")
+            positive_seconds(getattr(self, name), f"push {name}")
+        for name in ("poll_interval", "rescue_interval"):  # None: the default
+            if getattr(self, name) is not None:
+                positive_seconds(getattr(self, name), f"push {name}")
         if not isinstance(self.body_kept, int) or not 0 <= self.body_kept <= 100_000:
             raise ConfigError(f"push body_kept must be 0..100000, got {self.body_kept!r}")
         if self.ca_file is not None:
