@@ -213,6 +213,32 @@ def test_an_exception_whose_message_cannot_be_read_is_a_failure_like_any_other(l
     assert "_Unprintable" in (row.last_traceback or "")
 
 
+@pytest.mark.parametrize("is_async", [False, True])
+def test_an_exception_with_a_nul_in_its_message_is_recorded_with_it_visible(ledger, is_async):
+    """U+0000 in a handler's exception (a C library's message, bytes decoded as text): the
+    attempt is recorded at once, on both backends alike, with each NUL written as ``\\x00``.
+    PostgreSQL cannot store a NUL in text: the outcome was never written, the worker tried
+    again and again, and the job stayed leased."""
+    message = "bad\x00byte"
+    if is_async:
+
+        async def handler(ctx) -> None:
+            raise RuntimeError(message)
+    else:
+
+        def handler(ctx) -> None:
+            raise RuntimeError(message)
+
+    task = ledger.task(handler, queue="w", name="nul", max_attempts=2, lease_seconds=3600)
+    job_id, _ = ledger.enqueue(task, {}, key="k", now=T0)
+    run_burst(ledger, T0)
+    row = ledger.job(job_id)
+    assert (row.state, row.attempts, row.last_error) == (JobState.PENDING, 1, "bad\\x00byte")
+    assert "bad\\x00byte" in row.last_traceback and "\x00" not in row.last_traceback
+    [attempt] = ledger.history(job_id).attempts
+    assert (attempt.outcome, attempt.error_message) == (AttemptOutcome.RETRY, "bad\\x00byte")
+
+
 @pytest.mark.parametrize(
     "after",
     [1e12, 1e300, datetime.max.replace(tzinfo=UTC)],

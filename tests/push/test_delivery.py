@@ -185,6 +185,23 @@ def test_after_a_retry_after_the_subscription_sends_nothing_until_then(ledger, e
     assert second.at - first.at >= 1.99
 
 
+def test_an_answer_with_a_nul_in_its_body_is_recorded_with_it_visible(ledger, endpoint, push):
+    """An endpoint's answer whose body holds U+0000: the retry is recorded with it written as
+    ``\\x00``, and so is the reason of a 410 that disables the subscription, on both backends
+    (PostgreSQL cannot store a NUL: the outcome, and the disabling, were never written)."""
+    ep = endpoint(scripted((503, {}, b"busy\x00now"), (410, {}, b"gone\x00for good")))
+    sub = subscribe(ledger, ep.url)
+    job_id = publish(ledger, "k1")
+    push()
+    wait_until(
+        lambda: ledger.backend.subscriptions.get(sub.id).state is SubscriptionState.DISABLED,
+        what="the subscription to be disabled",
+    )
+    retried = ledger.history(job_id).attempts[0]
+    assert retried.outcome is AttemptOutcome.RETRY and "busy\\x00now" in retried.error_message
+    assert "gone\\x00for good" in ledger.backend.subscriptions.get(sub.id).state_reason
+
+
 def test_gone_disables_the_subscription_and_gives_the_job_back(ledger, endpoint, push):
     ep = endpoint(scripted((410, {}, b"gone"), (200, {}, b"ok")))
     sub = subscribe(ledger, ep.url)

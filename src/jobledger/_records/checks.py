@@ -32,6 +32,7 @@ __all__ = [
     "positive_seconds",
     "time_after",
     "validate_key",
+    "visible_nul",
     "validate_lease_seconds",
     "validate_max_attempts",
     "validate_name",
@@ -231,6 +232,13 @@ def time_after(start: datetime, seconds: float) -> datetime:
     if seconds <= (EARLIEST_TIME - start).total_seconds():
         return EARLIEST_TIME
     return start + timedelta(seconds=seconds)
+
+
+def visible_nul(text: str) -> str:
+    """``text`` with each U+0000 written as the four characters ``\\x00``: for text the ledger
+    keeps but did not choose (an exception's message and traceback, an endpoint's answer), which
+    PostgreSQL cannot store with a NUL in it, and which must be the same on both backends."""
+    return text.replace("\x00", "\\x00")
 
 
 def positive_seconds(value: Any, what: str) -> float:

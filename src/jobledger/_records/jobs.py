@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
-from .checks import whole_number
+from .checks import visible_nul, whole_number
 
 __all__ = [
     "MAX_JOB_ID",
@@ -309,6 +309,14 @@ class Failure:
     timed_out: bool = False
     """The attempt ran past its timeout: it is closed as ``timed_out`` (retried or dead by the
     budget like any transient failure)."""
+
+    def __post_init__(self) -> None:
+        # A handler's exception or an endpoint's answer may hold U+0000, which PostgreSQL
+        # cannot store: the outcome was never written and the job stayed leased.
+        for name in ("error_class", "message", "traceback"):
+            text = getattr(self, name)
+            if text is not None and "\x00" in text:
+                object.__setattr__(self, name, visible_nul(text))
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,6 +51,7 @@ from .._records import (
     Subscription,
     SubscriptionState,
     positive_seconds,
+    visible_nul,
 )
 from .._runtime.leases import LeaseHold
 from .._runtime.outcomes import Finished, failure
@@ -755,7 +756,7 @@ class _Lane:
             await self.service.db(self.service.runtime.give_back, [hold])
 
     async def _disable(self, sub: Subscription, message: str) -> None:
-        reason = f"{message}: the endpoint asked for no more deliveries"
+        reason = visible_nul(f"{message}: the endpoint asked for no more deliveries")
         try:
             self.sub = await self.service.db(
                 self.service.backend.subscriptions.set_state,
