@@ -265,8 +265,10 @@ def test_the_ack_of_a_job_that_finishes_while_the_consumer_stops_is_sent_before_
         b'{"v": 1, "queue": "q", "key": "k1", "job_id": "one", "outbox_id": 1}',
         b'{"v": 1, "queue": "q", "key": "k1", "job_id": null, "outbox_id": 1}',
         b"[" * 100_000 + b"]" * 100_000,
+        b'{"v": 1, "queue": "q", "key": "k1\\u0000", "job_id": 1, "outbox_id": 1}',
+        b'{"v": 1, "queue": "q", "key": "' + b"k" * 513 + b'", "job_id": 1, "outbox_id": 1}',
     ],
-    ids=["text", "list", "version", "no-key", "bad-id", "null-id", "nested"],
+    ids=["text", "list", "version", "no-key", "bad-id", "null-id", "nested", "nul-key", "long-key"],
 )
 def test_a_message_that_is_not_a_jobledger_envelope_is_acked_and_its_job_left_alone(
     ledger, running, body

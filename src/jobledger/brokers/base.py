@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
-from .._records import OutboxRecord, decode_json
+from .._records import OutboxRecord, decode_json, validate_key
 from ..errors import BrokerUnavailable, ConfigError
 from .urls import BrokerURL
 
@@ -75,14 +75,16 @@ class Envelope:
 
     @classmethod
     def parse(cls, body: bytes | str) -> Envelope | None:
-        """The envelope in a message body, or None when it is not one of ours."""
+        """The envelope in a message body, or None when it is not one of ours (a key no job
+        could have included: on PostgreSQL one with U+0000 failed the claim, and the consumer
+        with it)."""
         try:
             data = decode_json(body)
             if not isinstance(data, dict) or data.get("v") != 1:
                 return None
             return cls(
                 str(data["queue"]),
-                str(data["key"]),
+                validate_key(str(data["key"])),
                 int(data["job_id"]),
                 int(data["outbox_id"]),
                 str(data.get("reason", "")),
