@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 
 import pytest
 
@@ -163,8 +164,20 @@ main()
 """
 
 
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """The processes a test starts take SIGINT as from a terminal's Ctrl-C even when the test
+    run itself ignores it (started in the background by a shell without job control): an
+    ignored signal stays ignored across exec, one with a handler goes back to its default."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("command", [("--help",), ("status",), ("worker", "x:y")])
-def test_ctrl_c_while_jobledger_starts_prints_no_traceback(tmp_path, command):
+def test_ctrl_c_while_jobledger_starts_prints_no_traceback(tmp_path, interruptible, command):
     started = tmp_path / "importing"
     full = dict(os.environ)
     full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH")]))
@@ -184,7 +197,7 @@ def test_ctrl_c_while_jobledger_starts_prints_no_traceback(tmp_path, command):
     assert "Traceback" not in err + out and "KeyboardInterrupt" not in err
 
 
-def test_ctrl_c_while_the_app_imports_prints_no_traceback(tmp_path):
+def test_ctrl_c_while_the_app_imports_prints_no_traceback(tmp_path, interruptible):
     started = tmp_path / "importing"
     (tmp_path / "slowapp.py").write_text(
         textwrap.dedent(
