@@ -19,16 +19,8 @@ from jobledger.push import PushService
 from ..push.conftest import fast_settings, subscribe
 from ..support.endpoints import Endpoint
 from ..support.http import api_server
-from ..support.otel import named, recording, tracer
+from ..support.otel import named, recording, traceparent, tracer, until_pushed
 from ..support.processes import wait_until
-
-
-def _hex(n: int, width: int) -> str:
-    return format(n, f"0{width}x")
-
-
-def _traceparent(ctx: Any) -> str:
-    return f"00-{_hex(ctx.trace_id, 32)}-{_hex(ctx.span_id, 16)}-{int(ctx.trace_flags):02x}"
 
 
 def _drain(ledger: Ledger, job_id: int, **options: Any) -> None:
@@ -99,7 +91,7 @@ def test_the_stored_context_is_the_w3c_traceparent(ledger):
     assert stored[0] == stored[1]  # one enqueue, one context for the batch
     headers = json.loads(stored[0])
     assert headers == stored_headers(stored[0])
-    assert headers["traceparent"] == _traceparent(ctx)
+    assert headers["traceparent"] == traceparent(ctx)
 
 
 def test_without_a_span_nothing_is_stored_and_the_attempt_has_no_link(ledger):
@@ -226,19 +218,14 @@ def test_a_push_delivery_sends_its_attempt_spans_traceparent(ledger):
         with recording() as spans:
             with tracer().start_as_current_span("publish") as parent:
                 job_id = ledger.enqueue("hook.event", {"n": 1}, key="h-1", queue="hooks").id
-            service = _push(ledger)
-            try:
-                wait_until(lambda: ledger.job(job_id).state.is_final, what="the delivery")
-                wait_until(lambda: named(spans, "jobledger push"), what="the push span")
-            finally:
-                service.stop()
+            until_pushed(ledger, job_id, _push(ledger), spans)
     finally:
         endpoint.stop()
     [request] = endpoint.requests
     [span] = named(spans, "jobledger push")
     assert span.name == "jobledger push hook.event" and span.kind is SpanKind.CLIENT
     ctx = span.context
-    assert request.headers["traceparent"] == _traceparent(ctx)
+    assert request.headers["traceparent"] == traceparent(ctx)
     assert span.links[0].context.span_id == parent.get_span_context().span_id
     assert span.attributes["jobledger.outcome"] == "done"
     assert span.attributes["http.response.status_code"] == 200
@@ -252,16 +239,12 @@ def test_a_push_delivery_without_spans_forwards_the_stored_context(ledger):
     try:
         with tracer().start_as_current_span("publish") as parent:
             job_id = ledger.enqueue("hook.event", {"n": 1}, key="h-1", queue="hooks").id
-        service = _push(ledger, with_spans=False)
-        try:
-            wait_until(lambda: ledger.job(job_id).state.is_final, what="the delivery")
-        finally:
-            service.stop()
+        until_pushed(ledger, job_id, _push(ledger, with_spans=False))
     finally:
         endpoint.stop()
     [request] = endpoint.requests
     ctx = parent.get_span_context()
-    assert request.headers["traceparent"] == _traceparent(ctx)
+    assert request.headers["traceparent"] == traceparent(ctx)
 
 
 # -- the HTTP API -----------------------------------------------------------------------------
@@ -281,13 +264,13 @@ def test_a_publish_continues_the_incoming_traceparent(ledger):
         wait_until(lambda: named(spans, "POST /v1/queue/publish"), what="the server span")
     [server] = named(spans, "POST /v1/queue/publish")
     assert server.kind is SpanKind.SERVER
-    assert _hex(server.context.trace_id, 32) == trace_id
-    assert server.parent is not None and _hex(server.parent.span_id, 16) == caller_span
+    assert f"{server.context.trace_id:032x}" == trace_id
+    assert server.parent is not None and f"{server.parent.span_id:016x}" == caller_span
     assert server.attributes["http.route"] == "/v1/queue/publish"
     assert server.attributes["http.response.status_code"] == 201
     stored = json.loads(_claimed_trace_context(ledger, "orders") or "{}")
     # The job's context is the server span's: the caller's trace, continued.
-    assert stored["traceparent"] == _traceparent(server.context)
+    assert stored["traceparent"] == traceparent(server.context)
     assert stored["traceparent"].startswith(f"00-{trace_id}-")
     assert stored["tracestate"] == "a=1"
 
@@ -306,7 +289,7 @@ def test_every_claim_carries_the_stored_context(ledger):
         ledger.enqueue("t", {}, key="plain", queue="q")
         ledger.enqueue("t", {}, key="grouped", queue="q", group="tenant-1")
         ledger.enqueue("t", {}, key="by-key", queue="k")
-    expected = _traceparent(parent.get_span_context())
+    expected = traceparent(parent.get_span_context())
     claimed = ledger.backend.jobs.claim(["q"], "test", 10)
     assert sorted(j.key for j in claimed) == ["grouped", "plain"]
     [by_key] = ledger.backend.jobs.claim_keys([("k", "by-key")], "test")

@@ -28,7 +28,7 @@ from jobledger.push import PushService
 from ..push.conftest import fast_settings, subscribe
 from ..support.endpoints import Endpoint
 from ..support.http import api_server
-from ..support.otel import named, recording, tracer
+from ..support.otel import named, recording, traceparent, tracer, until_pushed
 from ..support.processes import wait_until
 
 LOGGER = "jobledger.observability"
@@ -152,19 +152,12 @@ def test_a_push_delivery_whose_traceparent_cannot_be_written_sends_the_stored_on
         with recording() as spans:
             service = PushService(ledger, fast_settings())
             service.start()
-            try:
-                wait_until(lambda: ledger.job(job_id).state.is_final, what="the delivery")
-                wait_until(lambda: named(spans, "jobledger push"), what="the push span")
-            finally:
-                service.stop()
+            until_pushed(ledger, job_id, service, spans)
     finally:
         endpoint.stop()
     assert ledger.job(job_id).state is JobState.DONE
     [request] = endpoint.requests
-    ctx = parent.get_span_context()
-    assert request.headers["traceparent"] == (
-        f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
-    )
+    assert request.headers["traceparent"] == traceparent(parent.get_span_context())
     assert _logged(caplog, f"writing the trace headers of job {job_id} failed")
 
 

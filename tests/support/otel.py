@@ -14,6 +14,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from .processes import wait_until
+
 
 class _WhileRecording(SpanProcessor):
     def __init__(self, exporter: InMemorySpanExporter):
@@ -65,3 +67,21 @@ def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
     """The finished spans whose names start with ``prefix``, in the order they started."""
     spans = [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
     return sorted(spans, key=lambda s: s.start_time or 0)
+
+
+def traceparent(ctx: Any) -> str:
+    """A span context as the W3C ``traceparent`` header writes it."""
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def until_pushed(
+    ledger: Any, job_id: int, service: Any, spans: InMemorySpanExporter | None = None
+) -> None:
+    """Wait until the push ``service`` (started) has finished job ``job_id`` and, with
+    ``spans``, recorded its push span; then stop the service."""
+    try:
+        wait_until(lambda: ledger.job(job_id).state.is_final, what="the delivery")
+        if spans is not None:
+            wait_until(lambda: named(spans, "jobledger push"), what="the push span")
+    finally:
+        service.stop()
