@@ -36,6 +36,7 @@ from ._records import (
     finite_number,
     keepable_time,
     keepable_time_after,
+    operator_text,
     time_after,
     validate_group,
     validate_key,
@@ -762,6 +763,10 @@ class Ledger:
 
     def job_by_key(self, key: str, queue: str | None = None) -> JobRow:
         """The job with this key (in ``queue``, or in the only queue that has it)."""
+        if "\x00" in key or (queue is not None and "\x00" in queue):
+            # No job can have it (a key or a queue name has no control character), and
+            # PostgreSQL could not even compare it: not found, on every backend alike.
+            raise NotFound(f"no job with key {key!r}")
         if queue is not None:
             try:
                 return self.backend.history.get_by_key(queue, key)
@@ -942,6 +947,7 @@ class Ledger:
             raise ConfigError(
                 "redrive needs an actor and a reason; both are recorded in the job's history"
             )
+        operator_text(actor, "actor"), operator_text(reason, "reason")
         if rate is not None and (
             isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate < math.inf
         ):
@@ -1001,6 +1007,7 @@ class Ledger:
             raise ConfigError(
                 "resolve needs an actor and a note; both are recorded in the job's history"
             )
+        operator_text(actor, "actor"), operator_text(note, "note")
         row = self.find(job, queue)
         return self.backend.history.resolve(
             row.id, JobState(state), actor, note, now, only_dead=only_dead
@@ -1020,6 +1027,7 @@ class Ledger:
             raise ConfigError(
                 "cancel needs an actor and a reason; both are recorded in the job's history"
             )
+        operator_text(actor, "actor"), operator_text(reason, "reason")
         row = self.find(job, queue)
         if row.state is not JobState.PENDING:
             raise InvalidTransition(
@@ -1073,6 +1081,7 @@ class Ledger:
         aware datetime; anything else is a ``ConfigError`` that pauses nothing."""
         if (until is None) == (seconds is None):
             raise ConfigError("pause_group needs until= or seconds=, one of them")
+        operator_text(reason, "reason")
         if until is None:
             if (
                 isinstance(seconds, bool)

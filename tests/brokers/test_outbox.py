@@ -52,6 +52,14 @@ def lease_of(job) -> Lease:
     return Lease(job.id, job.lease_token, job.attempt)
 
 
+def test_a_route_with_u0000_in_its_actor_or_note_is_refused_alike(ledger, box):
+    """PostgreSQL cannot store U+0000 and SQLite did: both refuse it, and nothing is routed."""
+    for who in ({"actor": "ops\x00"}, {"actor": "ops", "note": "why\x00"}):
+        with pytest.raises(ConfigError, match="may not contain U\\+0000"):
+            box.route("polled", **who, now=T0)
+    assert [r.queue for r in box.routes()] == ["digests"]
+
+
 def test_a_routed_queue_gets_one_record_per_new_job_and_others_none(ledger, box):
     job_id, _ = ledger.enqueue("digest", {"n": 1}, key="4187:2026-W33", now=T0)
     assert not ledger.enqueue("digest", {"n": 1}, key="4187:2026-W33", now=at(1)).created

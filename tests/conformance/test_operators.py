@@ -329,3 +329,55 @@ def test_history_shows_attempts_events_and_effects(api, tasks):
     assert [(e["effect"], e["attempt"], e["detail"]) for e in history.effects] == [
         ("email", 2, {"message_id": "m1"})
     ]
+
+
+@pytest.mark.parametrize(
+    "action",
+    ["redrive-actor", "redrive-reason", "resolve-note", "cancel-reason", "pause-reason"],
+)
+def test_operator_text_with_u0000_is_refused_alike_and_changes_nothing(api, tasks, action):
+    """An actor, a reason or a note holding U+0000: PostgreSQL cannot store it (the call was
+    its one-line refusal) and SQLite stored it. Both refuse it now, naming the argument,
+    before anything is written."""
+    dead, pending = make_dead(api, 1), enqueue(api, 2)
+    nul = "ana\x00"
+    calls = {
+        "redrive-actor": lambda: api.redrive(ids=[dead], actor=nul, reason="r"),
+        "redrive-reason": lambda: api.redrive(ids=[dead], actor="ana", reason=nul),
+        "resolve-note": lambda: api.resolve(dead, actor="ana", note=nul),
+        "cancel-reason": lambda: api.cancel(pending, actor="ana", reason=nul),
+        "pause-reason": lambda: api.pause_group("q", "g", seconds=60, reason=nul, now=T0),
+    }
+    what = action.split("-")[1]
+    with pytest.raises(ConfigError, match=f"^{what} may not contain U\\+0000"):
+        calls[action]()
+    assert (api.job(dead).state, api.job(pending).state) == (JobState.DEAD, JobState.PENDING)
+    assert api.backend.history.events(dead) == api.backend.history.events(pending) == []
+    assert all(g.paused_until is None for g in api.groups("q", now=T0))
+
+
+@pytest.mark.parametrize("field", ["queue", "task", "key_prefix", "group", "error_contains"])
+def test_a_filter_with_u0000_is_refused_alike(api, tasks, field):
+    """A filter's text with U+0000 matched nothing on SQLite and was refused by PostgreSQL;
+    both refuse it now, when the filter is made, so a redrive by it moves nothing."""
+    make_dead(api, 1)
+    with pytest.raises(ConfigError, match=f"^{field} may not contain U\\+0000"):
+        JobFilter(**{field: "x\x00"})
+    assert [j.state for j in api.jobs()] == [JobState.DEAD]
+
+
+def test_a_key_or_queue_with_u0000_names_no_job(api, tasks):
+    """No job can have such a key or queue (neither holds a control character): a lookup by
+    one is not found on every backend, as a lookup by an id past the range of ids is."""
+    enqueue(api, 1)
+    calls = [
+        lambda: api.find("k1\x00"),
+        lambda: api.job_by_key("k1\x00"),
+        lambda: api.job_by_key("k1", queue="q\x00"),
+        lambda: api.cancel("k1\x00", actor="ana", reason="x"),
+        lambda: api.resolve("k1", queue="q\x00", actor="ana", note="x"),
+    ]
+    for call in calls:
+        with pytest.raises(NotFound, match="no job with key"):
+            call()
+    assert api.find("k1").state is JobState.PENDING

@@ -386,6 +386,26 @@ def test_pausing_an_unknown_schedule_says_so(ledger):
         ledger.schedules.pause("nope", actor="ops")
 
 
+def test_a_pause_with_u0000_is_refused_alike_and_changes_nothing(ledger):
+    """An actor or a note with U+0000 (PostgreSQL cannot store it; SQLite did) is refused on
+    both backends, and a schedule name with one names no schedule."""
+    from jobledger import ConfigError, NotFound
+
+    @ledger.schedule("0 6 * * *", name="daily", key="d:{date}")
+    @ledger.task(queue="daily")
+    def daily(ctx, tick: str) -> None: ...
+
+    scheduler(ledger, "a").run_once(T0)
+    for verb in (ledger.schedules.pause, ledger.schedules.resume):
+        with pytest.raises(ConfigError, match="^actor may not contain U\\+0000"):
+            verb("daily", actor="ops\x00")
+        with pytest.raises(ConfigError, match="^note may not contain U\\+0000"):
+            verb("daily", actor="ops", note="outage\x00")
+        with pytest.raises(NotFound, match="no schedule named"):
+            verb("daily\x00", actor="ops")
+    assert not ledger.schedules.row("daily").paused
+
+
 def test_a_failing_eligibility_function_is_reported_and_tried_again(ledger):
     broken = [True]
 

@@ -28,6 +28,7 @@ __all__ = [
     "finite_number",
     "keepable_time",
     "keepable_time_after",
+    "operator_text",
     "payload_digest",
     "positive_seconds",
     "time_after",
@@ -239,6 +240,17 @@ def visible_nul(text: str) -> str:
     keeps but did not choose (an exception's message and traceback, an endpoint's answer), which
     PostgreSQL cannot store with a NUL in it, and which must be the same on both backends."""
     return text.replace("\x00", "\\x00")
+
+
+def operator_text(value: Any, what: str) -> Any:
+    """``value``, unless it is a text holding U+0000: then ``ConfigError`` naming ``what``.
+    For what an operator writes into the ledger or selects it by (an actor, a reason, a note, a
+    filter's text): PostgreSQL cannot store or compare a text with a NUL in it, and SQLite would
+    have stored it or matched nothing, so both backends refuse it here, before anything is
+    read or written (as the HTTP API does). Any other type is left to the caller's own check."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ConfigError(f"{what} may not contain U+0000 (no backend can keep it)")
+    return value
 
 
 def positive_seconds(value: Any, what: str) -> float:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
-from .checks import visible_nul, whole_number
+from .checks import operator_text, visible_nul, whole_number
 
 __all__ = [
     "MAX_JOB_ID",
@@ -363,6 +363,8 @@ class JobFilter:
             whole_number(self.limit, 1, MAX_JOB_ID, "limit")
         if self.after_id is not None:
             whole_number(self.after_id, 0, MAX_JOB_ID, "after_id")
+        for name in ("queue", "task", "key_prefix", "group", "error_contains"):
+            operator_text(getattr(self, name), name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any
 
 from .._ledger import Ledger
-from .._records import OutboxQueueStats, OutboxRecord, Route, time_after
+from .._records import OutboxQueueStats, OutboxRecord, Route, operator_text, time_after
 from .._task import validate_queue_name
 from ..backends.base import Backend
 from ..errors import ConfigError
@@ -52,6 +52,7 @@ class Outbox:
         validate_queue_name(queue)
         if not actor:
             raise ConfigError("routing a queue needs an actor; it is recorded with the route")
+        operator_text(actor, "actor"), operator_text(note, "note")
         before = {r.queue for r in self.backend.outbox.routes()}
         route, backfilled = self.backend.outbox.route_add(queue, actor, note, now)
         return RouteResult(route, backfilled, queue not in before)
