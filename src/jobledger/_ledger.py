@@ -870,6 +870,17 @@ class Ledger:
     def stats(
         self, now: datetime | None = None, late_after_seconds: float = 300.0
     ) -> list[QueueStats]:
+        """Jobs per queue and state; ``late_pending``: pending jobs due longer ago than
+        ``late_after_seconds`` (a finite number ≥ 0; one longer than any job can have waited
+        counts none late)."""
+        if (
+            isinstance(late_after_seconds, bool)
+            or not isinstance(late_after_seconds, int | float)
+            or not 0 <= late_after_seconds < math.inf  # not NaN either
+        ):
+            raise ConfigError(
+                f"late_after_seconds must be a finite number ≥ 0, got {late_after_seconds!r}"
+            )
         return self.backend.stats.queues(now, late_after_seconds)
 
     # -- operators ---------------------------------------------------------------------------------

@@ -38,6 +38,23 @@ def test_queue_counts_tell_states_attempts_age_and_lateness(ledger, stats):
     assert q.lease_expiries_last_hour == 0
 
 
+def test_a_lateness_longer_than_any_wait_counts_none_late_alike(ledger, stats):
+    """A ``late_after`` longer than any job can have waited (99999999 days, past the earliest
+    time the ledger keeps) counts none late: PostgreSQL refused to subtract it from its clock
+    ("timestamp out of range"), SQLite answered. A lateness that is no number is refused."""
+    from jobledger import ConfigError
+    from jobledger._records import EARLIEST_TIME
+
+    ledger.enqueue("work", {"n": 0}, key="old", run_at=EARLIEST_TIME, now=T0)
+    ledger.enqueue("work", {"n": 1}, key="now", now=T0)
+    for late_after, late in ((99999999 * 86400.0, 0), (1e300, 0), (30, 2), (0, 2)):
+        [q] = ledger.stats(now=at(60), late_after_seconds=late_after)
+        assert q.late_pending == late, late_after
+    for wrong in (-1, float("nan"), float("inf"), True, "300"):
+        with pytest.raises(ConfigError, match="late_after_seconds must be"):
+            ledger.stats(now=at(60), late_after_seconds=wrong)
+
+
 def test_lease_expiries_of_the_last_hour_are_counted(ledger, stats):
     ledger.enqueue("work", {}, key="k", now=T0)
     [job] = ledger.backend.jobs.claim(["q"], "w", 1, now=T0)

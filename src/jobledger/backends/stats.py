@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from .._records import MinuteStats, QueueDepth, QueueStats
+from .._records import EARLIEST_TIME, MinuteStats, QueueDepth, QueueStats
 from .common import queue_depths_from_rows, seconds
 from .database import Database
 
@@ -32,7 +32,10 @@ class Stats:
         with db.reading() as c:
             # One clock for every statement of the read, so their counts agree.
             clock = db.execute(c, "clock", {"now": db.clock(now)}).fetchone()[0]
-            params = {"now": clock, "late_after": float(late_after_seconds)}
+            # No job is due before the earliest time the ledger keeps: a wait longer than
+            # that counts none late (PostgreSQL could not subtract it from its clock).
+            longest = seconds(clock) - EARLIEST_TIME.timestamp() + 1.0
+            params = {"now": clock, "late_after": min(float(late_after_seconds), longest)}
             counts = db.execute(c, "queue_counts").fetchall()
             oldest = db.execute(c, "queue_oldest_due", params).fetchall()
             expiries = db.execute(c, "queue_lease_expiries", params).fetchall()
