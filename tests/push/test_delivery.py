@@ -14,6 +14,7 @@ from jobledger import JobState
 from jobledger._records import LATEST_TIME, AttemptOutcome, QueueSettings, SubscriptionState
 from jobledger._services.subscriptions import rotate_secret
 from jobledger._webhooks import key_from_webhook_id
+from jobledger.push import delivery
 
 from ..support.endpoints import scripted
 from ..support.processes import wait_until
@@ -183,6 +184,25 @@ def test_after_a_retry_after_the_subscription_sends_nothing_until_then(ledger, e
         wait_state(ledger, job_id, JobState.DONE)
     first, second = ep.requests[:2]
     assert second.at - first.at >= 1.99
+
+
+def test_a_retry_after_holds_the_subscription_back_at_most_the_longest_hold(
+    ledger, endpoint, push, monkeypatch
+):
+    """An endpoint that asks for years: its job waits that long (in the ledger), but the
+    subscription's other jobs are tried again after ``LONGEST_HOLD`` (here a second), where
+    the lane stayed silent until the process restarted."""
+    monkeypatch.setattr(delivery, "LONGEST_HOLD", 1.0)
+    ep = endpoint(
+        scripted((429, {"Retry-After": "99999999999999999999"}, b"later"), (200, {}, b"ok"))
+    )
+    subscribe(ledger, ep.url, concurrency=1)
+    held, other = publish(ledger, "k1"), publish(ledger, "k2")
+    push()
+    wait_state(ledger, other, JobState.DONE)
+    first, second = ep.requests[:2]
+    assert second.at - first.at >= 0.99
+    assert (ledger.job(held).state, ledger.job(held).run_at) == (JobState.PENDING, LATEST_TIME)
 
 
 def test_an_answer_with_a_nul_in_its_body_is_recorded_with_it_visible(ledger, endpoint, push):

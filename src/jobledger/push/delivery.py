@@ -76,6 +76,12 @@ log = logging.getLogger("jobledger.push")
 T = TypeVar("T")
 
 USER_AGENT = "jobledger-push/0.1 (Standard Webhooks)"
+#: The longest an endpoint's ``Retry-After`` holds back its subscription's other deliveries,
+#: in seconds. The hold lives in this process only (the job's own retry time is in the ledger,
+#: however far): without a bound, an endpoint that asked for years kept the lane silent until
+#: the process restarted, and then not at all. Past it, the next due job is tried, and a new
+#: ``Retry-After`` holds the lane again.
+LONGEST_HOLD = 3600.0
 
 
 @dataclass(frozen=True)
@@ -617,7 +623,8 @@ class _Lane:
             decision = Decision("retry", None, failure[0], failure[1])
         if decision.delay is not None and decision.action == "retry":
             # The endpoint said when to come back: no delivery of this lane before then.
-            self.throttled_until = max(self.throttled_until, time.monotonic() + decision.delay)
+            held_for = min(decision.delay, LONGEST_HOLD)
+            self.throttled_until = max(self.throttled_until, time.monotonic() + held_for)
         await self._finish(sub, hold, msg_id, status, decision, duration)
 
     async def _post(
