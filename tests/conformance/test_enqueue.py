@@ -62,6 +62,34 @@ def test_same_key_other_payload_is_a_conflict_and_changes_nothing(api, tasks):
     assert api.job(job_id) == before
 
 
+@pytest.mark.parametrize(
+    "number",
+    [1e300, 1e23, 1e16, 1.5e16, -0.0, 0.1 + 0.2, 5e-324, 1.5e-7, 2**70, -(2**63) - 1],
+    ids=repr,
+)
+def test_a_payload_with_any_json_number_is_replayed_not_a_conflict(api, tasks, number):
+    """PostgreSQL's jsonb keeps a number as a decimal: 1e+300 comes back as the digits of
+    10^300, another number as a Python float. The same payload enqueued again was reported as
+    a conflict (``KeyConflict`` on a plain retry of the enqueue); it is the same job, on every
+    path that finds the key taken: one job, a batch, a publish."""
+    from jobledger._records import NewJob, PublishItem, encode_payload
+
+    first = api.enqueue("work", {"n": number}, key="k", now=T0)
+    again = api.enqueue("work", {"n": number}, key="k", now=at(1))
+    assert first.created and (again.id, again.created) == (first.id, False)
+    [replayed, new] = api.enqueue_many(
+        "work", [{"payload": {"n": number}, "key": "k"}, {"payload": {"n": 1}, "key": "other"}]
+    )
+    assert (replayed.id, replayed.created, replayed.conflict) == (first.id, False, False)
+    assert new.created
+    job = NewJob("q", "k", "work", encode_payload({"n": number}), 0, None, 3, 30.0)
+    [published] = api.backend.jobs.publish([PublishItem(job, "fp")], now=at(2))
+    assert (published.status, published.job_id) == ("replayed", first.id)
+    with pytest.raises(KeyConflict):
+        api.enqueue("work", {"n": [number]}, key="k", now=at(3))
+    assert len(api.jobs(JobFilter(queue="q"))) == 2
+
+
 def test_same_key_other_task_is_a_conflict(api, tasks):
     enqueue(api, 1)
     with pytest.raises(KeyConflict):

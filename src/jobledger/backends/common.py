@@ -6,6 +6,7 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from .._records import (
@@ -181,23 +182,20 @@ def resolve_inserts(
             results.append(InsertResult(created[ident], True))
             continue
         if ident in pruned:
-            job_id, task, same_payload = pruned[ident]
-            same = task == job.task and same_payload(job)
+            job_id, task, is_same = pruned[ident]
+            same = task == job.task and is_same(job)
             if not same:
                 conflicts.append(job.key)
                 conflict_queue = conflict_queue or job.queue
             results.append(InsertResult(job_id, False, conflict=not same, pruned=True))
             continue
-        payload = json.loads(job.payload_json)
         if ident in first:
             other = first[ident]
-            same = other.task == job.task and json.loads(other.payload_json) == payload
+            same = other.task == job.task and same_payload(other.payload_json, job.payload_json)
             job_id = created[ident]
         else:
             job_id, task, stored = existing[ident]
-            if isinstance(stored, str):
-                stored = json.loads(stored)
-            same = task == job.task and stored == payload
+            same = task == job.task and same_payload(stored, job.payload_json)
         if not same:
             conflicts.append(job.key)
             conflict_queue = conflict_queue or job.queue
@@ -218,9 +216,21 @@ def publish_compare(
         return "conflict"
     if fingerprint is not None:
         return "replayed" if fingerprint == item.fingerprint else "conflict"
-    if isinstance(stored_payload, str):
-        stored_payload = json.loads(stored_payload)
-    return "replayed" if stored_payload == json.loads(item.job.payload_json) else "conflict"
+    return "replayed" if same_payload(stored_payload, item.job.payload_json) else "conflict"
+
+
+def same_payload(stored: Any, payload_json: str) -> bool:
+    """Is the payload a job holds (its JSON text as the database gives it back) the one of
+    ``payload_json``? Numbers are compared by their decimal value, as JSON writes them:
+    PostgreSQL's ``jsonb`` keeps ``1e+300`` as the number 10^300 and gives it back in those
+    digits, which is another number as a Python float (the float nearest 1e+300 is not
+    10^300), and ``0.30000000000000004`` back as a float that is no ``Decimal`` of it. Read
+    both as decimals, they are the same, as they are on SQLite, which keeps the text."""
+    if not isinstance(stored, str):
+        stored = json.dumps(stored)
+    return bool(
+        json.loads(stored, parse_float=Decimal) == json.loads(payload_json, parse_float=Decimal)
+    )
 
 
 def queue_depths_from_rows(rows: Iterable[Sequence[Any]]) -> list[QueueDepth]:

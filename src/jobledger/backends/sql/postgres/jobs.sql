@@ -23,7 +23,9 @@ WITH new AS (
 SELECT id, queue, key, (SELECT count(*) FROM woken) FROM inserted
 
 -- name: job_existing
-SELECT id, queue, key, task, payload FROM {jobs}
+-- The payload as text: compared by its numbers' decimal values (common.same_payload), which
+-- psycopg's reading of jsonb into floats would not keep.
+SELECT id, queue, key, task, payload::text FROM {jobs}
 WHERE (queue, key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
 
 -- name: job_claim
@@ -409,7 +411,8 @@ SELECT k, pg_try_advisory_xact_lock(hashtextextended(%(prefix)s || k, 0))
 FROM unnest(%(keys)s::text[]) AS k
 
 -- name: publish_existing
-SELECT j.id, j.queue, j.key, j.payload, p.fingerprint, j.task
+-- The payload as text, as in job_existing.
+SELECT j.id, j.queue, j.key, j.payload::text, p.fingerprint, j.task
 FROM {jobs} j
 LEFT JOIN {publish_requests} p ON p.queue = j.queue AND p.key = j.key AND p.job_id = j.id
 WHERE (j.queue, j.key) IN (SELECT * FROM unnest(%(queue)s::text[], %(key)s::text[]))
