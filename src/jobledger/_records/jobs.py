@@ -346,6 +346,8 @@ class JobFilter:
     group: str | None = None
     """Only jobs of this group (see docs/groups.md)."""
     error_contains: str | None = None
+    """Only jobs whose last error contains this text, the case of any letter ignored (on
+    every backend: SQLite's own LIKE ignores the case of ASCII letters only)."""
     since: datetime | None = None
     """Last changed at or after this time."""
     until: datetime | None = None

@@ -108,7 +108,7 @@ class ClaimTurns:
 def filter_sql(where: JobFilter, db: Database) -> tuple[str, dict[str, Any]]:
     """The WHERE clause (without the keyword) and parameters for a ``JobFilter``, in the
     dialect of ``db`` (its placeholders, times and case-insensitive LIKE)."""
-    param, to_db_time, like = db.param, db.to_db, db.ilike
+    param, to_db_time = db.param, db.to_db
     clauses: list[str] = []
     params: dict[str, Any] = {}
     if where.queue is not None:
@@ -130,8 +130,9 @@ def filter_sql(where: JobFilter, db: Database) -> tuple[str, dict[str, Any]]:
         clauses.append(f"group_name = {param('f_group')}")
         params["f_group"] = where.group
     if where.error_contains:
-        clauses.append(f"last_error {like} {param('f_error')} ESCAPE '\\'")
-        escaped = where.error_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        clauses.append(db.ilike("last_error", param("f_error")))
+        text = where.error_contains.lower()
+        escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         params["f_error"] = f"%{escaped}%"
     if where.since is not None:
         clauses.append(f"updated_at >= {param('f_since')}")

@@ -50,9 +50,10 @@ class Database(Protocol):
         """The database as messages name it (the URL redacted, and the schema)."""
         ...
 
-    @property
-    def ilike(self) -> str:
-        """The case-insensitive LIKE operator (SQLite's LIKE is, for ASCII)."""
+    def ilike(self, column: str, placeholder: str) -> str:
+        """``column`` matches the LIKE pattern at ``placeholder`` (escaped with a backslash),
+        case ignored as Python's ``str.lower`` ignores it: for any letter, not ASCII only, on
+        every backend (the pattern is given in lower case)."""
         ...
 
     # -- SQL text ------------------------------------------------------------------------------

@@ -143,7 +143,10 @@ _filters = options(
     click.option("--key-prefix", default=None, help="Only keys starting with this."),
     click.option("--group", default=None, help="Only jobs of this group (a tenant)."),
     click.option(
-        "--error", "error_contains", default=None, help="Only jobs whose last error has this."
+        "--error",
+        "error_contains",
+        default=None,
+        help="Only jobs whose last error contains this text, the case of any letter ignored.",
     ),
     click.option(
         "--since",

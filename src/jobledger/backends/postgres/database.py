@@ -159,8 +159,12 @@ class PostgresDatabase:
     """The connection pools of one PostgreSQL schema. Safe to share between threads."""
 
     dialect = "postgres"
-    ilike = "ILIKE"
     to_time = staticmethod(to_time)
+
+    @staticmethod
+    def ilike(column: str, placeholder: str) -> str:
+        # ILIKE folds the case of any letter of the database's encoding (UTF-8).
+        return f"{column} ILIKE {placeholder} ESCAPE '\\'"
 
     def __init__(self, url: DatabaseURL):
         self.url = url

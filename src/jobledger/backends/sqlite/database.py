@@ -58,6 +58,11 @@ def to_time(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
+def _lower(text: str | None) -> str | None:
+    """``text`` in lower case, as Python (and PostgreSQL's ILIKE) lowers any letter."""
+    return text.lower() if isinstance(text, str) else text
+
+
 def _has_schema(conn: sqlite3.Connection) -> bool:
     query = "SELECT 1 FROM sqlite_master WHERE name = 'jobledger_migrations'"
     return conn.execute(query).fetchone() is not None
@@ -67,11 +72,15 @@ class SqliteDatabase:
     """Connections to one SQLite file, safe to share between threads (a connection per thread)."""
 
     dialect = "sqlite"
-    #: SQLite's LIKE is case-insensitive (for ASCII).
-    ilike = "LIKE"
     clock = staticmethod(epoch)
     to_db = staticmethod(to_db)
     to_time = staticmethod(to_time)
+
+    @staticmethod
+    def ilike(column: str, placeholder: str) -> str:
+        # SQLite's LIKE ignores the case of ASCII letters only: the column is lowered by
+        # Python's str.lower (jobledger_lower, on each of our connections) first.
+        return f"jobledger_lower({column}) LIKE {placeholder} ESCAPE '\\'"
 
     def __init__(self, url: DatabaseURL, create: bool = True):
         self.url = url
@@ -154,6 +163,7 @@ class SqliteDatabase:
                     if "locked" not in str(exc) and "busy" not in str(exc):
                         raise
             conn.execute(f"PRAGMA synchronous = {self.url.synchronous}")
+            conn.create_function("jobledger_lower", 1, _lower, deterministic=True)
         except sqlite3.Error as exc:
             if not self._locked(exc):
                 self.outage.suspect()

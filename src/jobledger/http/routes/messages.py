@@ -58,7 +58,10 @@ REDRIVE = Object(
             max_items=2,
             description="Default: dead only.",
         ),
-        "error_contains": text(500, "Only messages whose last error contains this text."),
+        "error_contains": text(
+            500,
+            "Only messages whose last error contains this text, the case of any letter ignored.",
+        ),
         "key_prefix": text(512, "Only messages whose key starts with this."),
         "task": text(200, "Only messages of this task."),
         "since": String(format="date-time", description="Last changed at or after (RFC 3339)."),
