@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobledger import JobFilter, JobState
+from jobledger import ConfigError, JobFilter, JobState
 from jobledger._records import Failure
 from jobledger.errors import NotFound
 
@@ -109,3 +109,11 @@ def test_a_purge_deletes_jobs_whatever_their_state_and_leaves_no_tombstone(api, 
     assert history.tombstones("k0") == [] and history.attempts(ids[0]) == []
     assert api.backend.effects.all("q", "k0") == []
     assert enqueue(api, 0, now=at(2)) != ids[0]  # the key is free at once
+
+
+@pytest.mark.parametrize("order", ["bogus", "", "ID", None, ["id"]])
+def test_an_order_that_is_not_one_of_the_orders_is_refused(api, history, order):
+    """It was a bare ``KeyError`` (or ``TypeError``) from the listing's lookup."""
+    enqueue(api, 1)
+    with pytest.raises(ConfigError, match="order must be one of id, -id, updated, run_at"):
+        api.jobs(order=order)

@@ -26,7 +26,7 @@ from .._records import (
     PruneResult,
     Tombstone,
 )
-from ..errors import InvalidTransition, NotFound
+from ..errors import ConfigError, InvalidTransition, NotFound
 from .common import ORDERS, filter_sql
 from .database import Database
 from .rows import attempt, event, job_row, tombstone
@@ -96,7 +96,9 @@ class History:
 
     def find(self, where: JobFilter, order: str = "id") -> list[JobRow]:
         """Jobs that match a filter, in one of the orders ``id``, ``-id``, ``updated``,
-        ``run_at``."""
+        ``run_at`` (any other is a ``ConfigError``)."""
+        if not isinstance(order, str) or order not in ORDERS:
+            raise ConfigError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         clause, params = filter_sql(where, self._db)
         return self._jobs(clause, params, order, where.limit)
 
