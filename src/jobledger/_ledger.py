@@ -38,6 +38,7 @@ from ._records import (
     keepable_time_after,
     operator_text,
     time_after,
+    validate_correlation_id,
     validate_group,
     validate_key,
     whole_number,
@@ -668,7 +669,9 @@ class Ledger:
                         run_at,
                         max_attempts,
                         lease_seconds,
-                        correlation_id or random_ids[32 * n : 32 * n + 32],
+                        random_ids[32 * n : 32 * n + 32]
+                        if correlation_id is None or correlation_id == ""
+                        else validate_correlation_id(correlation_id),
                         None if group is None else validate_group(group),
                         trace_context,
                     )

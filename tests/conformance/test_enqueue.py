@@ -181,6 +181,32 @@ def test_a_key_of_exactly_512_characters_is_accepted_on_the_full_check_too(api, 
         assert created and api.job(job_id).key == key
 
 
+@pytest.mark.parametrize(
+    "correlation_id", [2**70, 7, True, b"c-1", "a\nb", "x\x00", "x" * 256], ids=repr
+)
+def test_a_correlation_id_that_no_job_can_have_is_refused_and_writes_nothing(
+    api, tasks, correlation_id
+):
+    """A correlation id goes into logs and a push delivery's headers: a text of 1-255
+    characters without control characters. An int was stored as an int on SQLite (past its
+    integers: OverflowError) and was an AttributeError on PostgreSQL; U+0000 was stored by
+    SQLite and refused by PostgreSQL."""
+    with pytest.raises(PayloadError, match="correlation_id"):
+        api.enqueue("work", {"n": 1}, key="k1", correlation_id=correlation_id, now=T0)
+    with pytest.raises(PayloadError, match="correlation_id"):
+        api.enqueue_many(
+            "work", [{"payload": {"n": 2}, "key": "k2", "correlation_id": correlation_id}]
+        )
+    assert api.jobs() == []
+
+
+def test_a_correlation_id_is_kept_and_an_empty_one_is_made(api, tasks):
+    given = api.enqueue("work", {"n": 1}, key="k1", correlation_id="x" * 255, now=T0)
+    made = api.enqueue("work", {"n": 2}, key="k2", correlation_id="", now=T0)
+    assert api.job(given.id).correlation_id == "x" * 255
+    assert len(api.job(made.id).correlation_id) == 32
+
+
 def test_a_key_is_required(api, tasks):
     with pytest.raises(PayloadError, match="a key is required"):
         api.enqueue("work", {"n": 1}, now=T0)

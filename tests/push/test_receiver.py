@@ -145,6 +145,26 @@ def test_the_receiver_verifies_before_parsing_and_dedupes(app_ledger, served):
     assert calls == [("msg_2KWPBgLlAfxdpx2AI54p", "invoice.paid", {"invoice": 7})]
 
 
+def test_the_receiver_keeps_a_sender_s_correlation_id_only_if_a_job_can_have_it(app_ledger, served):
+    """A ``jobledger-correlation-id`` header past 255 characters is no reason to refuse the
+    event (it is for the logs): the job is accepted with a correlation id of its own."""
+
+    @app_ledger.task(queue="inbox")
+    def on_event(ctx, type, timestamp, data):  # noqa: A002
+        pass
+
+    url = served(WebhookReceiver(app_ledger, SECRET, on_event)).url
+    body = json.dumps({"type": "invoice.paid", "data": {"invoice": 7}}).encode()
+    with httpx.Client(timeout=10) as client:
+        for msg_id, correlation in (("m-kept", "corr-7"), ("m-long", "c" * 256)):
+            headers = signed(body, msg_id) | {"jobledger-correlation-id": correlation}
+            answer = client.post(url, content=body, headers=headers)
+            assert (answer.status_code, answer.json()["status"]) == (202, "accepted"), answer.text
+    kept, long = (app_ledger.job_by_key(k) for k in ("m-kept", "m-long"))
+    assert kept.correlation_id == "corr-7"
+    assert long.correlation_id is not None and len(long.correlation_id) == 32
+
+
 def test_the_receiver_checks_its_task_and_secrets(app_ledger):
     @app_ledger.task
     def wrong(ctx, customer_id):

@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_QUEUE",
     "EARLIEST_TIME",
     "LATEST_TIME",
+    "MAX_CORRELATION_ID_LENGTH",
     "MAX_KEY_LENGTH",
     "MAX_LEASE_SECONDS",
     "MAX_PAYLOAD_BYTES",
@@ -32,6 +33,7 @@ __all__ = [
     "payload_digest",
     "positive_seconds",
     "time_after",
+    "validate_correlation_id",
     "validate_key",
     "visible_nul",
     "validate_lease_seconds",
@@ -45,6 +47,9 @@ __all__ = [
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_KEY_LENGTH = 512
+#: A correlation id ties a job to the request or trace that caused it (a UUID, a trace id):
+#: it goes into logs and a push delivery's headers, and is refused past this length.
+MAX_CORRELATION_ID_LENGTH = 255
 
 
 class PayloadTooLarge(PayloadError):
@@ -172,6 +177,12 @@ def encode_result(value: Any) -> str | None:
 def validate_key(key: Any) -> str:
     """A key is 1-512 characters without control characters; return it or raise ``PayloadError``."""
     return validate_name(key, "key", MAX_KEY_LENGTH)
+
+
+def validate_correlation_id(value: Any) -> str:
+    """A correlation id is 1-255 characters without control characters; return it or raise
+    ``PayloadError``. (An enqueue without one gets a random one.)"""
+    return validate_name(value, "correlation_id", MAX_CORRELATION_ID_LENGTH)
 
 
 def validate_name(value: Any, what: str, longest: int, empty_hint: str = "") -> str:

@@ -37,6 +37,7 @@ from .._records import (
     DEFAULT_QUEUE,
     PayloadTooLarge,
     decode_json,
+    validate_correlation_id,
     validate_key,
     validate_queue_name,
 )
@@ -168,7 +169,7 @@ class WebhookReceiver:
         if existing is not None:
             return 200, {"status": "duplicate", "job_id": existing}
         payload = _event(raw)
-        correlation = headers.get("jobledger-correlation-id")
+        correlation = _correlation(headers.get("jobledger-correlation-id"))
         try:
             job_id, created = await self._call(self._accept, msg_id, payload, correlation)
         except KeyConflict:
@@ -241,6 +242,18 @@ class WebhookReceiver:
             self.task, payload, key=msg_id, queue=self.queue, correlation_id=correlation
         )
         return result.id, result.created
+
+
+def _correlation(header: str | None) -> str | None:
+    """The sender's correlation id, kept with the job when it is one a job can have (at most
+    255 characters, no control character): a header for the logs, never a reason to refuse
+    the event."""
+    if header is None:
+        return None
+    try:
+        return validate_correlation_id(header)
+    except PayloadError:
+        return None
 
 
 def _event(raw: bytes) -> dict[str, Any]:
