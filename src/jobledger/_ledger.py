@@ -34,6 +34,7 @@ from ._records import (
     RescueResult,
     encode_payload,
     finite_number,
+    job_id_number,
     keepable_time,
     keepable_time_after,
     operator_text,
@@ -766,6 +767,8 @@ class Ledger:
 
     def job_by_key(self, key: str, queue: str | None = None) -> JobRow:
         """The job with this key (in ``queue``, or in the only queue that has it)."""
+        if not isinstance(key, str) or not isinstance(queue, str | None):
+            raise ConfigError(f"a key and a queue are texts, got {key!r} and {queue!r}")
         if "\x00" in key or (queue is not None and "\x00" in queue):
             # No job can have it (a key or a queue name has no control character), and
             # PostgreSQL could not even compare it: not found, on every backend alike.
@@ -796,6 +799,8 @@ class Ledger:
 
     def find(self, ref: int | str, queue: str | None = None) -> JobRow:
         """A job by id (an int, or a string of digits with no job of that key) or by key."""
+        if isinstance(ref, bool) or not isinstance(ref, int | str):
+            raise ConfigError(f"a job is named by its id or its key, got {ref!r}")
         if isinstance(ref, int):
             return self.job(ref)
         try:
@@ -868,7 +873,9 @@ class Ledger:
         )
 
     def jobs(self, where: JobFilter | None = None, order: str = "id") -> list[JobRow]:
-        return self.backend.history.find(where or JobFilter(), order)
+        """The jobs ``where`` selects (default: all), in ``order`` (``id``, ``-id``,
+        ``updated``, ``run_at``)."""
+        return self.backend.history.find(_filter(where), order)
 
     def stats(
         self, now: datetime | None = None, late_after_seconds: float = 300.0
@@ -968,11 +975,11 @@ class Ledger:
             raise ConfigError(f"rate must be a finite number > 0 jobs per second, got {rate!r}")
         if budget is not None:
             validate_max_attempts(budget)
-        selection = where or JobFilter()
+        selection = _filter(where)
         if selection.states is None:
             selection = _replace(selection, states=(JobState.DEAD,))
         if ids is not None:
-            selection = _replace(selection, ids=tuple(int(i) for i in ids))
+            selection = _replace(selection, ids=tuple(job_id_number(i) for i in ids))
         matched = [j.id for j in self.backend.history.find(selection)]
         if dry_run:
             return RedriveResult(matched, True)
@@ -1022,6 +1029,12 @@ class Ledger:
                 "resolve needs an actor and a note; both are recorded in the job's history"
             )
         operator_text(actor, "actor"), operator_text(note, "note")
+        try:
+            state = JobState(state)
+        except ValueError:
+            raise ConfigError(f"resolve makes a job done or pending, not {state!r}") from None
+        if not isinstance(only_dead, bool):
+            raise ConfigError(f"only_dead must be True or False, got {only_dead!r}")
         row = self.find(job, queue)
         return self.backend.history.resolve(
             row.id, JobState(state), actor, note, now, only_dead=only_dead
@@ -1284,6 +1297,15 @@ def _spec_from_dict(item: dict[str, Any]) -> _Spec:
         get("correlation_id"),
         get("group"),
     )
+
+
+def _filter(where: Any) -> JobFilter:
+    """``where`` if it is a ``JobFilter`` (None: one that selects every job)."""
+    if where is None:
+        return JobFilter()
+    if not isinstance(where, JobFilter):
+        raise ConfigError(f"where must be a JobFilter, got {where!r}")
+    return where
 
 
 def _replace(where: JobFilter, **changes: Any) -> JobFilter:

@@ -381,3 +381,74 @@ def test_a_key_or_queue_with_u0000_names_no_job(api, tasks):
         with pytest.raises(NotFound, match="no job with key"):
             call()
     assert api.find("k1").state is JobState.PENDING
+
+
+@pytest.mark.parametrize(
+    "odd", [7, 2**70, b"ana", ["ana"], object()], ids=["int", "bigint", "bytes", "list", "object"]
+)
+def test_operator_text_that_is_no_text_is_refused_and_changes_nothing(api, tasks, odd):
+    """A number as an actor, a reason or a note was stored as a number by SQLite (past its
+    integers an OverflowError) and was psycopg's ProgrammingError on PostgreSQL."""
+    dead, pending = make_dead(api, 1), enqueue(api, 2)
+    calls = [
+        lambda: api.redrive(ids=[dead], actor=odd, reason="r"),
+        lambda: api.resolve(dead, actor="ana", note=odd),
+        lambda: api.cancel(pending, actor="ana", reason=odd),
+        lambda: api.pause_group("q", "g", seconds=60, reason=odd, now=T0),
+    ]
+    for call in calls:
+        with pytest.raises(ConfigError, match="must be a text"):
+            call()
+    assert (api.job(dead).state, api.job(pending).state) == (JobState.DEAD, JobState.PENDING)
+    assert api.backend.history.events(dead) == api.backend.history.events(pending) == []
+
+
+@pytest.mark.parametrize("ref", [1.5, True, "abc", "", math.nan, math.inf, "١"], ids=repr)
+def test_a_job_id_that_is_no_whole_number_is_refused(api, tasks, ref):
+    """``int()`` made job 1 of 1.5 and of True, and a ValueError or an OverflowError of the
+    others; "١" (an Arabic-Indic one) is a digit to Python, not an id."""
+    enqueue(api, 1)
+    for call in (
+        lambda: api.job(ref),
+        lambda: api.history(ref),
+        lambda: api.redrive(ids=[ref], actor="ana", reason="r"),
+    ):
+        with pytest.raises(ConfigError, match="a job id is a whole number"):
+            call()
+
+
+@pytest.mark.parametrize("ref", [1.5, True, {}, ["k1"], None], ids=repr)
+def test_a_job_named_by_neither_id_nor_key_is_refused(api, tasks, ref):
+    enqueue(api, 1)
+    for call in (
+        lambda: api.find(ref),
+        lambda: api.cancel(ref, actor="ana", reason="r"),
+        lambda: api.resolve(ref, actor="ana", note="n"),
+        lambda: api.result(ref),
+    ):
+        with pytest.raises(ConfigError, match="named by its id or its key"):
+            call()
+    with pytest.raises(ConfigError, match="a key and a queue are texts"):
+        api.job_by_key("k1", queue={})
+    assert api.find("k1").state is JobState.PENDING
+
+
+@pytest.mark.parametrize(
+    "options", [{"state": "bogus"}, {"state": 3}, {"only_dead": ""}, {"only_dead": 1}], ids=str
+)
+def test_a_resolve_with_a_state_or_only_dead_that_means_nothing_is_refused(api, tasks, options):
+    """On PostgreSQL an ``only_dead`` of "" reached the server (InvalidTextRepresentation)."""
+    dead = make_dead(api, 1)
+    with pytest.raises(ConfigError):
+        api.resolve(dead, actor="ana", note="n", **options)
+    assert api.job(dead).state is JobState.DEAD and api.backend.history.events(dead) == []
+
+
+@pytest.mark.parametrize("where", [7, "queue=q", {"queue": "q"}], ids=repr)
+def test_a_selection_that_is_no_filter_is_refused(api, tasks, where):
+    dead = make_dead(api, 1)
+    with pytest.raises(ConfigError, match="where must be a JobFilter"):
+        api.jobs(where)
+    with pytest.raises(ConfigError, match="where must be a JobFilter"):
+        api.redrive(where=where, actor="ana", reason="r")
+    assert api.job(dead).state is JobState.DEAD

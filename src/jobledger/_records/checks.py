@@ -28,6 +28,7 @@ __all__ = [
     "encode_result",
     "finite_number",
     "keepable_time",
+    "job_id_number",
     "keepable_time_after",
     "operator_text",
     "payload_digest",
@@ -253,15 +254,31 @@ def visible_nul(text: str) -> str:
     return text.replace("\x00", "\\x00")
 
 
-def operator_text(value: Any, what: str) -> Any:
-    """``value``, unless it is a text holding U+0000: then ``ConfigError`` naming ``what``.
-    For what an operator writes into the ledger or selects it by (an actor, a reason, a note, a
-    filter's text): PostgreSQL cannot store or compare a text with a NUL in it, and SQLite would
-    have stored it or matched nothing, so both backends refuse it here, before anything is
-    read or written (as the HTTP API does). Any other type is left to the caller's own check."""
-    if isinstance(value, str) and "\x00" in value:
+def operator_text(value: Any, what: str, optional: bool = False) -> Any:
+    """``value`` if it is a text without U+0000 (or None, when ``optional``); else
+    ``ConfigError`` naming ``what``. For what an operator writes into the ledger or selects it
+    by (an actor, a reason, a note, a filter's text): PostgreSQL cannot store or compare a text
+    with a NUL in it, and SQLite would have stored it or matched nothing, so both backends
+    refuse it here, before anything is read or written (as the HTTP API does); and a number
+    given instead was stored as a number by SQLite and refused by PostgreSQL's driver."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a text, got {value!r}")
+    if "\x00" in value:
         raise ConfigError(f"{what} may not contain U+0000 (no backend can keep it)")
     return value
+
+
+def job_id_number(value: Any) -> int:
+    """A job id as given to a lookup (an int, or a text of digits) as an int; anything else
+    (a float, a bool, other text) is a ``ConfigError``, where ``int()`` turned ``1.5`` and
+    ``True`` into job 1."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise ConfigError(f"a job id is a whole number, got {value!r}")
 
 
 def positive_seconds(value: Any, what: str) -> float:

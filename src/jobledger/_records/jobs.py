@@ -366,7 +366,7 @@ class JobFilter:
         if self.after_id is not None:
             whole_number(self.after_id, 0, MAX_JOB_ID, "after_id")
         for name in ("queue", "task", "key_prefix", "group", "error_contains"):
-            operator_text(getattr(self, name), name)
+            operator_text(getattr(self, name), name, optional=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from .._records import (
     JobState,
     PruneResult,
     Tombstone,
+    job_id_number,
 )
 from ..errors import ConfigError, InvalidTransition, NotFound
 from .common import ORDERS, filter_sql
@@ -295,7 +296,7 @@ class History:
 def _job_id(job_id: int) -> int:
     """An id a job may have, or ``NotFound``: an id beyond the range of ids names no job (on
     SQLite it could not even be sent)."""
-    n = int(job_id)
+    n = job_id_number(job_id)
     if not 0 < n <= MAX_JOB_ID:
         raise NotFound(f"no job with id {job_id}")
     return n

@@ -52,7 +52,7 @@ class Outbox:
         validate_queue_name(queue)
         if not actor:
             raise ConfigError("routing a queue needs an actor; it is recorded with the route")
-        operator_text(actor, "actor"), operator_text(note, "note")
+        operator_text(actor, "actor"), operator_text(note, "note", optional=True)
         before = {r.queue for r in self.backend.outbox.routes()}
         route, backfilled = self.backend.outbox.route_add(queue, actor, note, now)
         return RouteResult(route, backfilled, queue not in before)

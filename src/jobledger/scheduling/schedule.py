@@ -667,7 +667,7 @@ class ScheduleBook:
         """Stop a schedule from ticking until it is resumed. A tick already running finishes."""
         if not actor:
             raise ConfigError("pause needs an actor; it is recorded on the schedule")
-        operator_text(actor, "actor"), operator_text(note, "note")
+        operator_text(actor, "actor"), operator_text(note, "note", optional=True)
         if "\x00" in name:  # no schedule has it, and PostgreSQL could not compare it
             raise NotFound(f"no schedule named {name!r} in the ledger")
         return self._ledger.backend.schedules.pause(name, True, actor, note, now)
@@ -685,7 +685,7 @@ class ScheduleBook:
         catch-up policy, or, with ``skip_missed``, skipped: it carries on from now."""
         if not actor:
             raise ConfigError("resume needs an actor; it is recorded on the schedule")
-        operator_text(actor, "actor"), operator_text(note, "note")
+        operator_text(actor, "actor"), operator_text(note, "note", optional=True)
         if "\x00" in name:  # no schedule has it, and PostgreSQL could not compare it
             raise NotFound(f"no schedule named {name!r} in the ledger")
         row = self.row(name)
