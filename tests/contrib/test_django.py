@@ -123,6 +123,7 @@ def check_results(facts: Facts) -> None:
     assert facts["lucky_errors"] == ["builtins.ConnectionError"]
     assert facts["lucky_started_at_first"] is True  # started_at: its first attempt's start
     assert facts["missing"] is True
+    assert facts["unicode_digit_missing"] is True
     # A plain jobledger job in the same database is no Django task's result.
     assert facts["plain_job_missing"] is True
     # The provider's Retry-After sets when a Django task is tried again.

@@ -158,7 +158,9 @@ class TaskBackend(compat.BaseTaskBackend):  # type: ignore[misc]
     def get_result(self, result_id: str) -> Any:
         """The job with this id as a ``TaskResult``; ``TaskResultDoesNotExist`` when there is no
         such job, or it is not a task of this backend's kind (a plain jobledger job)."""
-        if not isinstance(result_id, str | int) or not str(result_id).isdigit():
+        # ASCII digits only: int() reads "١" (an Arabic-Indic one) as 1.
+        text = str(result_id)
+        if not isinstance(result_id, str | int) or not (text.isascii() and text.isdigit()):
             raise compat.TaskResultDoesNotExist(result_id)
         ledger = self.ledger
         try:

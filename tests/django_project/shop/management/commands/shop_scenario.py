@@ -270,6 +270,10 @@ def results():
         "lucky_errors": [e.exception_class_path for e in lucky_result.errors],
         "lucky_started_at_first": lucky_result.started_at < lucky_result.last_attempted_at,
         "missing": not exists("999999999") and not exists("not-a-number"),
+        # Its id in Arabic-Indic digits: int() reads them as the id itself.
+        "unicode_digit_missing": not exists(
+            "".join(chr(0x660 + int(d)) for d in str(given_back.id))
+        ),
         "plain_job_missing": not exists(str(plain.id)),
         "busy_status": busy_result.status,
         "busy_errors": [e.exception_class_path for e in busy_result.errors],
