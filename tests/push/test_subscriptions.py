@@ -58,6 +58,26 @@ def test_a_subscription_as_stored(ledger):
         rotate_secret(backend, sub.id)
 
 
+def test_subscription_and_key_ids_or_texts_no_backend_can_keep_are_refused_alike(ledger):
+    """A text with U+0000: PostgreSQL refused it (a one-line ConfigError), SQLite stored it or
+    found nothing. An id no row can have finds nothing on both; an actor or a reason with one
+    is refused, and nothing changes."""
+    sub = ledger.subscriptions.create("hooks", "https://hooks.example/in", now=T0)
+    for call in (
+        lambda: ledger.subscriptions.get(sub.id + "\x00"),
+        lambda: ledger.subscriptions.delete("\x00"),
+        lambda: ledger.subscriptions.set_state(7, SubscriptionState.PAUSED, "ops"),
+        lambda: ledger.subscriptions.rotate(sub.id + "\x00"),
+        lambda: ledger.keys.revoke("k\x00"),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    for actor, reason in (("ops\x00", None), ("ops", "deploy\x00"), (7, None)):
+        with pytest.raises(ConfigError):
+            ledger.subscriptions.set_state(sub.id, SubscriptionState.PAUSED, actor, reason)
+    assert ledger.subscriptions.get(sub.id).state is SubscriptionState.ACTIVE
+
+
 @pytest.mark.parametrize(
     "overlap", [timedelta(days=30, seconds=1), timedelta(seconds=-1), 3600, None]
 )

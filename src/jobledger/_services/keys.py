@@ -8,7 +8,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from .._records.keys import KEY_PREFIX, MAX_KEY_NAME, ApiKey, digest, parse_scopes
-from ..errors import ConfigError
+from ..errors import ConfigError, NotFound
 from .base import Service, on_backend
 
 if TYPE_CHECKING:
@@ -83,4 +83,7 @@ class Keys(Service):
 
     def revoke(self, key_id: str) -> ApiKey:
         """Revoke a key: it stops working at once. ``NotFound`` for an unknown id."""
+        if not isinstance(key_id, str) or "\x00" in key_id:
+            # No key has it (PostgreSQL could not even compare a text with U+0000).
+            raise NotFound(f"no API key with id {key_id!r}")
         return self._backend.api.key_revoke(key_id)

@@ -9,7 +9,7 @@ import secrets as _random
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._records.checks import validate_queue_name, whole_number
+from .._records.checks import operator_text, validate_queue_name, whole_number
 from .._records.subscriptions import (
     DEFAULT_CONCURRENCY,
     DEFAULT_OVERLAP,
@@ -22,7 +22,7 @@ from .._records.subscriptions import (
     validate_url,
 )
 from .._webhooks import SECRET_PREFIX, generate_secret, secret_bytes
-from ..errors import ConfigError
+from ..errors import ConfigError, NotFound
 from .base import Service, on_backend
 
 if TYPE_CHECKING:
@@ -115,7 +115,17 @@ def rotate_secret(
         _check_secret(secret)
     if not isinstance(overlap, timedelta) or not timedelta(0) <= overlap <= MAX_OVERLAP:
         raise ConfigError(f"the overlap must be between 0 and {MAX_OVERLAP.days} days")
-    return backend.subscriptions.rotate(subscription_id, secret, overlap.total_seconds(), now)
+    return backend.subscriptions.rotate(
+        _named(subscription_id), secret, overlap.total_seconds(), now
+    )
+
+
+def _named(subscription_id: Any) -> str:
+    """``subscription_id`` if a subscription can have it, else ``NotFound`` (a text with
+    U+0000, which PostgreSQL could not even compare, or no text at all)."""
+    if not isinstance(subscription_id, str) or "\x00" in subscription_id:
+        raise NotFound(f"no subscription {subscription_id!r}")
+    return subscription_id
 
 
 class Subscriptions(Service):
@@ -130,7 +140,7 @@ class Subscriptions(Service):
 
     def get(self, subscription_id: str) -> Subscription:
         """The subscription with this id, or ``NotFound``."""
-        return self._backend.subscriptions.get(subscription_id)
+        return self._backend.subscriptions.get(_named(subscription_id))
 
     def set_state(
         self,
@@ -140,8 +150,9 @@ class Subscriptions(Service):
         reason: str | None = None,
     ) -> Subscription:
         """Pause, resume (``active``) or disable a subscription, recording who and why."""
-        return self._backend.subscriptions.set_state(subscription_id, state, actor, reason)
+        operator_text(actor, "actor", optional=True), operator_text(reason, "reason", optional=True)
+        return self._backend.subscriptions.set_state(_named(subscription_id), state, actor, reason)
 
     def delete(self, subscription_id: str) -> Subscription:
         """Delete a subscription (its queue's jobs stay); return what was deleted."""
-        return self._backend.subscriptions.delete(subscription_id)
+        return self._backend.subscriptions.delete(_named(subscription_id))
