@@ -8,7 +8,7 @@ from uuid import uuid4
 
 import pytest
 
-from jobledger import JobState, LeaseLost
+from jobledger import JobState, LeaseLost, PayloadError
 from jobledger._records import Lease
 
 from .conftest import T0, at
@@ -242,6 +242,38 @@ def test_an_effect_is_recorded_once_for_its_key_under_the_lease(ledger):
     assert [e["effect"] for e in effects.all("holds", job.key)] == ["email", "sms"]
     assert effects.get("holds", job.key, "fax") is None
     assert effects.all("holds", "other") == []
+
+
+@pytest.mark.parametrize("name", [7, "", "e\x00", "e\n", "e" * 513], ids=repr)
+def test_an_effect_s_name_no_effect_can_have_is_refused_alike(ledger, name):
+    """SQLite stored a number, an empty name, U+0000 and any length; PostgreSQL refused U+0000
+    (and a lookup by it). The name is checked before anything is read or written, so
+    ``ctx.once`` refuses it before calling the effect."""
+    job, lease = _leased(ledger)
+    effects = ledger.backend.effects
+    with pytest.raises(PayloadError, match="an effect's name"):
+        effects.record("holds", job.key, name, lease, None, now=at(1))
+    with pytest.raises(PayloadError, match="an effect's name"):
+        effects.get("holds", job.key, name)
+    assert effects.all("holds", job.key) == []
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [{"ratio": float("nan")}, {"note": "a\x00b"}, {"at": object()}, {"big": "x" * 300_000}],
+    ids=["nan", "nul", "object", "big"],
+)
+def test_an_effect_whose_detail_cannot_be_kept_is_recorded_without_it(ledger, detail, caplog):
+    """The effect happened: a record refused for its detail would have it repeated by the
+    next attempt. SQLite stored NaN and U+0000 (NaN is no JSON), PostgreSQL's server refused
+    them (psycopg's errors reached the handler), both raised for the others. Now one rule:
+    recorded, its detail left out, a warning saying why."""
+    job, lease = _leased(ledger)
+    effects = ledger.backend.effects
+    assert effects.record("holds", job.key, "email", lease, detail, now=at(1))
+    assert effects.get("holds", job.key, "email")["detail"] is None
+    assert "recorded without its detail" in caplog.text
+    assert not effects.record("holds", job.key, "email", lease, {"ok": 1}, now=at(2))
 
 
 def test_an_effect_under_a_stale_lease_is_refused_and_not_recorded(ledger):
