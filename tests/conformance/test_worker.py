@@ -295,9 +295,14 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"concurrency": 0}, "concurrency must be a whole number >= 1, got 0"),
-        ({"concurrency": True}, "concurrency must be a whole number >= 1, got True"),
-        ({"concurrency": 2.0}, "concurrency must be a whole number >= 1, got 2.0"),
+        ({"concurrency": 0}, "concurrency must be a whole number from 1 to 1000, got 0"),
+        ({"concurrency": True}, "concurrency must be a whole number from 1 to 1000, got True"),
+        ({"concurrency": 2.0}, "concurrency must be a whole number from 1 to 1000, got 2.0"),
+        # A thread each, all started with the worker: 10**12 ran the process out of memory.
+        ({"concurrency": 1001}, "concurrency must be a whole number from 1 to 1000, got 1001"),
+        ({"name": "w\x00"}, "a worker's name 'w\\x00' contains a control character"),
+        ({"name": 7}, "a worker's name must be a string, got int"),
+        ({"name": ""}, "a worker's name must not be empty"),
         ({"batch_size": 0}, "batch_size must be a whole number from 1 to 1000, got 0"),
         ({"batch_size": 1001}, "batch_size must be a whole number from 1 to 1000, got 1001"),
         ({"batch_size": True}, "batch_size must be a whole number from 1 to 1000, got True"),

@@ -46,8 +46,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
 from .._host import default_worker_name
-from .._records import ClaimedJob, positive_seconds, validate_queue_name, whole_number
-from ..errors import BackendUnavailable, NotFound, PayloadError, Permanent
+from .._records import (
+    ClaimedJob,
+    positive_seconds,
+    validate_name,
+    validate_queue_name,
+    whole_number,
+)
+from ..errors import BackendUnavailable, ConfigError, NotFound, PayloadError, Permanent
 from ..maintenance.rescuer import Rescuer
 from ..policy import Backoff
 from .context import JobContext
@@ -55,6 +61,9 @@ from .hooks import WorkerObserver, WorkerService
 from .leases import LeaseHold
 from .outcomes import returned
 from .runtime import Runtime, WorkerStats
+
+#: The most jobs one worker runs at once: each is a thread (the CLI's --concurrency too).
+MAX_CONCURRENCY = 1000
 
 if TYPE_CHECKING:
     import threading as _threading
@@ -133,8 +142,15 @@ class Worker(Runtime):
         grace_seconds: float = 30.0,
         clock: Callable[[], datetime] | None = None,
     ):
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a whole number >= 1, got {concurrency!r}")
+        # As the CLI's --concurrency: each is a thread, started when the worker starts (10**12
+        # of them ran the process out of threads and memory).
+        whole_number(concurrency, 1, MAX_CONCURRENCY, "concurrency")
+        if name is not None:
+            # Written into every job it leases and every attempt (PostgreSQL refused U+0000).
+            try:
+                validate_name(name, "a worker's name", 512)
+            except PayloadError as exc:
+                raise ConfigError(str(exc)) from None
         whole_number(batch_size, 1, 1000, "batch_size")
         whole_number(prefetch, 0, 10_000, "prefetch")
         if poll_interval is not None:
