@@ -52,6 +52,45 @@ def lease_of(job) -> Lease:
     return Lease(job.id, job.lease_token, job.attempt)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"job_id": ""},
+        {"job_id": 1.5},
+        {"job_id": float("inf")},
+        {"queue": -1},
+        {"queue": {}},
+        {"queue": "not a queue"},
+        {"unpublished": "yes"},
+        {"limit": 0},
+        {"limit": ""},
+        {"limit": float("inf")},
+        {"limit": 10_001},
+    ],
+    ids=repr,
+)
+def test_a_listing_of_records_with_an_argument_that_means_nothing_is_refused_alike(
+    ledger, box, options
+):
+    """A ValueError or an OverflowError from int(), or the driver's refusal on PostgreSQL
+    (a number as a queue: "operator does not exist: text = smallint")."""
+    with pytest.raises(ConfigError):
+        box.records(**options)
+
+
+def test_records_of_an_id_no_job_can_have_are_none(ledger, box):
+    """SQLite could not even be sent 2**70 (OverflowError)."""
+    assert box.records(job_id=2**70) == [] and box.records(job_id=0) == []
+
+
+def test_unrouting_or_reading_a_queue_by_a_name_no_queue_can_have(ledger, box):
+    with pytest.raises(ConfigError):
+        box.unroute(-1)
+    with pytest.raises(NotFound):
+        ledger.queue_settings.get(-1)
+    assert [r.queue for r in box.routes()] == ["digests"]
+
+
 def test_a_route_with_u0000_in_its_actor_or_note_is_refused_alike(ledger, box):
     """PostgreSQL cannot store U+0000 and SQLite did: both refuse it, and nothing is routed."""
     for who in ({"actor": "ops\x00"}, {"actor": "ops", "note": "why\x00"}):

@@ -386,6 +386,21 @@ def test_pausing_an_unknown_schedule_says_so(ledger):
         ledger.schedules.pause("nope", actor="ops")
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{"limit": 0}, {"limit": ""}, {"limit": 10_001}, {"state": ""}, {"state": 3}],
+    ids=repr,
+)
+def test_ticks_asked_with_an_argument_that_means_nothing_are_refused(ledger, options):
+    """int() of the limit was a ValueError or an OverflowError, and a state no tick has a
+    ValueError from its enum: both a ConfigError now, on both backends."""
+    from jobledger import ConfigError
+
+    with pytest.raises(ConfigError):
+        ledger.schedules.ticks(None, **options)
+    assert ledger.schedules.ticks(None, limit=10_000, state=TickState.DONE) == []
+
+
 def test_a_pause_with_u0000_is_refused_alike_and_changes_nothing(ledger):
     """An actor or a note with U+0000 (PostgreSQL cannot store it; SQLite did) is refused on
     both backends, and a schedule name with one names no schedule."""

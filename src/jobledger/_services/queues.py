@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .._records import QueueInfo, QueueSettings
+from .._records import QueueInfo, QueueSettings, validate_queue_name
+from ..errors import ConfigError, NotFound
 from .base import Service
 
 __all__ = ["QueueSettingsBook"]
@@ -21,7 +22,12 @@ class QueueSettingsBook(Service):
         return self._backend.api.queue_put(settings, now)
 
     def get(self, name: str) -> QueueInfo:
-        """The declared queue, or ``NotFound``."""
+        """The declared queue, or ``NotFound`` (for a name no queue can have too: a number was
+        an error from the database's driver)."""
+        try:
+            validate_queue_name(name)
+        except ConfigError:
+            raise NotFound(f"no queue named {name!r}") from None
         return self._backend.api.queue_get(name)
 
     def list(self) -> list[QueueInfo]:

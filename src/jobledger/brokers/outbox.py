@@ -8,14 +8,22 @@ triggers, whichever process it is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from .._ledger import Ledger
-from .._records import OutboxQueueStats, OutboxRecord, Route, operator_text, time_after
+from .._records import (
+    MAX_JOB_ID,
+    OutboxQueueStats,
+    OutboxRecord,
+    Route,
+    job_id_number,
+    operator_text,
+    time_after,
+    whole_number,
+)
 from .._task import validate_queue_name
 from ..backends.base import Backend
 from ..errors import ConfigError
@@ -61,7 +69,7 @@ class Outbox:
         """Stop delivering ``queue`` through a broker; its unpublished records are discarded
         (returns how many). Polling workers see its pending jobs as before; messages already
         published are still safe to consume (consumers skip what is no longer pending)."""
-        return self.backend.outbox.route_remove(queue)
+        return self.backend.outbox.route_remove(validate_queue_name(queue))
 
     def routes(self) -> list[Route]:
         return self.backend.outbox.routes()
@@ -74,11 +82,25 @@ class Outbox:
         has waited (the relay's lag), when the last one was published."""
         return self.backend.outbox.stats(now)
 
-    @property
-    def records(self) -> Callable[..., list[OutboxRecord]]:
-        """``records(job_id=…, queue=…, unpublished=…, limit=100)``: records, newest first
-        (the outbox role's own listing)."""
-        return self.backend.outbox.records
+    def records(
+        self,
+        job_id: int | str | None = None,
+        queue: str | None = None,
+        unpublished: bool = False,
+        limit: int = 100,
+    ) -> list[OutboxRecord]:
+        """Records, newest first: of one job, of one queue, only the unpublished ones; at most
+        ``limit`` (1 to 10,000). Anything else is a ``ConfigError``, on both backends."""
+        if job_id is not None:
+            job_id = job_id_number(job_id)
+            if not 0 < job_id <= MAX_JOB_ID:
+                return []  # no job has it (and SQLite could not even be sent it)
+        if queue is not None:
+            validate_queue_name(queue)
+        if not isinstance(unpublished, bool):
+            raise ConfigError(f"unpublished must be True or False, got {unpublished!r}")
+        whole_number(limit, 1, 10_000, "limit")
+        return self.backend.outbox.records(job_id, queue, unpublished, limit)
 
     def republish(
         self,

@@ -648,12 +648,17 @@ class ScheduleBook:
     def ticks(
         self, name: str | None = None, limit: int = 20, state: TickState | str | None = None
     ) -> list[TickRow]:
-        """Recorded ticks, most recent first, with the jobs each created."""
+        """Recorded ticks, most recent first, with the jobs each created: at most ``limit``
+        (1 to 10,000), in ``state`` if given; anything else is a ``ConfigError``."""
         if name is not None:
             self.row(name)
-        return self._ledger.backend.schedules.ticks(
-            name, limit, None if state is None else TickState(state)
-        )
+        whole_number(limit, 1, 10_000, "limit")
+        try:
+            wanted = None if state is None else TickState(state)
+        except ValueError:
+            states = ", ".join(s.value for s in TickState)
+            raise ConfigError(f"state must be one of {states}, got {state!r}") from None
+        return self._ledger.backend.schedules.ticks(name, limit, wanted)
 
     def leaders(self, now: datetime | None = None) -> list[LeaderLease]:
         """The scheduling authorities: one lease per cohort (the other singletons' leases —
