@@ -1036,9 +1036,7 @@ class Ledger:
         if not isinstance(only_dead, bool):
             raise ConfigError(f"only_dead must be True or False, got {only_dead!r}")
         row = self.find(job, queue)
-        return self.backend.history.resolve(
-            row.id, JobState(state), actor, note, now, only_dead=only_dead
-        )
+        return self.backend.history.resolve(row.id, state, actor, note, now, only_dead=only_dead)
 
     def cancel(
         self,

@@ -220,15 +220,13 @@ def publish_compare(
     return "replayed" if same_payload(stored_payload, item.job.payload_json) else "conflict"
 
 
-def same_payload(stored: Any, payload_json: str) -> bool:
+def same_payload(stored: str | bytes, payload_json: str) -> bool:
     """Is the payload a job holds (its JSON text as the database gives it back) the one of
     ``payload_json``? Numbers are compared by their decimal value, as JSON writes them:
     PostgreSQL's ``jsonb`` keeps ``1e+300`` as the number 10^300 and gives it back in those
     digits, which is another number as a Python float (the float nearest 1e+300 is not
     10^300), and ``0.30000000000000004`` back as a float that is no ``Decimal`` of it. Read
     both as decimals, they are the same, as they are on SQLite, which keeps the text."""
-    if not isinstance(stored, str):
-        stored = json.dumps(stored)
     return bool(
         json.loads(stored, parse_float=Decimal) == json.loads(payload_json, parse_float=Decimal)
     )
