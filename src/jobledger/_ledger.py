@@ -37,6 +37,7 @@ from ._records import (
     job_id_number,
     keepable_time,
     keepable_time_after,
+    lookup_text,
     operator_text,
     time_after,
     validate_correlation_id,
@@ -767,12 +768,9 @@ class Ledger:
 
     def job_by_key(self, key: str, queue: str | None = None) -> JobRow:
         """The job with this key (in ``queue``, or in the only queue that has it)."""
-        if not isinstance(key, str) or not isinstance(queue, str | None):
-            raise ConfigError(f"a key and a queue are texts, got {key!r} and {queue!r}")
-        if "\x00" in key or (queue is not None and "\x00" in queue):
-            # No job can have it (a key or a queue name has no control character), and
-            # PostgreSQL could not even compare it: not found, on every backend alike.
-            raise NotFound(f"no job with key {key!r}")
+        lookup_text(key, "a key", f"no job with key {key!r}")
+        if queue is not None:
+            lookup_text(queue, "a queue's name", f"no job with key {key!r}")
         if queue is not None:
             try:
                 return self.backend.history.get_by_key(queue, key)

@@ -86,8 +86,10 @@ def test_records_of_an_id_no_job_can_have_are_none(ledger, box):
 def test_unrouting_or_reading_a_queue_by_a_name_no_queue_can_have(ledger, box):
     with pytest.raises(ConfigError):
         box.unroute(-1)
-    with pytest.raises(NotFound):
+    with pytest.raises(ConfigError, match="^a queue's name must be a text"):
         ledger.queue_settings.get(-1)
+    with pytest.raises(NotFound):
+        ledger.queue_settings.get("no such queue")
     assert [r.queue for r in box.routes()] == ["digests"]
 
 

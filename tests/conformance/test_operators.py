@@ -7,7 +7,7 @@ import math
 import pytest
 
 from jobledger import ConfigError, InvalidTransition, JobFilter, JobState, NotFound
-from jobledger._records import Failure
+from jobledger._records import Failure, SubscriptionState
 
 from .conftest import T0, at, enqueue, lease_of
 
@@ -428,7 +428,7 @@ def test_a_job_named_by_neither_id_nor_key_is_refused(api, tasks, ref):
     ):
         with pytest.raises(ConfigError, match="named by its id or its key"):
             call()
-    with pytest.raises(ConfigError, match="a key and a queue are texts"):
+    with pytest.raises(ConfigError, match="^a queue's name must be a text"):
         api.job_by_key("k1", queue={})
     assert api.find("k1").state is JobState.PENDING
 
@@ -452,3 +452,57 @@ def test_a_selection_that_is_no_filter_is_refused(api, tasks, where):
     with pytest.raises(ConfigError, match="where must be a JobFilter"):
         api.redrive(where=where, actor="ana", reason="r")
     assert api.job(dead).state is JobState.DEAD
+
+
+def _lookups(ledger, name):
+    """Every call that finds a record by a name or an id the caller gives, with ``name``."""
+    return {
+        "job_by_key": lambda: ledger.job_by_key(name),
+        "job_by_key-queue": lambda: ledger.job_by_key("k1", queue=name),
+        "subscriptions.get": lambda: ledger.subscriptions.get(name),
+        "subscriptions.set_state": lambda: ledger.subscriptions.set_state(
+            name, SubscriptionState.PAUSED, "ana"
+        ),
+        "subscriptions.delete": lambda: ledger.subscriptions.delete(name),
+        "subscriptions.rotate": lambda: ledger.subscriptions.rotate(name),
+        "keys.revoke": lambda: ledger.keys.revoke(name),
+        "queue_settings.get": lambda: ledger.queue_settings.get(name),
+        "schedules.row": lambda: ledger.schedules.row(name),
+        "schedules.ticks": lambda: ledger.schedules.ticks(name),
+        "schedules.pause": lambda: ledger.schedules.pause(name, actor="ana"),
+        "schedules.resume": lambda: ledger.schedules.resume(name, actor="ana"),
+    }
+
+
+LOOKUPS = list(_lookups(None, None))
+
+
+@pytest.mark.parametrize(
+    ("lookup", "odd"),
+    [
+        (lookup, odd)
+        for lookup in LOOKUPS
+        for odd in (7, None, b"k1", ["k1"])
+        # None is no name there: every schedule's ticks, the key in its only queue.
+        if odd is not None or lookup not in ("schedules.ticks", "job_by_key-queue")
+    ],
+    ids=repr,
+)
+def test_a_lookup_by_a_name_that_is_no_text_is_refused_alike(ledger, tasks, lookup, odd):
+    """One rule for every lookup by a name or an id (``lookup_text``): a number was psycopg's
+    or the server's error on PostgreSQL and a record not found (or found) on SQLite, and the
+    lookups disagreed among themselves (a ConfigError for a key, NotFound for a subscription)."""
+    enqueue(ledger, 1)
+    with pytest.raises(ConfigError, match="must be a text, got"):
+        _lookups(ledger, odd)[lookup]()
+    assert ledger.find("k1").state is JobState.PENDING
+
+
+@pytest.mark.parametrize("lookup", LOOKUPS)
+def test_a_lookup_by_a_name_with_u0000_finds_nothing_alike(ledger, tasks, lookup):
+    """No record's name or id holds U+0000, and PostgreSQL could not even compare one: it
+    names nothing, on every backend, and nothing changes."""
+    enqueue(ledger, 1)
+    with pytest.raises(NotFound, match="^no "):
+        _lookups(ledger, "k1\x00")[lookup]()
+    assert ledger.find("k1").state is JobState.PENDING

@@ -392,3 +392,12 @@ def test_an_unavailable_database_is_503_and_a_bug_is_500(api, monkeypatch, caplo
     )
     assert "secret" not in problem["detail"]
     assert "a bug with a secret" in caplog.text  # logged, with its traceback, for the operator
+
+
+@pytest.mark.parametrize("presented", ["\ud800", "jl_é", 7, None, b"jl_x"], ids=repr)
+def test_a_presented_key_no_key_can_be_is_unknown(ledger, presented):
+    """Every key is ASCII text: anything else authenticates nobody, and raises nothing (a lone
+    surrogate was a UnicodeEncodeError when hashed, a number an AttributeError)."""
+    key, _ = ledger.keys.create("ops", "admin")
+    assert ledger.keys.authenticate(presented) is None
+    assert ledger.keys.authenticate(key) is not None

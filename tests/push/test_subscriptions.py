@@ -66,7 +66,6 @@ def test_subscription_and_key_ids_or_texts_no_backend_can_keep_are_refused_alike
     for call in (
         lambda: ledger.subscriptions.get(sub.id + "\x00"),
         lambda: ledger.subscriptions.delete("\x00"),
-        lambda: ledger.subscriptions.set_state(7, SubscriptionState.PAUSED, "ops"),
         lambda: ledger.subscriptions.rotate(sub.id + "\x00"),
         lambda: ledger.keys.revoke("k\x00"),
     ):
@@ -75,6 +74,8 @@ def test_subscription_and_key_ids_or_texts_no_backend_can_keep_are_refused_alike
     for actor, reason in (("ops\x00", None), ("ops", "deploy\x00"), (7, None)):
         with pytest.raises(ConfigError):
             ledger.subscriptions.set_state(sub.id, SubscriptionState.PAUSED, actor, reason)
+    with pytest.raises(ConfigError, match="^a subscription's id must be a text"):
+        ledger.subscriptions.set_state(7, SubscriptionState.PAUSED, "ops")
     assert ledger.subscriptions.get(sub.id).state is SubscriptionState.ACTIVE
 
 

@@ -10,7 +10,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ..errors import ConfigError, PayloadError
+from ..errors import ConfigError, NotFound, PayloadError
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -30,6 +30,7 @@ __all__ = [
     "job_id_number",
     "keepable_time",
     "keepable_time_after",
+    "lookup_text",
     "operator_text",
     "payload_digest",
     "positive_seconds",
@@ -267,6 +268,19 @@ def operator_text(value: Any, what: str, optional: bool = False) -> Any:
         raise ConfigError(f"{what} must be a text, got {value!r}")
     if "\x00" in value:
         raise ConfigError(f"{what} may not contain U+0000 (no backend can keep it)")
+    return value
+
+
+def lookup_text(value: Any, what: str, missing: str) -> str:
+    """``value`` as the name or id to find a record by (a key, a queue's or a schedule's name,
+    a subscription's or an API key's id): a text, else ``ConfigError`` naming ``what`` (as
+    ``operator_text``: a number given instead was a driver's or the server's error); a text
+    with U+0000 names no record (no name or id can hold it, and PostgreSQL could not even
+    compare it), so ``NotFound`` with the message ``missing``, on every backend alike."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a text, got {value!r}")
+    if "\x00" in value:
+        raise NotFound(missing)
     return value
 
 

@@ -7,8 +7,9 @@ import math
 import secrets
 from typing import TYPE_CHECKING, Any
 
+from .._records.checks import lookup_text
 from .._records.keys import KEY_PREFIX, MAX_KEY_NAME, ApiKey, digest, parse_scopes
-from ..errors import ConfigError, NotFound
+from ..errors import ConfigError
 from .base import Service, on_backend
 
 if TYPE_CHECKING:
@@ -71,7 +72,10 @@ class Keys(Service):
     create = on_backend(create_api_key)
 
     def authenticate(self, key: str) -> ApiKey | None:
-        """The live key a caller presented, or None when it is unknown or revoked."""
+        """The live key a caller presented, or None when it is unknown or revoked. Every key is
+        ASCII text: anything else is unknown (a lone surrogate could not even be hashed)."""
+        if not isinstance(key, str) or not key.isascii():
+            return None
         record = self._backend.api.key_get(digest(key))
         if record is None or record.revoked:
             return None
@@ -83,7 +87,5 @@ class Keys(Service):
 
     def revoke(self, key_id: str) -> ApiKey:
         """Revoke a key: it stops working at once. ``NotFound`` for an unknown id."""
-        if not isinstance(key_id, str) or "\x00" in key_id:
-            # No key has it (PostgreSQL could not even compare a text with U+0000).
-            raise NotFound(f"no API key with id {key_id!r}")
+        lookup_text(key_id, "an API key's id", f"no API key with id {key_id!r}")
         return self._backend.api.key_revoke(key_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .._records import QueueInfo, QueueSettings, validate_queue_name
+from .._records import QueueInfo, QueueSettings, lookup_text, validate_queue_name
 from ..errors import ConfigError, NotFound
 from .base import Service
 
@@ -22,8 +22,9 @@ class QueueSettingsBook(Service):
         return self._backend.api.queue_put(settings, now)
 
     def get(self, name: str) -> QueueInfo:
-        """The declared queue, or ``NotFound`` (for a name no queue can have too: a number was
-        an error from the database's driver)."""
+        """The declared queue, or ``NotFound`` (for a name no queue can have too); a name that
+        is no text is a ``ConfigError`` (``lookup_text``)."""
+        lookup_text(name, "a queue's name", f"no queue named {name!r}")
         try:
             validate_queue_name(name)
         except ConfigError:

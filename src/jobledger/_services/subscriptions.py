@@ -9,7 +9,7 @@ import secrets as _random
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._records.checks import operator_text, validate_queue_name, whole_number
+from .._records.checks import lookup_text, operator_text, validate_queue_name, whole_number
 from .._records.subscriptions import (
     DEFAULT_CONCURRENCY,
     DEFAULT_OVERLAP,
@@ -22,7 +22,7 @@ from .._records.subscriptions import (
     validate_url,
 )
 from .._webhooks import SECRET_PREFIX, generate_secret, secret_bytes
-from ..errors import ConfigError, NotFound
+from ..errors import ConfigError
 from .base import Service, on_backend
 
 if TYPE_CHECKING:
@@ -121,11 +121,10 @@ def rotate_secret(
 
 
 def _named(subscription_id: Any) -> str:
-    """``subscription_id`` if a subscription can have it, else ``NotFound`` (a text with
-    U+0000, which PostgreSQL could not even compare, or no text at all)."""
-    if not isinstance(subscription_id, str) or "\x00" in subscription_id:
-        raise NotFound(f"no subscription {subscription_id!r}")
-    return subscription_id
+    """``subscription_id`` to find a subscription by (``lookup_text``)."""
+    return lookup_text(
+        subscription_id, "a subscription's id", f"no subscription {subscription_id!r}"
+    )
 
 
 class Subscriptions(Service):

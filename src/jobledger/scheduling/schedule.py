@@ -26,6 +26,7 @@ from .._records import (
     TickRow,
     TickState,
     encode_payload,
+    lookup_text,
     operator_text,
     whole_number,
 )
@@ -640,6 +641,8 @@ class ScheduleBook:
         return result
 
     def row(self, name: str) -> ScheduleRow:
+        """The schedule named ``name`` as the ledger keeps it, or ``NotFound``."""
+        lookup_text(name, "a schedule's name", f"no schedule named {name!r} in the ledger")
         for row in self._ledger.backend.schedules.all():
             if row.name == name:
                 return row
@@ -673,8 +676,7 @@ class ScheduleBook:
         if not actor:
             raise ConfigError("pause needs an actor; it is recorded on the schedule")
         operator_text(actor, "actor"), operator_text(note, "note", optional=True)
-        if "\x00" in name:  # no schedule has it, and PostgreSQL could not compare it
-            raise NotFound(f"no schedule named {name!r} in the ledger")
+        lookup_text(name, "a schedule's name", f"no schedule named {name!r} in the ledger")
         return self._ledger.backend.schedules.pause(name, True, actor, note, now)
 
     def resume(
