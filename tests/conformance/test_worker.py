@@ -315,6 +315,15 @@ def test_two_worker_processes_share_one_database(ledger, db_url, tmp_path):
         ({"poll_interval": float("inf")}, "poll_interval must be > 0 seconds, got inf"),
         ({"poll_interval": "1"}, "poll_interval must be > 0 seconds, got '1'"),
         ({"rescue_interval": 0}, "rescuer interval must be > 0 seconds, got 0"),
+        # Checked when the worker stopped: NaN or a negative grace waited for nothing, a text
+        # was a TypeError in the middle of stopping.
+        ({"grace_seconds": -1}, "grace_seconds must be a number of seconds >= 0, got -1"),
+        (
+            {"grace_seconds": float("nan")},
+            "grace_seconds must be a number of seconds >= 0, got nan",
+        ),
+        ({"grace_seconds": "30"}, "grace_seconds must be a number of seconds >= 0, got '30'"),
+        ({"grace_seconds": True}, "grace_seconds must be a number of seconds >= 0, got True"),
     ],
 )
 def test_a_worker_with_a_setting_out_of_range_is_refused(ledger, options, message):
@@ -331,6 +340,9 @@ def test_a_worker_at_its_bounds_is_built(ledger):
     ledger.task(name="noop", queue="q")(lambda ctx: None)
     ledger.worker(["q"], concurrency=1, batch_size=1, prefetch=0)
     ledger.worker(["q"], batch_size=1000, prefetch=10_000)
+    # No grace (a graceful stop waits for nothing), and as long as it takes.
+    assert ledger.worker(["q"], grace_seconds=0).grace_seconds == 0.0
+    assert ledger.worker(["q"], grace_seconds=float("inf")).grace_seconds == float("inf")
 
 
 def test_an_observer_that_raises_or_lacks_an_event_never_stops_a_worker(ledger, caplog):

@@ -44,6 +44,7 @@ __all__ = [
     "validate_task_name",
     "validate_timeout_seconds",
     "visible_nul",
+    "waiting_seconds",
     "whole_number",
 ]
 
@@ -301,6 +302,15 @@ def positive_seconds(value: Any, what: str) -> float:
     negative one fail later, and an infinite one never come."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ConfigError(f"{what} must be > 0 seconds, got {value!r}")
+    return float(value)
+
+
+def waiting_seconds(value: Any, what: str) -> float:
+    """``value`` as a float if it is a number of seconds >= 0 to wait for something, infinity
+    included (as long as it takes), else ``ConfigError`` (a ``ValueError``): NaN or a negative
+    number waited for nothing, and a text failed only when the wait began."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise ConfigError(f"{what} must be a number of seconds >= 0, got {value!r}")
     return float(value)
 
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .._faults import fault_point
-from .._records import ClaimedJob, Counts, KeyClaim
+from .._records import ClaimedJob, Counts, KeyClaim, waiting_seconds
 from ..errors import BackendUnavailable
 from ..policy import DEFAULT_BACKOFF, Backoff
 from .completer import Completer
@@ -85,7 +85,7 @@ class Runtime:
         self._backend: Backend | None = None
         self.name = name
         self.clock = clock
-        self.grace_seconds = grace_seconds
+        self.grace_seconds = waiting_seconds(grace_seconds, "grace_seconds")
         self.tracer = tracer
         self.stats = WorkerStats()
         self._observers: list[WorkerObserver] = list(observers)
@@ -126,8 +126,8 @@ class Runtime:
         ``grace_seconds``) from now to finish; a later call with a shorter ``timeout`` brings the
         deadline forward. Not graceful: stop waiting for it (its leases expire and a rescuer
         hands the jobs out again). Safe to call from a signal handler or another thread."""
-        if timeout is not None and not timeout >= 0:
-            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        if timeout is not None:
+            waiting_seconds(timeout, "timeout")
         if not graceful:
             self._hard_stop.set()
         deadline = time.monotonic() + (self.grace_seconds if timeout is None else timeout)
