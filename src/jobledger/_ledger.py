@@ -32,10 +32,11 @@ from ._records import (
     PruneResult,
     QueueStats,
     RescueResult,
+    aware_time,
     encode_payload,
+    explicit_now,
     finite_number,
     job_id_number,
-    keepable_time,
     keepable_time_after,
     lookup_text,
     operator_text,
@@ -608,6 +609,7 @@ class Ledger:
         """``_new_jobs`` in two halves: what the batch shares is looked up and checked now
         (the task, the queue, the clock, the trace context); the function returned builds the
         jobs of any part of the batch."""
+        explicit_now(now)
         task = self._resolve_task(task_ref)
         name = task.name if isinstance(task, Task) else task
         target_queue = validate_queue_name(
@@ -881,6 +883,7 @@ class Ledger:
         """Jobs per queue and state; ``late_pending``: pending jobs due longer ago than
         ``late_after_seconds`` (a finite number ≥ 0; one longer than any job can have waited
         counts none late)."""
+        explicit_now(now)
         if (
             isinstance(late_after_seconds, bool)
             or not isinstance(late_after_seconds, int | float)
@@ -895,6 +898,7 @@ class Ledger:
 
     def rescue(self, now: datetime | None = None) -> list[RescueResult]:
         """Close expired leases now (workers do this on their own every few seconds)."""
+        explicit_now(now)
         return self.rescuer().run_once(now)
 
     def pruner(self, holder: str, interval: float = 600.0) -> Pruner:
@@ -962,6 +966,7 @@ class Ledger:
         ``stop``, once set, ends the redrive between two batches (a paced wait ends at once):
         the result's ``left`` holds the jobs it did not reach.
         """
+        explicit_now(now)
         if not actor or not reason:
             raise ConfigError(
                 "redrive needs an actor and a reason; both are recorded in the job's history"
@@ -1022,6 +1027,7 @@ class Ledger:
         done (or pending again, with a fresh budget). Recorded with actor and note. With
         ``only_dead``, a job that is no longer dead (redriven meanwhile by someone else) is
         refused (``InvalidTransition``) in the same write, as a job in any other state is."""
+        explicit_now(now)
         if not actor or not note:
             raise ConfigError(
                 "resolve needs an actor and a note; both are recorded in the job's history"
@@ -1046,6 +1052,7 @@ class Ledger:
         now: datetime | None = None,
     ) -> JobRow:
         """Withdraw a pending job; it will not run. Recorded with actor and reason."""
+        explicit_now(now)
         if not actor or not reason:
             raise ConfigError(
                 "cancel needs an actor and a reason; both are recorded in the job's history"
@@ -1076,6 +1083,7 @@ class Ledger:
         ``burst`` (default one second's worth). Every claim enforces them (workers, the HTTP
         API's pull and push), across processes and hosts. Takes effect at the next claim.
         """
+        explicit_now(now)
         limits = GroupLimits(max_leased, rate, burst)
         self.backend.groups.limits_put(validate_queue_name(queue), limits, now)
         return limits
@@ -1086,6 +1094,7 @@ class Ledger:
 
     def groups(self, queue: str, now: datetime | None = None) -> list[GroupStatus]:
         """The groups of ``queue`` with live jobs or a pause: pending, due, leased, paused-until."""
+        explicit_now(now)
         return self.backend.groups.all(validate_queue_name(queue), now)
 
     def pause_group(
@@ -1102,6 +1111,7 @@ class Ledger:
         only ever extends: a shorter one than the group already has changes nothing. Returns
         the time the group is paused until. ``seconds`` is a finite number > 0 and ``until`` an
         aware datetime; anything else is a ``ConfigError`` that pauses nothing."""
+        explicit_now(now)
         if (until is None) == (seconds is None):
             raise ConfigError("pause_group needs until= or seconds=, one of them")
         operator_text(reason, "reason")
@@ -1113,16 +1123,15 @@ class Ledger:
             ):
                 raise ConfigError(f"seconds must be a finite number > 0, got {seconds!r}")
             until = keepable_time_after(now or datetime.now(UTC), seconds, "seconds")
-        elif not isinstance(until, datetime) or until.tzinfo is None:
-            raise ConfigError(f"until must be an aware datetime, got {until!r}")
         else:
-            keepable_time(until, "until")
+            aware_time(until, "until")
         return self.backend.groups.pause(
             validate_queue_name(queue), validate_group(group), until, reason, now
         )
 
     def resume_group(self, queue: str, group: str, now: datetime | None = None) -> bool:
         """Lift a group's pause now. Returns False when the group was not paused."""
+        explicit_now(now)
         return self.backend.groups.resume(validate_queue_name(queue), validate_group(group), now)
 
     def prune(
@@ -1152,6 +1161,7 @@ class Ledger:
         tombstones and ticks go at most ``batch`` a transaction too. ``queue`` must be a valid
         queue name (``ConfigError`` otherwise); one with no jobs is pruned of nothing.
         """
+        explicit_now(now)
         age = _seconds(older_than)
         if age is None or age < 0:
             raise ConfigError(f"older_than must be a duration >= 0, got {older_than!r}")
@@ -1223,11 +1233,7 @@ def _run_at(
     if delay is not None and run_at is not None:
         raise ConfigError("give delay or run_at, not both")
     if run_at is not None:
-        if not isinstance(run_at, datetime) or run_at.tzinfo is None:
-            raise ConfigError(
-                f"run_at must be an aware datetime (with a time zone), got {run_at!r}"
-            )
-        return keepable_time(run_at, "run_at")
+        return aware_time(run_at, "run_at")
     if delay is not None:
         if delay < 0:
             raise ConfigError(f"delay must be >= 0 seconds, got {delay!r}")

@@ -4,8 +4,9 @@ by the relay's lease."""
 
 from __future__ import annotations
 
+import math
 import sqlite3
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import psycopg
 import pytest
@@ -409,3 +410,28 @@ def test_postgres_lookups_of_a_jobs_records_never_walk_the_relays_index(pg):
         ledger.close()
     finally:
         pg.drop_schema(schema)
+
+
+@pytest.mark.parametrize("due_for", [math.nan, -1, "300", True], ids=repr)
+def test_a_republish_due_for_that_is_no_number_of_seconds_is_refused(ledger, box, due_for):
+    """NaN was due for nothing at all and a text of digits was read as seconds."""
+    ledger.enqueue("digest", {"n": 1}, key="a", now=T0)
+    with pytest.raises(ConfigError, match="^due_for must be >= 0 seconds"):
+        box.republish("digests", due_for=due_for, now=at(400))
+    assert box.republish("digests", due_for=math.inf, now=at(400)) == 0
+
+
+@pytest.mark.parametrize(
+    "now", [datetime(2026, 8, 10, 9, 0), "2026-08-10", 5], ids=["naive", "text", "int"]
+)
+def test_an_outbox_call_with_a_now_that_is_no_aware_datetime_is_refused(ledger, box, now):
+    """As every call of the ledger that takes one (tests/conformance/test_operators.py)."""
+    for call in (
+        lambda: box.route("polled", actor="ops", now=now),
+        lambda: box.status(now=now),
+        lambda: box.prune(timedelta(hours=1), now=now),
+        lambda: box.republish("digests", due_for=300, now=now),
+    ):
+        with pytest.raises(ConfigError, match="^now must be an aware datetime"):
+            call()
+    assert [r.queue for r in box.routes()] == ["digests"]

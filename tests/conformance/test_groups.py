@@ -281,8 +281,14 @@ def test_a_pause_only_extends_and_an_operator_can_lift_it(api, work):
             {"until": datetime.max.replace(tzinfo=UTC)},
             "until must come no later than 9999-12-30 (UTC), the latest time the ledger keeps",
         ),
-        ({"until": T0.replace(tzinfo=None)}, "until must be an aware datetime, got datetime"),
-        ({"until": "2026-08-10"}, "until must be an aware datetime, got '2026-08-10'"),
+        (
+            {"until": T0.replace(tzinfo=None)},
+            "until must be an aware datetime (with a time zone), got datetime",
+        ),
+        (
+            {"until": "2026-08-10"},
+            "until must be an aware datetime (with a time zone), got '2026-08-10'",
+        ),
     ],
 )
 def test_a_pause_without_a_finite_end_is_refused_and_pauses_nothing(api, work, options, message):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from datetime import date, datetime
 
 import pytest
 
 from jobledger import ConfigError, InvalidTransition, JobFilter, JobState, NotFound
-from jobledger._records import Failure, SubscriptionState
+from jobledger._records import Failure, QueueSettings, SubscriptionState
 
 from .conftest import T0, at, enqueue, lease_of
 
@@ -506,3 +507,49 @@ def test_a_lookup_by_a_name_with_u0000_finds_nothing_alike(ledger, tasks, lookup
     with pytest.raises(NotFound, match="^no "):
         _lookups(ledger, "k1\x00")[lookup]()
     assert ledger.find("k1").state is JobState.PENDING
+
+
+def _clocked(ledger, now):
+    """Every call of the ledger that takes an explicit ``now``, given ``now``."""
+
+    return {
+        "enqueue": lambda: ledger.enqueue("work", {}, key="k9", now=now),
+        "enqueue_many": lambda: ledger.enqueue_many("work", [{"key": "k9"}], now=now),
+        "stats": lambda: ledger.stats(now=now),
+        "rescue": lambda: ledger.rescue(now=now),
+        "redrive": lambda: ledger.redrive(actor="ana", reason="r", now=now),
+        "resolve": lambda: ledger.resolve("k1", actor="ana", note="n", now=now),
+        "cancel": lambda: ledger.cancel("k1", actor="ana", reason="r", now=now),
+        "set_group_limits": lambda: ledger.set_group_limits("q", max_leased=1, now=now),
+        "groups": lambda: ledger.groups("q", now=now),
+        "pause_group": lambda: ledger.pause_group("q", "g", seconds=60, now=now),
+        "resume_group": lambda: ledger.resume_group("q", "g", now=now),
+        "prune": lambda: ledger.prune(older_than=0, now=now),
+        "queue_settings.declare": lambda: ledger.queue_settings.declare(
+            QueueSettings("q9"), now=now
+        ),
+        "subscriptions.create": lambda: ledger.subscriptions.create(
+            "q9", "https://hooks.example/in", now=now
+        ),
+        "schedules.status": lambda: ledger.schedules.status(now=now),
+        "schedules.leaders": lambda: ledger.schedules.leaders(now=now),
+    }
+
+
+@pytest.mark.parametrize("call", list(_clocked(None, None)))
+@pytest.mark.parametrize(
+    "now",
+    [datetime(2026, 8, 10, 9, 0), "2026-08-10", 5, date(2026, 8, 10)],
+    ids=["naive", "text", "int", "date"],
+)
+def test_a_now_that_is_no_aware_datetime_is_refused_alike(ledger, tasks, call, now):
+    """A call's explicit clock: PostgreSQL read a naive one in its session's time zone and
+    parsed a text (an enqueue with now="2026-08-10" was written), where SQLite refused a naive
+    one with a ValueError and failed on the others with an AttributeError or a TypeError. Both
+    refuse it now, before anything is read or written."""
+    enqueue(ledger, 1)
+    before = [(j.id, j.state, j.updated_at) for j in ledger.jobs()]
+    with pytest.raises(ConfigError, match="^now must be an aware datetime"):
+        _clocked(ledger, now)[call]()
+    assert [(j.id, j.state, j.updated_at) for j in ledger.jobs()] == before
+    assert ledger.subscriptions.list() == [] and ledger.queue_settings.list() == []

@@ -23,9 +23,11 @@ __all__ = [
     "MAX_LEASE_SECONDS",
     "MAX_PAYLOAD_BYTES",
     "PayloadTooLarge",
+    "aware_time",
     "decode_json",
     "encode_payload",
     "encode_result",
+    "explicit_now",
     "finite_number",
     "job_id_number",
     "keepable_time",
@@ -208,6 +210,22 @@ def validate_name(value: Any, what: str, longest: int, empty_hint: str = "") -> 
 LATEST_TIME = datetime(9999, 12, 30, tzinfo=UTC)
 #: The earliest, likewise: a day after the first that a ``datetime`` holds.
 EARLIEST_TIME = datetime(1, 1, 2, tzinfo=UTC)
+
+
+def aware_time(when: Any, what: str) -> datetime:
+    """``when`` if it is an aware ``datetime`` the ledger can keep (``keepable_time``), else
+    ``ConfigError``. A naive one would be read in the PostgreSQL session's time zone and
+    refused by SQLite, and PostgreSQL's server parsed a text where SQLite failed on it."""
+    if not isinstance(when, datetime) or when.tzinfo is None:
+        raise ConfigError(f"{what} must be an aware datetime (with a time zone), got {when!r}")
+    return keepable_time(when, what)
+
+
+def explicit_now(now: Any) -> datetime | None:
+    """A call's ``now`` (the clock a test or a replay gives it): None (the clock itself) or an
+    aware ``datetime`` the ledger can keep, else ``ConfigError``, checked where the call
+    enters the ledger, on every backend alike."""
+    return None if now is None else aware_time(now, "now")
 
 
 def keepable_time(when: datetime, what: str) -> datetime:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .._records import QueueInfo, QueueSettings, lookup_text, validate_queue_name
+from .._records import QueueInfo, QueueSettings, explicit_now, lookup_text, validate_queue_name
 from ..errors import ConfigError, NotFound
 from .base import Service
 
@@ -19,6 +19,7 @@ class QueueSettingsBook(Service):
         self, settings: QueueSettings, now: datetime | None = None
     ) -> tuple[QueueInfo, bool]:
         """Declare a queue or replace its settings; return it and whether it was created."""
+        explicit_now(now)
         return self._backend.api.queue_put(settings, now)
 
     def get(self, name: str) -> QueueInfo:

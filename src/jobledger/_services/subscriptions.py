@@ -9,7 +9,13 @@ import secrets as _random
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .._records.checks import lookup_text, operator_text, validate_queue_name, whole_number
+from .._records.checks import (
+    explicit_now,
+    lookup_text,
+    operator_text,
+    validate_queue_name,
+    whole_number,
+)
 from .._records.subscriptions import (
     DEFAULT_CONCURRENCY,
     DEFAULT_OVERLAP,
@@ -87,6 +93,7 @@ def create_subscription(
     """Validate and store a subscription; a ``whsec_`` secret is generated when none is given.
     The returned record carries the secret: show it once. ``SubscriptionExists`` when the queue
     already has one."""
+    explicit_now(now)
     validate_queue_name(queue)
     validate_url(url)
     if secret is None:
@@ -109,6 +116,7 @@ def rotate_secret(
     """Give a subscription a new secret (generated unless given). The old one keeps signing —
     a second signature in each delivery's header — for ``overlap`` (default 24 h; zero ends it
     at once), so that receivers can switch without a failed delivery."""
+    explicit_now(now)
     if secret is None:
         secret = generate_secret()
     else:

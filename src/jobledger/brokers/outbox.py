@@ -19,6 +19,7 @@ from .._records import (
     OutboxQueueStats,
     OutboxRecord,
     Route,
+    explicit_now,
     job_id_number,
     operator_text,
     time_after,
@@ -57,6 +58,7 @@ class Outbox:
         same transaction; jobs pending already get one now. Run a relay to publish them and
         consumers to run them. Routing a routed queue changes nothing.
         """
+        explicit_now(now)
         validate_queue_name(queue)
         if not actor:
             raise ConfigError("routing a queue needs an actor; it is recorded with the route")
@@ -80,6 +82,7 @@ class Outbox:
     def status(self, now: datetime | None = None) -> list[OutboxQueueStats]:
         """Per queue: records not yet published, how many are due, how long the oldest due one
         has waited (the relay's lag), when the last one was published."""
+        explicit_now(now)
         return self.backend.outbox.stats(now)
 
     def records(
@@ -114,8 +117,9 @@ class Outbox:
         longer and have no unpublished record — after a broker lost messages (a Redis
         without an append-only file restarted, a queue purged by hand). Consumers skip any
         that turn out to be delivered twice. Returns how many records were written."""
-        seconds = due_for.total_seconds() if isinstance(due_for, timedelta) else float(due_for)
-        if seconds < 0:
+        explicit_now(now)
+        seconds = due_for.total_seconds() if isinstance(due_for, timedelta) else due_for
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
             raise ConfigError(f"due_for must be >= 0 seconds, got {due_for!r}")
         if not self.routed(queue):
             raise ConfigError(f"queue {queue!r} is not routed to a broker")
@@ -124,6 +128,7 @@ class Outbox:
 
     def prune(self, older_than: timedelta, now: datetime | None = None) -> int:
         """Delete records published more than ``older_than`` ago; return how many."""
+        explicit_now(now)
         clock = now or datetime.now(UTC)
         total = 0
         while True:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .._faults import fault_point
 from .._host import default_worker_name
-from .._records import JobSpec, LeaderLease, TickRow, TickState
+from .._records import JobSpec, LeaderLease, TickRow, TickState, explicit_now
 from ..errors import BackendUnavailable, ConfigError, LeadershipLost, PayloadError
 from ..scheduling.schedule import Entity, Schedule, leader_name
 from .leader import LeaderElection
@@ -212,9 +212,7 @@ class Scheduler(Looper):
 
     def run_once(self, now: datetime | None = None) -> SchedulerPass:
         """One pass over every cohort; ``now`` overrides the clock for this pass."""
-        if now is not None and now.tzinfo is None:
-            raise ValueError(f"naive datetime {now!r}: pass an aware datetime")
-        self._pass_now = now
+        self._pass_now = explicit_now(now)
         result = SchedulerPass()
         try:
             for cohort in self.cohorts:

@@ -26,6 +26,7 @@ from .._records import (
     TickRow,
     TickState,
     encode_payload,
+    explicit_now,
     lookup_text,
     operator_text,
     whole_number,
@@ -621,6 +622,7 @@ class ScheduleBook:
 
     def status(self, now: datetime | None = None) -> list[ScheduleStatus]:
         """Every schedule the ledger knows, with its next and last tick and its leader."""
+        explicit_now(now)
         backend = self._ledger.backend
         leaders = {lease.name: lease for lease in backend.leader.leases(now)}
         result = []
@@ -666,6 +668,7 @@ class ScheduleBook:
     def leaders(self, now: datetime | None = None) -> list[LeaderLease]:
         """The scheduling authorities: one lease per cohort (the other singletons' leases —
         the relay's, the pruner's — are not schedulers')."""
+        explicit_now(now)
         prefix = leader_name("")
         return [x for x in self._ledger.backend.leader.leases(now) if x.name.startswith(prefix)]
 
@@ -673,6 +676,7 @@ class ScheduleBook:
         self, name: str, *, actor: str, note: str | None = None, now: datetime | None = None
     ) -> ScheduleRow:
         """Stop a schedule from ticking until it is resumed. A tick already running finishes."""
+        explicit_now(now)
         if not actor:
             raise ConfigError("pause needs an actor; it is recorded on the schedule")
         operator_text(actor, "actor"), operator_text(note, "note", optional=True)
@@ -690,6 +694,7 @@ class ScheduleBook:
     ) -> ScheduleRow:
         """Let a paused schedule tick again. The ticks it missed meanwhile are caught up by its
         catch-up policy, or, with ``skip_missed``, skipped: it carries on from now."""
+        explicit_now(now)
         if not actor:
             raise ConfigError("resume needs an actor; it is recorded on the schedule")
         operator_text(actor, "actor"), operator_text(note, "note", optional=True)
