@@ -78,3 +78,80 @@ def test_a_timeout_is_a_transient_failure_of_its_own_kind():
     f = failure(claimed, lease, timed_out(2.5), FIXED, NOW)
     assert f.timed_out and f.retry and f.error_class == "Timeout"
     assert f.run_at == NOW + timedelta(seconds=4) and "2.5 s" in f.message
+
+
+class _Unreadable:
+    """A response whose status cannot be read (a client library's lazy property that fails)."""
+
+    @property
+    def status_code(self) -> int:
+        raise RuntimeError("the connection was closed before the status line")
+
+
+class _ProviderError(Exception):
+    response = _Unreadable()
+
+
+def test_an_exception_whose_outcome_cannot_be_read_is_a_transient_failure_that_says_so():
+    """``classify`` raised here, and the worker's runner then wrote no outcome at all: the
+    job stayed leased, its lease renewed, for as long as the worker ran."""
+    claimed, lease = job(attempt=1)
+    f = failure(claimed, lease, _ProviderError("timed out"), FIXED, NOW)
+    assert f.retry and f.error_class == "_ProviderError"
+    assert f.message.startswith("_ProviderError (its outcome could not be read: RuntimeError(")
+    assert f.run_at == NOW + timedelta(seconds=4) and "timed out" in (f.traceback or "")
+
+
+@pytest.mark.parametrize(
+    ("after", "seconds"),
+    [
+        (timedelta(minutes=5), 300.0),
+        ("120", 120.0),
+        (-5, -5),  # before now: as soon as a worker claims it
+        (float("inf"), float("inf")),  # the latest time the ledger keeps
+    ],
+    ids=repr,
+)
+def test_a_retry_after_a_timedelta_or_a_retry_after_header_is_in_seconds(after, seconds):
+    assert Retry(after=after).after == seconds
+
+
+def test_a_retry_after_an_http_date_is_the_seconds_until_it():
+    when = datetime.now(UTC) + timedelta(hours=1)
+    header = when.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    assert 3590 <= Retry(after=header).after <= 3600
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: Retry(after=datetime(2030, 1, 1)), ValueError, "pass an aware datetime"),
+        (lambda: Retry(after=float("nan")), TypeError, "Retry(after=nan): pass seconds"),
+        (lambda: Retry(after=True), TypeError, "Retry(after=True): pass seconds"),
+        (lambda: Retry(after=[30]), TypeError, "Retry(after=[30]): pass seconds"),
+        (lambda: Retry(after="soon"), ValueError, "neither a number of seconds nor an HTTP date"),
+        (lambda: Retry(7), TypeError, "Retry's reason must be a text, got 7"),
+        (lambda: Retry("x", error_class=429), TypeError, "Retry's error_class must be a text"),
+        (lambda: Permanent(7), TypeError, "Permanent's reason must be a text, got 7"),
+        (lambda: Permanent("x", error_class=b"E"), TypeError, "Permanent's error_class must be"),
+    ],
+    ids=[
+        "naive",
+        "nan",
+        "bool",
+        "list",
+        "unreadable-text",
+        "retry-reason",
+        "retry-class",
+        "permanent-reason",
+        "permanent-class",
+    ],
+)
+def test_an_outcome_made_of_what_no_outcome_can_hold_is_refused_where_it_is_made(
+    make, error, message
+):
+    """In the handler, where it fails the attempt as any other exception of the handler does
+    (tests/conformance/test_retries.py), not later, where its outcome could not be written."""
+    with pytest.raises(error) as raised:
+        make()
+    assert message in str(raised.value)

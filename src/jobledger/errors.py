@@ -29,8 +29,9 @@ Driver exceptions (psycopg, sqlite3) never cross the backend boundary: backends 
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+import math
+from datetime import datetime, timedelta
+from typing import Any, Literal
 
 __all__ = [
     "BackendUnavailable",
@@ -210,8 +211,45 @@ class HandlerOutcome(Exception):  # noqa: N818 - these are outcomes, not errors
     """Base of the exceptions a handler raises to choose its attempt's outcome."""
 
 
+def _outcome_text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a text, got {value!r}")
+    return value
+
+
+def _retry_after(after: Any) -> float | datetime | None:
+    """``Retry``'s ``after`` as the policy reads it: seconds (a negative number is now,
+    infinity the latest time the ledger keeps), or an aware datetime. Anything else raises
+    here, in the handler, where it fails the attempt like any other exception of the
+    handler, instead of later, where the attempt's outcome could not be written."""
+    if after is None or isinstance(after, datetime):
+        if after is not None and after.tzinfo is None:
+            raise ValueError(f"Retry(after={after!r}): pass an aware datetime (with a time zone)")
+        return after
+    if isinstance(after, timedelta):
+        return after.total_seconds()
+    if isinstance(after, str):
+        from .policy import parse_retry_after  # the policy module imports this one
+
+        seconds = parse_retry_after(after)
+        if seconds is None:
+            raise ValueError(
+                f"Retry(after={after!r}): neither a number of seconds nor an HTTP date"
+            )
+        return seconds
+    if isinstance(after, bool) or not isinstance(after, int | float) or math.isnan(after):
+        raise TypeError(
+            f"Retry(after={after!r}): pass seconds, a timedelta, an aware datetime or the "
+            "text of a Retry-After header"
+        )
+    return after
+
+
 class Retry(HandlerOutcome):
-    """Run the job again later. ``after`` is a delay in seconds or an aware datetime.
+    """Run the job again later. ``after`` is a delay (seconds or a ``timedelta``), an aware
+    datetime, or the text of an HTTP ``Retry-After`` header (seconds or an HTTP date); anything
+    else is a ``TypeError`` or a ``ValueError`` where the ``Retry`` is made, which fails the
+    attempt as any other exception of the handler does.
 
     Without ``after`` the task's backoff decides. The attempt still counts against the budget: a
     job that keeps asking to be retried ends up dead, like any other failure.
@@ -225,7 +263,7 @@ class Retry(HandlerOutcome):
         self,
         reason: str = "retry requested",
         *,
-        after: float | datetime | None = None,
+        after: float | timedelta | datetime | str | None = None,
         error_class: str | None = None,
         scope: Literal["job", "group"] = "job",
     ):
@@ -233,9 +271,9 @@ class Retry(HandlerOutcome):
             raise ValueError(f"scope must be 'job' or 'group', got {scope!r}")
         if scope == "group" and after is None:
             raise ValueError("Retry(scope='group') needs after=: how long to pause the group")
-        self.reason = reason
-        self.after = after
-        self.error_class = error_class or "Retry"
+        self.reason = _outcome_text(reason, "Retry's reason")
+        self.after = _retry_after(after)
+        self.error_class = _outcome_text(error_class or "Retry", "Retry's error_class")
         self.scope = scope
         super().__init__(reason)
 
@@ -244,8 +282,8 @@ class Permanent(HandlerOutcome):  # noqa: N818
     """The job cannot succeed by being retried; it goes to dead at once with this reason."""
 
     def __init__(self, reason: str, *, error_class: str | None = None):
-        self.reason = reason
-        self.error_class = error_class or "Permanent"
+        self.reason = _outcome_text(reason, "Permanent's reason")
+        self.error_class = _outcome_text(error_class or "Permanent", "Permanent's error_class")
         super().__init__(reason)
 
 

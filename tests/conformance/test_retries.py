@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from jobledger import JobState, Permanent, Retry
 from jobledger._records import LATEST_TIME, AttemptOutcome, Failure
 
+from ..support.processes import wait_until
 from .conftest import T0, at, enqueue, lease_of
 
 
@@ -283,3 +285,91 @@ def test_sync_and_async_handlers(ledger, is_async):
     run_burst(ledger, T0)
     assert seen == [(5, "five", job_id, 1, "w")]
     assert ledger.job(job_id).state is JobState.DONE
+
+
+def _burst_ends(ledger, now, **options) -> None:
+    """``run_burst``, which must end: a worker whose runner wrote no outcome held the job (and
+    renewed its lease) for ever, so its burst never ended."""
+    done = threading.Event()
+
+    def run() -> None:
+        run_burst(ledger, now, **options)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    wait_until(done.is_set, timeout=60, what="the burst to end")
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize(
+    ("make", "error_class", "message"),
+    [
+        (lambda: Retry(after=datetime(2030, 1, 1)), "ValueError", "Retry(after=datetime"),
+        (lambda: Retry(after=float("nan")), "TypeError", "Retry(after=nan): pass seconds"),
+        (lambda: Retry(after="soon"), "ValueError", "Retry(after='soon'): neither"),
+        (lambda: Permanent(7), "TypeError", "Permanent's reason must be a text, got 7"),
+    ],
+    ids=["naive-datetime", "nan", "unreadable-text", "permanent-of-a-number"],
+)
+def test_an_outcome_no_outcome_can_hold_fails_the_attempt_in_the_handler(
+    ledger, is_async, make, error_class, message
+):
+    """``Retry(after=<naive datetime>)`` and ``Permanent(7)`` passed the handler and failed
+    where the worker read them: no outcome was written, the worker kept the job leased and its
+    lease renewed for as long as it ran, and a burst never ended. Now making one raises in the
+    handler: a transient failure like any other exception, recorded at once."""
+    if is_async:
+
+        async def handler(ctx) -> None:
+            raise make()
+    else:
+
+        def handler(ctx) -> None:
+            raise make()
+
+    task = ledger.task(handler, queue="w", name="odd", max_attempts=2, lease_seconds=3600)
+    job_id, _ = ledger.enqueue(task, {}, key="k", now=T0)
+    _burst_ends(ledger, T0)
+    row = ledger.job(job_id)
+    assert (row.state, row.attempts, row.last_error_class) == (JobState.PENDING, 1, error_class)
+    assert row.last_error.startswith(message)
+
+
+def test_a_retry_after_a_timedelta_or_a_header_s_seconds_waits_that_long(ledger):
+    def handler(ctx, after: str) -> None:
+        raise Retry("later", after=timedelta(minutes=5) if after == "timedelta" else after)
+
+    task = ledger.task(handler, queue="w", name="later", max_attempts=2, lease_seconds=3600)
+    first, _ = ledger.enqueue(task, {"after": "timedelta"}, key="a", now=T0)
+    second, _ = ledger.enqueue(task, {"after": "120"}, key="b", now=T0)
+    _burst_ends(ledger, T0)
+    assert ledger.job(first).run_at == T0 + timedelta(minutes=5)
+    assert ledger.job(second).run_at == T0 + timedelta(seconds=120)
+
+
+def test_a_bug_after_the_handler_lets_the_lease_expire_instead_of_holding_it(
+    ledger, monkeypatch, caplog
+):
+    """Whatever goes wrong between a handler's return and its outcome's hand-over, the worker
+    stops renewing the job's lease: it expires, and the rescuer hands the job out again with
+    the attempt charged, as after a crashed worker. Before, the worker kept the job leased for
+    as long as it ran (and a burst never ended)."""
+    from jobledger._runtime.runtime import Runtime
+
+    def handler(ctx) -> None:
+        raise RuntimeError("provider down")
+
+    def broken(self, hold, cause, duration):
+        raise KeyError("a bug of the runtime")
+
+    monkeypatch.setattr(Runtime, "fail", broken)
+    task = ledger.task(handler, queue="w", name="bug", max_attempts=3, lease_seconds=30)
+    job_id, _ = ledger.enqueue(task, {}, key="k", now=T0)
+    _burst_ends(ledger, T0)
+    assert "no outcome will be written; its lease is left to expire" in caplog.text
+    row = ledger.job(job_id)
+    assert (row.state, row.attempts) == (JobState.LEASED, 1)
+    assert row.lease_until == T0 + timedelta(seconds=30)
+    [rescued] = ledger.rescue(now=T0 + timedelta(seconds=31))
+    assert rescued.job_id == job_id
+    assert ledger.job(job_id).state is JobState.PENDING

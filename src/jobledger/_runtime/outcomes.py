@@ -61,7 +61,7 @@ def failure(
     if isinstance(cause, Decision):
         decision, trace = cause, None
     else:
-        decision = classify(cause, now)
+        decision = _classified(cause, now)
         trace = "".join(_traceback.format_exception(cause))[-MAX_TRACEBACK:]
     run_at = None
     if decision.retry:
@@ -77,6 +77,19 @@ def failure(
         pause_group_until=run_at if decision.pause_group and job.group is not None else None,
         timed_out=decision.timed_out,
     )
+
+
+def _classified(cause: BaseException, now: datetime) -> Decision:
+    """``classify(cause)``, or, when what the handler raised cannot be read as an outcome (an
+    outcome made around its own checks, an exception whose response cannot be read), a
+    transient failure that says so: the attempt's outcome is always written, never left to a
+    lease that its worker keeps renewing."""
+    try:
+        return classify(cause, now)
+    except Exception as exc:
+        log.warning("the outcome %r could not be read: %r; a transient failure", cause, exc)
+        name = type(cause).__qualname__
+        return Decision(True, None, name, f"{name} (its outcome could not be read: {exc!r})")
 
 
 def timed_out(seconds: float) -> Decision:

@@ -600,6 +600,7 @@ class Worker(Runtime):
                 self._execute(hold)
             except Exception:  # never lose a runner thread to a bug
                 log.exception("unexpected error running job %d", hold.job.id)
+                self._let_go(hold)
             finally:
                 abandoned = hold.orphaned  # set only with timed_out, under the hold's lock
                 # (An abandoned handler's slot was freed when it was abandoned.)
@@ -608,6 +609,23 @@ class Worker(Runtime):
                     self._wake_loop()
             if abandoned:
                 return
+
+    def _let_go(self, hold: LeaseHold) -> None:
+        """After a bug between a claim and the hand-over of its attempt's outcome: no outcome
+        will be written, so the lease is no longer renewed either (the worker would have held
+        the job for as long as it ran, and a burst never ended). It expires, and the rescuer
+        hands the job out again with the attempt charged, as after a crashed worker."""
+        if hold.ended or hold.finished:
+            return  # its outcome is with the completer, or written
+        log.error(
+            "job %d %s/%s attempt %d: no outcome will be written; its lease is left to expire",
+            hold.job.id,
+            hold.job.queue,
+            hold.job.key,
+            hold.job.attempt,
+            extra={"job_id": hold.job.id, "key": hold.job.key, "queue": hold.job.queue},
+        )
+        self.finished([hold])
 
     def _take_slot(self) -> None:
         """A runner thread's wait for one of ``concurrency`` slots (a worker with async tasks)."""
@@ -798,6 +816,7 @@ class Worker(Runtime):
                 await asyncio.get_running_loop().run_in_executor(None, store)
         except Exception:  # never lose a slot of the loop to a bug
             log.exception("unexpected error running job %d", hold.job.id)
+            self._let_go(hold)
         finally:
             self._returned(False, slot=True)
             # A runner thread waiting for a slot gets this one: without this, a steady stream
