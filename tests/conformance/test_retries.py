@@ -373,3 +373,37 @@ def test_a_bug_after_the_handler_lets_the_lease_expire_instead_of_holding_it(
     [rescued] = ledger.rescue(now=T0 + timedelta(seconds=31))
     assert rescued.job_id == job_id
     assert ledger.job(job_id).state is JobState.PENDING
+
+
+def test_an_outcome_the_storage_refuses_holds_back_no_other_and_is_given_up(
+    ledger, monkeypatch, caplog
+):
+    """A batch of outcomes that failed with an error that is no outage was written again,
+    whole, for as long as the worker ran: one outcome the storage refused held back every
+    other of its batch, and its job stayed leased. Now the batch is written item by item, and
+    an item refused alone three times is given up: its lease expires and the rescuer hands
+    the job out again, its attempt charged."""
+    from jobledger._runtime.completer import TRIES_ALONE
+    from jobledger._runtime.outcomes import Recorder
+
+    write = Recorder.write
+    tries = []
+
+    def refusing(self, batch):
+        if any(item.hold.job.key == "poison" for item in batch):
+            tries.append(len(batch))
+            raise ValueError("the storage refuses this outcome")
+        return write(self, batch)
+
+    monkeypatch.setattr(Recorder, "write", refusing)
+    task = ledger.task(lambda ctx: None, queue="w", name="ok", max_attempts=3, lease_seconds=30)
+    ids = {k: ledger.enqueue(task, {}, key=k, now=T0)[0] for k in ("a", "poison", "b")}
+    _burst_ends(ledger, T0, batch_size=10)
+    assert ledger.job(ids["a"]).state is ledger.job(ids["b"]).state is JobState.DONE
+    assert tries.count(1) == TRIES_ALONE  # written alone three times, then given up
+    assert "its outcome was refused 3 times; given up" in caplog.text
+    poison = ledger.job(ids["poison"])
+    assert (poison.state, poison.attempts) == (JobState.LEASED, 1)
+    [rescued] = ledger.rescue(now=T0 + timedelta(seconds=31))
+    assert rescued.job_id == ids["poison"]
+    assert ledger.job(ids["poison"]).state is JobState.PENDING

@@ -2,7 +2,9 @@
 
 Whatever finished while the previous batch was being written goes in the next one, so there is
 no added delay when idle and large batches under load. While the database is unavailable the
-batch is kept and written again, with backoff.
+batch is kept and written again, with backoff. A batch that fails with an error that is no
+outage (a value the storage refuses, a bug) is written again item by item, so that one outcome
+holds back no other; an item that fails alone ``TRIES_ALONE`` times is given up.
 """
 
 from __future__ import annotations
@@ -16,13 +18,20 @@ from collections.abc import Callable, Sequence
 from ..errors import BackendUnavailable
 from .outcomes import Finished
 
-__all__ = ["Completer"]
+__all__ = ["TRIES_ALONE", "Completer"]
 
 log = logging.getLogger("jobledger.worker")
 
+#: Failed writes of one outcome alone, each with an error that is no outage, after which the
+#: completer gives it up: its job's lease is left to expire, and the rescuer hands the job out
+#: again (as after a crashed worker), instead of the worker retrying the write, and holding
+#: the job, for as long as it runs.
+TRIES_ALONE = 3
+
 
 class Completer:
-    """Batches ``Finished`` items for ``write`` (the recorder's), then ``after(batch)``.
+    """Batches ``Finished`` items for ``write`` (the recorder's), then ``after(batch)``;
+    ``give_up(items)`` for items it will not write (``TRIES_ALONE``).
 
     Items come in through a ``SimpleQueue``: ``submit`` is its ``put``, one call in C per
     finished job, with no lock or condition taken in Python."""
@@ -31,10 +40,12 @@ class Completer:
         self,
         write: Callable[[Sequence[Finished]], None],
         after: Callable[[list[Finished]], None],
+        give_up: Callable[[list[Finished]], None] = lambda items: None,
         max_batch: int = 1000,
     ):
         self._write = write
         self._after = after
+        self._give_up = give_up
         self._max_batch = max_batch
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self.submit: Callable[[Finished], None] = self._queue.put
@@ -100,11 +111,50 @@ class Completer:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            except Exception:  # a bug: keep the runtime alive, say so loudly
+            except Exception:  # no outage: keep the runtime alive, say so loudly
                 log.exception("unexpected error writing %d outcomes", len(batch))
-                self._again[:0] = batch
-                time.sleep(1.0)
+                if len(batch) == 1:
+                    self._refused(batch[0])
+                else:
+                    self._one_by_one(batch)
+                if self._again:
+                    time.sleep(1.0)
                 continue
             finally:
                 self._busy = False
             self._after(batch)
+
+    def _one_by_one(self, batch: list[Finished]) -> None:
+        """Write each item of a batch that failed by itself: the others are written, the one
+        the storage refuses is counted (``_refused``). An outage stops it: what is left is
+        written again first, as after any outage. (Writing an item again is safe: the
+        recorder tells its own earlier writes from a stale token's.)"""
+        for n, item in enumerate(batch):
+            try:
+                self._write([item])
+            except BackendUnavailable:
+                self._again[:0] = batch[n:]
+                return
+            except Exception:
+                log.exception("unexpected error writing the outcome of job %d", item.hold.job.id)
+                self._refused(item)
+                continue
+            self._after([item])
+
+    def _refused(self, item: Finished) -> None:
+        """``item`` failed alone: written again later, or given up after ``TRIES_ALONE``."""
+        item.refusals += 1
+        if item.refusals < TRIES_ALONE:
+            self._again.append(item)
+            return
+        job = item.hold.job
+        log.error(
+            "job %d %s/%s attempt %d: its outcome was refused %d times; given up",
+            job.id,
+            job.queue,
+            job.key,
+            job.attempt,
+            item.refusals,
+            extra={"job_id": job.id, "key": job.key, "queue": job.queue},
+        )
+        self._give_up([item])

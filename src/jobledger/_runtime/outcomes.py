@@ -130,6 +130,9 @@ class Finished:
     outcome: str = field(default="", init=False)
     """What the recorder made of it: ``done``, ``retry``, ``dead``, ``timed_out``,
     ``released`` or ``lease_lost``."""
+    refusals: int = field(default=0, init=False)
+    """Writes of this item alone that failed with an error that is no outage (the
+    completer's count: past ``TRIES_ALONE`` it gives the item up)."""
 
     @property
     def job(self) -> ClaimedJob:

@@ -98,7 +98,7 @@ class Runtime:
         """When a graceful stop stops waiting for what runs (a ``time.monotonic()``)."""
         self._slot_free = threading.Event()
         self.recorder = Recorder(backend, name, self, self._now)
-        self._completer = Completer(self._write, self._written)
+        self._completer = Completer(self._write, self._written, self._gave_up)
         self._keeper = LeaseKeeper(
             self._held, self._renew, self.time_out, self._hard_stop, lease_seconds
         )
@@ -283,6 +283,12 @@ class Runtime:
             for item in batch:
                 if item.hold.span is not None:
                     self.tracer.ended(item)
+        self.finished([item.hold for item in batch])
+
+    def _gave_up(self, batch: list[Finished]) -> None:
+        """Outcomes the completer will not write (the storage refused each, alone, again and
+        again): their leases are no longer renewed, and expire; the rescuer hands the jobs out
+        again, each attempt charged, as after a crashed worker."""
         self.finished([item.hold for item in batch])
 
     def finished(self, holds: list[LeaseHold]) -> None:
