@@ -33,6 +33,8 @@ import math
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from ._retry_after import parse_retry_after
+
 __all__ = [
     "BackendUnavailable",
     "BrokerUnavailable",
@@ -229,8 +231,6 @@ def _retry_after(after: Any) -> float | datetime | None:
     if isinstance(after, timedelta):
         return after.total_seconds()
     if isinstance(after, str):
-        from .policy import parse_retry_after  # the policy module imports this one
-
         seconds = parse_retry_after(after)
         if seconds is None:
             raise ValueError(

@@ -11,7 +11,6 @@ The rules (SPEC §3):
 
 from __future__ import annotations
 
-import email.utils
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from ._retry_after import parse_retry_after
 from .errors import ConfigError, Permanent, Retry
 
 __all__ = [
@@ -90,28 +90,6 @@ class Decision:
     """True: pause the job's whole group for ``delay`` (``Retry(scope="group")``)."""
     timed_out: bool = False
     """True: the attempt ran past its timeout (its outcome is ``timed_out``)."""
-
-
-def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds to wait from an HTTP ``Retry-After`` value: delta-seconds or an HTTP-date.
-
-    Returns None when the value is missing or unreadable; never a negative number.
-    """
-    if value is None:
-        return None
-    value = value.strip()
-    if not value:
-        return None
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    now = now or datetime.now(UTC)
-    return max(0.0, (when - now).total_seconds())
 
 
 def _header(headers: Mapping[str, str] | Any, name: str) -> str | None:
