@@ -773,7 +773,6 @@ class Ledger:
         lookup_text(key, "a key", f"no job with key {key!r}")
         if queue is not None:
             lookup_text(queue, "a queue's name", f"no job with key {key!r}")
-        if queue is not None:
             try:
                 return self.backend.history.get_by_key(queue, key)
             except NotFound as exc:
