@@ -173,6 +173,22 @@ def test_bad_keys_are_refused(api, tasks, key):
         api.enqueue("work", {"n": 1}, key=key, now=T0)
 
 
+@pytest.mark.parametrize("text", ["\ud800", "k\udcff", "\udbffk"], ids=repr)
+@pytest.mark.parametrize("field", ["key", "group", "correlation_id"])
+def test_a_name_with_half_a_surrogate_pair_is_refused_and_writes_nothing(api, tasks, field, text):
+    """No text in UTF-8 holds half of a surrogate pair: both drivers raised their own
+    UnicodeEncodeError from inside the enqueue. Now a PayloadError that says so, in a single
+    enqueue and in a batch alike (a large one is streamed: the odd job is its 250th)."""
+    spec = {"key": "k1", field: text}
+    with pytest.raises(PayloadError, match="contains half of a surrogate pair"):
+        api.enqueue("work", {"n": 1}, now=T0, **spec)
+    batch = [{"payload": {"n": n}, "key": f"b{n}"} for n in range(400)]
+    batch[250] = {"payload": {"n": 250}, **spec}
+    with pytest.raises(PayloadError, match="contains half of a surrogate pair"):
+        api.enqueue_many("work", batch)
+    assert api.jobs() == []
+
+
 def test_a_key_of_exactly_512_characters_is_accepted_on_the_full_check_too(api, tasks):
     # The limit is inclusive. A key that is not printable (U+0085 is valid in a key) skips the
     # quick check and goes through the full one, which must draw the line at the same place.

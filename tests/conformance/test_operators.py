@@ -357,6 +357,19 @@ def test_operator_text_with_u0000_is_refused_alike_and_changes_nothing(api, task
     assert all(g.paused_until is None for g in api.groups("q", now=T0))
 
 
+def test_operator_text_with_half_a_surrogate_pair_is_refused_alike(api, tasks):
+    """Neither driver can encode it: each raised its own UnicodeEncodeError mid-call."""
+    dead = make_dead(api, 1)
+    for call in (
+        lambda: api.redrive(ids=[dead], actor="ana\ud800", reason="r"),
+        lambda: api.resolve(dead, actor="ana", note="n\udcff"),
+        lambda: JobFilter(queue="q\ud800"),
+    ):
+        with pytest.raises(ConfigError, match="may not contain half of a surrogate pair"):
+            call()
+    assert api.job(dead).state is JobState.DEAD and api.backend.history.events(dead) == []
+
+
 @pytest.mark.parametrize("field", ["queue", "task", "key_prefix", "group", "error_contains"])
 def test_a_filter_with_u0000_is_refused_alike(api, tasks, field):
     """A filter's text with U+0000 matched nothing on SQLite and was refused by PostgreSQL;
@@ -499,13 +512,15 @@ def test_a_lookup_by_a_name_that_is_no_text_is_refused_alike(ledger, tasks, look
     assert ledger.find("k1").state is JobState.PENDING
 
 
+@pytest.mark.parametrize("odd", ["k1\x00", "k1\ud800"], ids=["nul", "surrogate"])
 @pytest.mark.parametrize("lookup", LOOKUPS)
-def test_a_lookup_by_a_name_with_u0000_finds_nothing_alike(ledger, tasks, lookup):
-    """No record's name or id holds U+0000, and PostgreSQL could not even compare one: it
-    names nothing, on every backend, and nothing changes."""
+def test_a_lookup_by_a_name_with_u0000_finds_nothing_alike(ledger, tasks, lookup, odd):
+    """No record's name or id holds U+0000 or half of a surrogate pair, and PostgreSQL could
+    not even compare one (and neither driver encode the other): it names nothing, on every
+    backend, and nothing changes."""
     enqueue(ledger, 1)
     with pytest.raises(NotFound, match="^no "):
-        _lookups(ledger, "k1\x00")[lookup]()
+        _lookups(ledger, odd)[lookup]()
     assert ledger.find("k1").state is JobState.PENDING
 
 

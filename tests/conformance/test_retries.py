@@ -241,6 +241,31 @@ def test_an_exception_with_a_nul_in_its_message_is_recorded_with_it_visible(ledg
     assert (attempt.outcome, attempt.error_message) == (AttemptOutcome.RETRY, "bad\\x00byte")
 
 
+def test_an_error_with_half_a_surrogate_pair_or_a_long_class_is_recorded_as_it_can_be(ledger):
+    """Half of a surrogate pair in a handler's exception (bytes decoded with
+    ``surrogateescape``, a file name) or in the error class a ``Retry`` names: neither driver
+    could encode it, the outcome was never written, and the job stayed leased. It is kept
+    escaped now, as U+0000 is; an error class is cut at 255 characters, as a message is at
+    4,000 (one of 100,000 was stored whole)."""
+
+    def handler(ctx, how: str) -> None:
+        if how == "message":
+            raise OSError("no such file: \udcff.csv")
+        raise Retry("later", after=60, error_class="Quota\ud800" + "x" * 1000)
+
+    task = ledger.task(handler, queue="w", name="odd", max_attempts=2, lease_seconds=3600)
+    message, _ = ledger.enqueue(task, {"how": "message"}, key="m", now=T0)
+    named, _ = ledger.enqueue(task, {"how": "class"}, key="c", now=T0)
+    _burst_ends(ledger, T0)
+    row = ledger.job(message)
+    assert (row.state, row.attempts) == (JobState.PENDING, 1)
+    assert row.last_error == "no such file: \\udcff.csv" and "\\udcff" in row.last_traceback
+    row = ledger.job(named)
+    assert (row.state, row.run_at) == (JobState.PENDING, T0 + timedelta(seconds=60))
+    # Cut at 255 characters, then the half pair written as its six-character escape.
+    assert row.last_error_class == "Quota\\ud800" + "x" * 249
+
+
 @pytest.mark.parametrize(
     "after",
     [1e12, 1e300, datetime.max.replace(tzinfo=UTC)],

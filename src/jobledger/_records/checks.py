@@ -85,7 +85,10 @@ _C_ENCODE = (
     if json.encoder.c_make_encoder is not None  # type: ignore[attr-defined]
     else None
 )
-_CONTROL = re.compile("[\x00-\x1f\x7f]")
+# A control character, or half of a surrogate pair (which no text in UTF-8 holds, so neither
+# backend can store or even compare it): one search for both, on a name's hot path.
+_CONTROL = re.compile("[\x00-\x1f\x7f\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 # U+0000 in a JSON text: ``\u0000`` after an even number of backslashes (``\\u0000`` is
 # a backslash followed by the letters u0000, which may be stored).
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -192,14 +195,20 @@ def validate_correlation_id(value: Any) -> str:
 
 def validate_name(value: Any, what: str, longest: int, empty_hint: str = "") -> str:
     """A name (a key, a group) is a string of 1 to ``longest`` characters without control
-    characters; return it or raise ``PayloadError``."""
+    characters or halves of a surrogate pair; return it or raise ``PayloadError``."""
     if not isinstance(value, str):
         raise PayloadError(f"{what} must be a string, got {type(value).__name__}")
     if not value:
         raise PayloadError(f"{what} must not be empty{empty_hint}")
     if len(value) > longest:
         raise PayloadError(f"{what} is {len(value)} characters; the limit is {longest}")
-    if _CONTROL.search(value):
+    found = _CONTROL.search(value)
+    if found:
+        if "\ud800" <= found.group() <= "\udfff":
+            raise PayloadError(
+                f"{what} {value!r} contains half of a surrogate pair (not UTF-8: "
+                "no backend can store it)"
+            )
         raise PayloadError(f"{what} {value!r} contains a control character")
     return value
 
@@ -268,10 +277,17 @@ def time_after(start: datetime, seconds: float) -> datetime:
 
 
 def visible_nul(text: str) -> str:
-    """``text`` with each U+0000 written as the four characters ``\\x00``: for text the ledger
-    keeps but did not choose (an exception's message and traceback, an endpoint's answer), which
-    PostgreSQL cannot store with a NUL in it, and which must be the same on both backends."""
-    return text.replace("\x00", "\\x00")
+    """``text`` with each U+0000 written as the four characters ``\\x00``, and each half of a
+    surrogate pair as its escape (``\\ud800``): for text the ledger keeps but did not choose
+    (an exception's message and traceback, an endpoint's answer), which PostgreSQL cannot store
+    with a NUL in it, neither backend can encode with a lone surrogate in it, and which must be
+    the same on both backends."""
+    text = text.replace("\x00", "\\x00")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def operator_text(value: Any, what: str, optional: bool = False) -> Any:
@@ -287,6 +303,8 @@ def operator_text(value: Any, what: str, optional: bool = False) -> Any:
         raise ConfigError(f"{what} must be a text, got {value!r}")
     if "\x00" in value:
         raise ConfigError(f"{what} may not contain U+0000 (no backend can keep it)")
+    if not value.isascii() and _SURROGATE.search(value):
+        raise ConfigError(f"{what} may not contain half of a surrogate pair (not UTF-8)")
     return value
 
 
@@ -298,7 +316,7 @@ def lookup_text(value: Any, what: str, missing: str) -> str:
     compare it), so ``NotFound`` with the message ``missing``, on every backend alike."""
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a text, got {value!r}")
-    if "\x00" in value:
+    if "\x00" in value or (not value.isascii() and _SURROGATE.search(value)):
         raise NotFound(missing)
     return value
 

@@ -312,10 +312,11 @@ class Failure:
 
     def __post_init__(self) -> None:
         # A handler's exception or an endpoint's answer may hold U+0000, which PostgreSQL
-        # cannot store: the outcome was never written and the job stayed leased.
+        # cannot store, or half of a surrogate pair, which neither backend can encode: the
+        # outcome was never written and the job stayed leased.
         for name in ("error_class", "message", "traceback"):
             text = getattr(self, name)
-            if text is not None and "\x00" in text:
+            if text is not None and ("\x00" in text or not text.isascii()):
                 object.__setattr__(self, name, visible_nul(text))
 
 

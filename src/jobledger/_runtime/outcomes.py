@@ -36,6 +36,9 @@ log = logging.getLogger("jobledger.worker")
 _FAILURE_CAME_TO = {"retry": JobState.PENDING, "dead": JobState.DEAD, "done": JobState.DONE}
 
 MAX_MESSAGE = 4000
+#: An error's class as recorded (a class's name, ``HTTP 429``, or what a ``Retry`` or
+#: ``Permanent`` names): longer ones are cut here, as a message is at ``MAX_MESSAGE``.
+MAX_ERROR_CLASS = 255
 MAX_TRACEBACK = 16000
 
 
@@ -71,7 +74,7 @@ def failure(
         lease=lease,
         retry=decision.retry,
         run_at=run_at,
-        error_class=decision.error_class,
+        error_class=decision.error_class[:MAX_ERROR_CLASS],
         message=decision.message[:MAX_MESSAGE],
         traceback=trace,
         pause_group_until=run_at if decision.pause_group and job.group is not None else None,
