@@ -316,6 +316,8 @@ def test_cli_errors_are_one_line(cli, tmp_path, args, message):
         ("   ", ["admin"], "a key name is 1-200 characters"),
         ("x" * 201, ["admin"], "a key name is 1-200 characters"),
         ("line\nbreak", ["admin"], "control characters"),
+        # Each driver raised its own UnicodeEncodeError when the key was stored.
+        ("ops\ud800", ["admin"], "cannot contain half of a surrogate pair"),
         ("ops", [], "needs at least one scope"),
         ("ops", ["publish:bad name"], "queue name 'bad name' is invalid"),
         ("ops", ["admin", 42], "a scope must be a string, got 42"),

@@ -415,6 +415,9 @@ def test_a_name_that_does_not_resolve_is_a_connection_error():
         "https://999.1.1.1/",
         "x" * 2001,
         42,
+        # Half of a surrogate pair: stored, each driver raised its own UnicodeEncodeError.
+        "https://hooks.example/\ud800",
+        "https://hooks\udcff.example/",
     ],
 )
 def test_subscription_urls_are_checked(url):

@@ -29,6 +29,7 @@ __all__ = [
     "encode_result",
     "explicit_now",
     "finite_number",
+    "has_surrogate",
     "job_id_number",
     "keepable_time",
     "keepable_time_after",
@@ -290,6 +291,12 @@ def visible_nul(text: str) -> str:
     return text
 
 
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds half of a surrogate pair: no UTF-8 text does, so no backend can
+    store it or compare anything with it, and each driver raises its own error for it."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
+
+
 def operator_text(value: Any, what: str, optional: bool = False) -> Any:
     """``value`` if it is a text without U+0000 (or None, when ``optional``); else
     ``ConfigError`` naming ``what``. For what an operator writes into the ledger or selects it
@@ -303,7 +310,7 @@ def operator_text(value: Any, what: str, optional: bool = False) -> Any:
         raise ConfigError(f"{what} must be a text, got {value!r}")
     if "\x00" in value:
         raise ConfigError(f"{what} may not contain U+0000 (no backend can keep it)")
-    if not value.isascii() and _SURROGATE.search(value):
+    if has_surrogate(value):
         raise ConfigError(f"{what} may not contain half of a surrogate pair (not UTF-8)")
     return value
 
@@ -316,7 +323,7 @@ def lookup_text(value: Any, what: str, missing: str) -> str:
     compare it), so ``NotFound`` with the message ``missing``, on every backend alike."""
     if not isinstance(value, str):
         raise ConfigError(f"{what} must be a text, got {value!r}")
-    if "\x00" in value or (not value.isascii() and _SURROGATE.search(value)):
+    if "\x00" in value or has_surrogate(value):
         raise NotFound(missing)
     return value
 

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from .checks import has_surrogate
 
 __all__ = [
     "DEFAULT_CONCURRENCY",
@@ -151,6 +152,8 @@ def validate_url(url: Any) -> str:
         raise ConfigError(f"a subscription URL is 1-{MAX_URL_LENGTH} characters, got {url!r}")
     if any(ord(ch) <= 32 or ord(ch) == 127 for ch in url):
         raise ConfigError("a subscription URL cannot contain spaces or control characters")
+    if has_surrogate(url):
+        raise ConfigError("a subscription URL cannot contain half of a surrogate pair (not UTF-8)")
     try:
         parts = urlsplit(url)
         port = parts.port

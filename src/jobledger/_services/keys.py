@@ -7,7 +7,7 @@ import math
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from .._records.checks import lookup_text
+from .._records.checks import has_surrogate, lookup_text
 from .._records.keys import KEY_PREFIX, MAX_KEY_NAME, ApiKey, digest, parse_scopes
 from ..errors import ConfigError
 from .base import Service, on_backend
@@ -48,6 +48,8 @@ def create_api_key(
         raise ConfigError(f"a key name is 1-{MAX_KEY_NAME} characters, got {name!r}")
     if any(ord(ch) < 32 for ch in name):
         raise ConfigError("a key name cannot contain control characters")
+    if has_surrogate(name):
+        raise ConfigError("a key name cannot contain half of a surrogate pair (not UTF-8)")
     rate = _positive(rate_per_second, "rate", 0.001)
     burst_value = _positive(burst, "burst", 1.0)
     if burst_value is not None and rate is None:
