@@ -265,3 +265,14 @@ def test_a_usage_error_is_one_line_naming_the_help_to_read(cli, args, fragment, 
     run = cli(*args)
     assert_one_line_error(run, fragment)
     assert run.err.strip().endswith(f" Try '{path} --help' for help."), run.err
+
+
+def test_a_redrive_refuses_an_actor_no_backend_can_keep_even_when_nothing_matches(cli, db_url):
+    """With no dead job (or a dry run) the ledger was never asked, and such a redrive answered
+    "moved 0" where the same command with dead jobs was refused."""
+    cli("migrate", "--url", db_url)
+    for extra in ((), ("--dry-run",)):
+        run = cli(
+            "redrive", "--all", "--reason", "r", "--actor", "x\udcff", *extra, "--url", db_url
+        )
+        assert run.code == 2 and run.err.startswith("error: actor may not contain half of")

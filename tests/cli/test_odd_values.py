@@ -23,6 +23,7 @@ ODD = [
     "nan",
     "99999999999999999999999",
     "\x00",
+    "x\udcff",  # an argument that is not UTF-8, as Python reads it (surrogateescape)
     "a" * 5000,
     "99999999d",
     "0001-01-01T00:00:00+05:00",

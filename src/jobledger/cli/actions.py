@@ -112,8 +112,11 @@ def redrive(
             "name the jobs (keys or ids), give a filter (--queue, --task, --error, …), "
             "or pass --all to redrive every dead job"
         )
-    from .._records import JobState
+    from .._records import JobState, operator_text
 
+    # Checked here too: with nothing selected (or a dry run) the ledger is never asked, and a
+    # dry run should refuse what the real run will.
+    operator_text(actor, "actor"), operator_text(reason, "reason")
     ledger = open_ledger(url)
     queue = selection["queue"]
     ids = [JobRef(j.ref, j.job_id, j.key, queue).find(ledger).id for j in jobs]
