@@ -224,8 +224,10 @@ def _retry_after(after: Any) -> float | datetime | None:
     infinity the latest time the ledger keeps), or an aware datetime. Anything else raises
     here, in the handler, where it fails the attempt like any other exception of the
     handler, instead of later, where the attempt's outcome could not be written."""
-    if after is None or isinstance(after, datetime):
-        if after is not None and after.tzinfo is None:
+    if after is None:
+        return None
+    if isinstance(after, datetime):
+        if after.tzinfo is None:
             raise ValueError(f"Retry(after={after!r}): pass an aware datetime (with a time zone)")
         return after
     if isinstance(after, timedelta):

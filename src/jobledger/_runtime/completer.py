@@ -40,7 +40,7 @@ class Completer:
         self,
         write: Callable[[Sequence[Finished]], None],
         after: Callable[[list[Finished]], None],
-        give_up: Callable[[list[Finished]], None] = lambda items: None,
+        give_up: Callable[[list[Finished]], None],
         max_batch: int = 1000,
     ):
         self._write = write

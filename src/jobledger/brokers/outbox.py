@@ -128,8 +128,7 @@ class Outbox:
 
     def prune(self, older_than: timedelta, now: datetime | None = None) -> int:
         """Delete records published more than ``older_than`` ago; return how many."""
-        explicit_now(now)
-        clock = now or datetime.now(UTC)
+        clock = explicit_now(now) or datetime.now(UTC)
         total = 0
         while True:
             n = self.backend.outbox.prune(time_after(clock, -older_than.total_seconds()))

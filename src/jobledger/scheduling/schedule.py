@@ -698,7 +698,7 @@ class ScheduleBook:
         if not actor:
             raise ConfigError("resume needs an actor; it is recorded on the schedule")
         operator_text(actor, "actor"), operator_text(note, "note", optional=True)
-        row = self.row(name)  # compared in Python: a name with U+0000 is not found here
+        row = self.row(name)  # NotFound for a name no schedule can have (lookup_text)
         cursor, skipped = None, 0
         if skip_missed:
             clock = now or datetime.now(UTC)
