@@ -4,6 +4,7 @@ database holds back vacuum (issue 18).
     python -m bench.pressure                               # 60 s clean, 600 s held, 300 s recovery
     python -m bench.pressure --clean 60 --held 180 --recover 60 --baseline main
     python -m bench.pressure --quick                       # a few seconds a phase (the test suite)
+    python -m bench.pressure --groups 1000 --peers '' --baseline main   # jobs in 1,000 groups
 
 Each run: a fresh PostgreSQL database, the queue's workers, and a producer at ``--rate`` jobs/s
 for the whole run. After the clean phase one session holds the xmin horizon for the held phase,
@@ -19,6 +20,10 @@ enqueue→start p50/p95/p99, the claim's p50/p95 (the workers time their claim c
 tuples and the size of each of the queue's tables and indexes at the phase's end, and how long
 after the release the queue was back to the clean phase's figures. Writes
 ``bench/pressure.json``.
+
+``--groups N``: jobledger's producer spreads its jobs over N groups (fair turns, no limits), so
+that the workers claim them the grouped way; the peers have no groups and are left out
+(``--peers ''``), and a ``--baseline`` revision must know the option (its adapter takes it).
 """
 
 from __future__ import annotations
@@ -204,6 +209,7 @@ def run_pressure(
     sample: float,
     tail_timeout: float,
     vacuum: float = 0.0,
+    groups: int = 0,
 ) -> dict[str, Any]:
     """One queue through one scenario; the per-phase figures."""
     kind = system.info.get("kind", system.name.split("/")[0].split("@")[0])
@@ -225,7 +231,8 @@ def run_pressure(
             warm_up = min(WARM_UP, total / 3)
             producer = subprocess.Popen(
                 [system.python, "-m", system.module, "produce", "--dsn", dsn, "--rate", str(rate),
-                 "--seconds", str(total + warm_up), "--chunk", str(chunk)],
+                 "--seconds", str(total + warm_up), "--chunk", str(chunk)]
+                + (["--groups", str(groups)] if groups else []),
                 cwd=ROOT, env=_env(system), stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
             start = time.time() + warm_up
@@ -387,7 +394,8 @@ def render(report: dict[str, Any]) -> str:
         f"load average {', '.join(f'{x:.2f}' for x in report['loadavg_before'])} before, "
         f"{', '.join(f'{x:.2f}' for x in report['loadavg_after'])} after; PostgreSQL "
         f"{report['postgres']}, autovacuum {report['autovacuum']}"
-        + (f", VACUUM every {report['vacuum_every_s']:g} s" if report["vacuum_every_s"] else ""),
+        + (f", VACUUM every {report['vacuum_every_s']:g} s" if report["vacuum_every_s"] else "")
+        + (f"; jobs in {report['groups']:,} groups" if report.get("groups") else ""),
     ]
     for run in report["runs"]:
         lines.append("")
@@ -452,8 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--sample", type=float, default=2.0, help="seconds between size samples")
     p.add_argument("--quick", action="store_true", help="a few seconds a phase, 200 jobs/s")
+    p.add_argument(
+        "--groups", type=int, default=0, help="jobledger's jobs in this many groups (no peers)"
+    )
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "pressure.json")
     args = p.parse_args(argv)
+    if args.groups and args.peers:
+        print("error: --groups needs --peers '' (the peers have no groups)", file=sys.stderr)
+        return 2
     if args.quick:
         args.clean, args.held, args.recover, args.rate, args.sample = 3.0, 3.0, 3.0, 200.0, 0.5
     seconds = {"clean": args.clean, "held": args.held, "recover": args.recover}
@@ -495,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         "processes": args.processes,
         "loadavg_before": os.getloadavg(),
         "vacuum_every_s": args.vacuum or None,
+        "groups": args.groups or None,
         "postgres": server,
         "autovacuum": autovacuum,
         "runs": [],
@@ -511,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
                 run["result"] = run_pressure(
                     system, scenario, seconds, args.rate, args.chunk, args.processes,
                     args.sample, tail_timeout=max(60.0, args.held), vacuum=args.vacuum,
+                    groups=args.groups,
                 )  # fmt: skip
             except (BenchError, OSError, subprocess.SubprocessError, psycopg.Error) as exc:
                 run["error"] = str(exc)[-2000:]

@@ -36,6 +36,9 @@ def parser(name: str) -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=0.0, help="produce: jobs per second")
     p.add_argument("--seconds", type=float, default=0.0, help="produce: for how long")
     p.add_argument("--chunk", type=int, default=1, help="produce: jobs per enqueue call")
+    p.add_argument(
+        "--groups", type=int, default=0, help="produce: spread the jobs over this many groups"
+    )
     return p
 
 

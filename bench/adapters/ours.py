@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from jobledger import Ledger
 
@@ -97,14 +98,20 @@ def main() -> None:
         ledger = _ledger(args.dsn)
         ledger.migrate()  # opens the database before the clock starts
         sent = 0
+        groups = args.groups
+        task = "gnoop" if groups else "noop"
+
+        def payload(i: int, t: float) -> dict[str, Any]:
+            return {"n": i, "t": t, "g": f"g{i % groups}"} if groups else {"n": i, "t": t}
+
         for n in paced(args.rate, args.seconds, args.chunk):
             t = time.time()
             if args.chunk == 1:
-                ledger.enqueue("noop", {"n": sent, "t": t}, key=f"p{sent}")
+                ledger.enqueue(task, payload(sent, t), key=f"p{sent}")
             else:
                 ledger.enqueue_many(
-                    "noop",
-                    [{"payload": {"n": i, "t": t}, "key": f"p{i}"} for i in range(sent, sent + n)],
+                    task,
+                    [{"payload": payload(i, t), "key": f"p{i}"} for i in range(sent, sent + n)],
                 )
             sent += n
         emit({"enqueued": sent})

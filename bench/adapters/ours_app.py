@@ -1,4 +1,5 @@
-"""The application ``jobledger worker`` runs in the benchmark: one no-op task.
+"""The application ``jobledger worker`` runs in the benchmark: a no-op task (and its twins in a
+group and as a coroutine).
 
 Each worker process says it is ready, waits for the start barrier (a worker service, so the
 fetch loop starts with the barrier), and writes the enqueue→start latency of the jobs that
@@ -25,6 +26,13 @@ run = Run(os.environ.get("BENCH_RUNDIR", "."))
 @ledger.task(queue="bench", lease_seconds=60, max_attempts=3)
 def noop(ctx, n: int = 0, t: float | None = None) -> None:
     """Nothing, but note when it started."""
+    run.started(t)
+
+
+@ledger.task(queue="bench", lease_seconds=60, max_attempts=3, group=lambda p: p.get("g"))
+def gnoop(ctx, n: int = 0, t: float | None = None, g: str | None = None) -> None:
+    """``noop`` in a group: the producer of ``python -m bench.pressure --groups N`` spreads its
+    jobs over N groups (fair turns, no limits)."""
     run.started(t)
 
 
