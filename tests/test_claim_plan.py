@@ -101,7 +101,8 @@ def test_a_grouped_claim_probes_only_the_groups_it_keeps(pg):
             for mode in ("force_custom_plan", "force_generic_plan"):
                 conn.execute(f"SET plan_cache_mode = {mode}")
                 rows = conn.execute(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) " + turns, {"queue_0": "q", "now": None}
+                    "EXPLAIN (ANALYZE, FORMAT JSON) " + turns,
+                    {"queue_0": "q", "now": None, "turn_from_0": None},
                 ).fetchall()
                 conn.rollback()  # the claim's first statement locks the groups it keeps
                 probes = [
@@ -117,7 +118,8 @@ def test_a_grouped_claim_probes_only_the_groups_it_keeps(pg):
                     for node in plan_nodes(rows[0][0][0]["Plan"])
                     if node.get("Relation Name") == "jobledger_groups" and node["Actual Loops"]
                 ]
-                assert len(groups_read) == 2, (mode, groups_read)  # the walk, the locks
+                # The walk (its two ranges: groups never served, and the rest), the locks.
+                assert len(groups_read) == 3, (mode, groups_read)
 
 
 def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg, tmp_path):
@@ -143,7 +145,7 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
                     conn.execute(f"ANALYZE {schema}.jobledger_jobs")
                 for mode in ("force_custom_plan", "force_generic_plan"):
                     conn.execute(f"SET plan_cache_mode = {mode}")
-                    first = {"queue_0": "q", "now": None}
+                    first = {"queue_0": "q", "now": None, "turn_from_0": None}
                     plan = explain(conn, claim, params)
                     assert "jobledger_jobs_group_due" in plan, plan
                     assert "Seq Scan on jobledger_jobs" not in plan, plan
@@ -446,10 +448,11 @@ def test_the_grouped_claims_statements_are_prepared_again_as_the_claim_is(pg, mo
 
 
 @contextmanager
-def unanalyzed_groups(pg, groups: int) -> Iterator[tuple[Ledger, str]]:
+def unanalyzed_groups(pg, groups: int, served: bool = False) -> Iterator[tuple[Ledger, str]]:
     """A ledger whose queue "q" has ``groups`` groups of one due job each, and nothing has
     analyzed its tables (autovacuum off on them): the groups table filled from empty, by
-    trigger, as the enqueues fill it."""
+    trigger, as the enqueues fill it. ``served``: each group was served once, a second apart
+    (its turn set), as in a queue that has been running."""
     with ledger_with_jobs(pg, 0, group=lambda p: f"g{p['n']}") as (ledger, schema):
         ledger.migrate()
         with psycopg.connect(pg.url, autocommit=True) as conn:
@@ -459,6 +462,12 @@ def unanalyzed_groups(pg, groups: int) -> Iterator[tuple[Ledger, str]]:
                 )
         jobs = [{"payload": {"n": n}, "key": f"k{n}"} for n in range(groups)]
         ledger.enqueue_many("t", jobs)
+        if served:
+            with psycopg.connect(pg.url, autocommit=True) as conn:
+                conn.execute(
+                    f"UPDATE {schema}.jobledger_groups"
+                    " SET served_at = now() - substr(name, 2)::int * interval '1 second'"
+                )
         yield ledger, schema
 
 
@@ -470,14 +479,16 @@ def test_a_grouped_claim_walks_the_turns_in_order_before_the_groups_are_analyzed
     limits), the walk reads the turn index in order and stops at its limit."""
     from jobledger.backends.postgres import grouped
 
-    with unanalyzed_groups(pg, 5000) as (ledger, schema):
+    with unanalyzed_groups(pg, 5000, served=True) as (ledger, schema):
         db = ledger.backend.db
         turns = "EXPLAIN (ANALYZE, FORMAT JSON) " + db.statement("group_candidates_turns", 10)
 
         def groups_rows_read(setup) -> int:  # type: ignore[no-untyped-def]
             with db.transaction() as c:
                 setup(c)
-                [[[plan]]] = c.execute(turns, {"queue_0": "q", "now": None}).fetchall()
+                [[[plan]]] = c.execute(
+                    turns, {"queue_0": "q", "now": None, "turn_from_0": None}
+                ).fetchall()
                 raise psycopg.Rollback()  # the statement locks the groups it keeps
             return sum(
                 node["Actual Rows"] * node["Actual Loops"]
@@ -504,11 +515,11 @@ def test_the_one_statement_grouped_claim_walks_the_turns_in_order_before_the_gro
     under those settings (migration 017), and the statement reaches the groups' rows by their
     key, so a claim of 10 reads about as many groups' rows as it serves. Without the settings
     (reset on the walk's function in a transaction rolled back) the same claim reads them all."""
-    with unanalyzed_groups(pg, 5000) as (ledger, schema):
+    with unanalyzed_groups(pg, 5000, served=True) as (ledger, schema):
         db = ledger.backend.db
         claim = db.statement("group_claim_unlimited", 10)
         params = {"queue_0": "q", "now": None, "worker": "w", "lease_seconds": None}
-        params["claim"] = "0" * 32
+        params |= {"claim": "0" * 32, "turn_from_0": None}
 
         def groups_rows_read(settings: bool) -> int:
             # The rows the server counts as read (by any scan, in the functions too), before
@@ -520,12 +531,12 @@ def test_the_one_statement_grouped_claim_walks_the_turns_in_order_before_the_gro
             )
             with db.transaction() as c:
                 if not settings:
-                    walk = f"{schema}.jobledger_group_turns"
+                    walk = f"{schema}.jobledger_group_turns_from"
                     c.execute(f"ALTER FUNCTION {walk} RESET ALL")
                     c.execute(f"ALTER FUNCTION {walk} SET search_path = {schema}")
                 [(before,)] = c.execute(read, (schema,)).fetchall()
                 rows = c.execute(claim, params).fetchall()
-                assert len(rows) == 10 and not any(r[-3] for r in rows)  # none "limited"
+                assert len(rows) == 10 and not any(r[-5] for r in rows)  # none "limited"
                 [(after,)] = c.execute(read, (schema,)).fetchall()
                 raise psycopg.Rollback()  # leave the jobs and the groups as they were
             return int(after - before)

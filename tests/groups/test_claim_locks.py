@@ -25,7 +25,7 @@ def test_a_claim_over_500_groups_locks_their_rows_and_takes_no_lock_per_group(pg
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(GROUPS)])
         db = ledger.backend.db
         turns = db.statement("group_candidates_turns", GROUPS)
-        params = queue_params(["q"]) | {"now": None}
+        params = queue_params(["q"]) | {"now": None, "turn_from_0": None}
         with psycopg.connect(pg.url) as first, psycopg.connect(pg.url) as second:
             for conn in (first, second):
                 conn.execute(f"SET search_path = {schema}")
@@ -62,14 +62,19 @@ def test_a_pause_committed_while_a_one_statement_claim_runs_holds_from_its_lock(
         ledger = Ledger(url)
         ledger.task(lambda ctx, n: None, name="t", queue="q", group=lambda p: f"g{p['n']}")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(2)])
-        walk = f"{schema}.jobledger_group_turns"
+        walk = f"{schema}.jobledger_group_turns_from"
+        args = "p_queue, p_now, p_keep, p_scan, p_from"
         with psycopg.connect(pg.url, autocommit=True) as conn:
-            conn.execute(f"ALTER FUNCTION {walk}(text, timestamptz, int, int) RENAME TO walk_real")
             conn.execute(
-                f"CREATE FUNCTION {walk}(p_queue text, p_now timestamptz, p_keep int, p_scan int)"
+                f"ALTER FUNCTION {walk}(text, timestamptz, int, int, timestamptz)"
+                " RENAME TO walk_real"
+            )
+            conn.execute(
+                f"CREATE FUNCTION {walk}(p_queue text, p_now timestamptz, p_keep int,"
+                " p_scan int, p_from timestamptz)"
                 " RETURNS TABLE (queue text, name text, served_at timestamptz)"
                 " LANGUAGE plpgsql VOLATILE AS $$ BEGIN"
-                f" RETURN QUERY SELECT * FROM {schema}.walk_real(p_queue, p_now, p_keep, p_scan);"
+                f" RETURN QUERY SELECT * FROM {schema}.walk_real({args});"
                 f" PERFORM pg_advisory_xact_lock({gate}); END $$"
             )
         with psycopg.connect(pg.url, autocommit=True) as holder:

@@ -441,6 +441,48 @@ BEGIN
 END
 $$;
 
+-- The same walk from a position (019): p_from is the least turn it reads (NULL: from the
+-- start); groups never served come first either way.
+CREATE FUNCTION jobledger_group_turns_from(
+    p_queue text, p_now timestamptz, p_keep int, p_scan int, p_from timestamptz
+)
+RETURNS TABLE (queue text, name text, served_at timestamptz)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+BEGIN
+    RETURN QUERY
+    SELECT w.queue, w.name, w.served_at
+    FROM (
+        -- Two ranges of the turn index, merged in its order (never served, then from p_from
+        -- on): the walk stops as soon as it has kept p_keep, whatever p_scan allows.
+        SELECT * FROM (
+            SELECT g.queue, g.name, g.served_at, g.paused_until
+            FROM jobledger_groups AS g WHERE g.queue = p_queue AND g.served_at IS NULL
+            ORDER BY g.served_at NULLS FIRST, g.name
+            LIMIT p_scan
+        ) AS fresh
+        UNION ALL
+        SELECT * FROM (
+            SELECT g.queue, g.name, g.served_at, g.paused_until
+            FROM jobledger_groups AS g
+            WHERE g.queue = p_queue AND g.served_at >= COALESCE(p_from, '-infinity')
+            ORDER BY g.served_at NULLS FIRST, g.name
+            LIMIT p_scan
+        ) AS served
+        ORDER BY served_at NULLS FIRST, name
+        LIMIT p_scan
+    ) AS w
+    WHERE (SELECT j.run_at <= p_now FROM jobledger_jobs AS j
+           WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
+             AND j.group_name = w.name
+           ORDER BY j.run_at LIMIT 1)
+      AND (w.paused_until IS NULL OR w.paused_until <= p_now)
+    ORDER BY w.served_at NULLS FIRST, w.name
+    LIMIT p_keep;
+END
+$$;
+
 -- Whether a queue has more than n groups' rows (read through an index, n + 1 at most).
 CREATE FUNCTION jobledger_group_rows_over(p_queue text, p_n int) RETURNS boolean
 LANGUAGE plpgsql STABLE

@@ -34,6 +34,8 @@ that become due ahead of the position wait for the next scan from the start (at 
 
 A burst worker (``--burst``: drain what is due, then return) ends only after a claim from the
 start found nothing (``Jobs.rewind``).
+
+The grouped claim's walk of the turns has the same trouble and the same remedy: ``TurnCursor``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from typing import Any
 from ..._records import NewJob
 from .database import position_params
 
-__all__ = ["ClaimCursor"]
+__all__ = ["ClaimCursor", "ScanSchedule", "TurnCursor"]
 
 #: A scan from the start is due again after this many times what the last one took.
 SPREAD = 20.0
@@ -81,35 +83,22 @@ def _ahead(priority: int, run_at: datetime, job_id: int, position: Position) -> 
     )
 
 
-class ClaimCursor:
-    """The last position claimed in each queue by this process, and when the next scan from
-    the start is due. Safe to share between threads: a position that goes backwards or a lost
-    update only costs a scan from the start, never a job."""
+class ScanSchedule:
+    """When this process's next scan from the start is due, for claims that otherwise start
+    from positions (``ClaimCursor``, ``TurnCursor``). Safe to share between threads: a lost
+    update only moves a scan from the start, never skips one for longer than ``LONGEST``."""
 
     def __init__(self, clock: Any = time.monotonic):
         self._clock = clock
-        self._at: dict[str, Position] = {}
         self._from_start_at = 0.0
         self._from_start_cost = 0.0
         self._after_cost = 0.0
         self.last_from_start = True
         """Whether the last claim scanned from the start (False: from the positions only)."""
         self._lock = threading.Lock()
-        self._later: dict[str, list[_Later]] = {}
-        """Each queue's jobs of this process due later (a heap, the earliest first)."""
 
-    def after(self, queues: Sequence[str], now: datetime | None = None) -> dict[str, Any] | None:
-        """The positions' parameters of ``job_claim_after`` for a claim of ``queues`` at
-        ``now`` (None: the clock's time; with the queues' own, ``queue_params``), or None when
-        this claim scans from the start: one is due, no queue has a position yet, or a job of
-        this process became due ahead of a position."""
-        became_due = self._later and self._became_due_ahead(queues, now)
-        if became_due or self._clock() >= self._from_start_at:
-            return None
-        at = self._at
-        if not any(q in at for q in queues):
-            return None
-        return position_params([at.get(q, (_BEFORE_ALL, _EPOCH, 0)) for q in queues])
+    def _from_start_due(self) -> bool:
+        return bool(self._clock() >= self._from_start_at)
 
     def scanned_from_start(self, seconds: float, claimed: int) -> None:
         """A claim scanned from the start in ``seconds`` and took ``claimed`` jobs: the next
@@ -124,14 +113,47 @@ class ClaimCursor:
         self.last_from_start = False
 
     def found_nothing(self) -> bool:
-        """A claim from the positions found nothing: True when it should look from the start
-        at once, because that is cheap — under ``CHEAP`` per job it claimed, or under
-        ``WORSE`` times what the claim from the positions cost (a loaded machine slows both;
-        dead index entries only the scan from the start). A worker with nothing to do then
-        finds at once what another process placed ahead of it, as a claim without a position
-        would."""
+        """A claim from the positions found nothing (or too little): True when it should look
+        from the start at once, because that is cheap — under ``CHEAP`` per job it claimed, or
+        under ``WORSE`` times what the claim from the positions cost (a loaded machine slows
+        both; dead index entries only the scan from the start). A worker with nothing to do
+        then finds at once what another process placed ahead of it, as a claim without a
+        position would."""
         cost = self._from_start_cost
         return cost < CHEAP or cost < WORSE * self._after_cost
+
+    def rewind(self) -> None:
+        """Scan from the start at the next claim (something may be ahead of a position)."""
+        self._from_start_at = 0.0
+
+
+class ClaimCursor(ScanSchedule):
+    """The last position claimed in each queue by this process, and when the next scan from
+    the start is due. Safe to share between threads: a position that goes backwards or a lost
+    update only costs a scan from the start, never a job.
+
+    ``grouped``: the grouped claims' ``TurnCursor``, rewound whenever this process makes a job
+    with a group pending (its group may be one their walks no longer look at)."""
+
+    def __init__(self, clock: Any = time.monotonic, grouped: ScanSchedule | None = None):
+        super().__init__(clock)
+        self._grouped = grouped
+        self._at: dict[str, Position] = {}
+        self._later: dict[str, list[_Later]] = {}
+        """Each queue's jobs of this process due later (a heap, the earliest first)."""
+
+    def after(self, queues: Sequence[str], now: datetime | None = None) -> dict[str, Any] | None:
+        """The positions' parameters of ``job_claim_after`` for a claim of ``queues`` at
+        ``now`` (None: the clock's time; with the queues' own, ``queue_params``), or None when
+        this claim scans from the start: one is due, no queue has a position yet, or a job of
+        this process became due ahead of a position."""
+        became_due = self._later and self._became_due_ahead(queues, now)
+        if became_due or self._from_start_due():
+            return None
+        at = self._at
+        if not any(q in at for q in queues):
+            return None
+        return position_params([at.get(q, (_BEFORE_ALL, _EPOCH, 0)) for q in queues])
 
     def advance(self, claimed: Iterable[tuple[str, int, datetime, int]]) -> None:
         """Move each queue's position to the last job claimed in it: ``claimed`` holds each
@@ -159,10 +181,6 @@ class ClaimCursor:
         with self._lock:
             self._at = {**self._at, **last}
 
-    def rewind(self) -> None:
-        """Scan from the start at the next claim (something may be ahead of a position)."""
-        self._from_start_at = 0.0
-
     def returned(
         self,
         jobs: Iterable[tuple[str, int, datetime, int, str | None]],
@@ -174,13 +192,14 @@ class ClaimCursor:
         the same one at or before the position, whatever its run time. One due later is kept
         too, for the claim whose ``now`` reaches its run time to compare with the position
         then (``after``): the position may have dropped below its priority by then. A grouped
-        job is claimed another way (``grouped.py``)."""
+        job is claimed another way (``grouped.py``): it rewinds the grouped claims' walk."""
         at = self._at
         moment = now if now is not None else datetime.now(UTC)
-        rewind = False
+        rewind = grouped = False
         later: list[tuple[str, _Later]] = []
         for queue, priority, run_at, job_id, group in jobs:
             if group is not None:
+                grouped = True
                 continue
             if run_at > moment:
                 later.append((queue, (run_at, priority, job_id)))
@@ -189,6 +208,8 @@ class ClaimCursor:
                 rewind = position is not None and _ahead(priority, run_at, job_id, position)
         if rewind:
             self.rewind()
+        if grouped and self._grouped is not None:
+            self._grouped.rewind()
         if later:
             self._keep(later)
 
@@ -200,6 +221,8 @@ class ClaimCursor:
         at = self._at
         jobs = jobs if isinstance(jobs, list) else list(jobs)
         if not at and all(j.run_at is None for j in jobs):
+            if self._grouped is not None and any(j.group is not None for j in jobs):
+                self._grouped.rewind()
             return
         now = now if now is not None else datetime.now(UTC)
         self.returned(
@@ -237,3 +260,52 @@ class ClaimCursor:
                 if not heap:
                     del self._later[queue]
         return ahead
+
+
+class TurnCursor(ScanSchedule):
+    """Where the front of each queue's turns was when this process's grouped claims last walked
+    them, and when their next walk from the start is due (``grouped.py``).
+
+    A grouped claim walks a queue's groups in the order of their turns (never served first,
+    then least recently served) and writes the turn of each group it serves: the group's old
+    entry in ``jobledger_groups_turn`` stays, dead, until vacuum removes it, ahead of every live
+    one. Under a held xmin a walk from the start visits all of them. So a walk starts at the
+    least turn among the groups the last walk kept (``jobledger_group_turns_from``): the entries
+    before it are the dead ones and the rows of groups that had no due job then (or were
+    paused, or held by another claim). Those are seen again by a walk from the start, due as
+    ``ClaimCursor``'s scans from the start are; a walk from the position that falls short
+    looks from the start at once while that is cheap, and every job with a group that this
+    process makes pending (an enqueue, a retry, a release, a rescue) sends the next walk there
+    (``ClaimCursor(grouped=…)``): a group that woke up in this process is served first, as
+    least recently served. One woken by another process waits for the next walk from the
+    start: on a healthy database, within tens of milliseconds; under a held xmin, at most
+    ``LONGEST`` seconds. Groups never served are walked first either way."""
+
+    def __init__(self, clock: Any = time.monotonic):
+        super().__init__(clock)
+        self._at: dict[str, datetime] = {}
+
+    def walk_from(self, queues: Sequence[str]) -> list[datetime | None] | None:
+        """The least turn each queue's walk reads (None for a queue without a position), or
+        None when this walk starts from the start: one is due, or no queue has a position."""
+        if self._from_start_due():
+            return None
+        at = self._at
+        if not any(q in at for q in queues):
+            return None
+        return [at.get(q) for q in queues]
+
+    def advance(
+        self, fronts: Iterable[tuple[str, datetime]], queues: Sequence[str], now: datetime | None
+    ) -> None:
+        """A walk of ``queues`` kept groups whose least turn in each queue is in ``fronts``
+        (queue, turn): the front of that queue now. The claim wrote its groups' turns at
+        ``now`` (None: the database's clock, later than any turn it read): a position past an
+        explicit ``now`` moves back to it, so that the next walk from the position sees them."""
+        with self._lock:
+            at = {**self._at, **dict(fronts)}
+            if now is not None:
+                for queue in queues:
+                    if queue in at and at[queue] > now:
+                        at[queue] = now
+            self._at = at

@@ -56,6 +56,7 @@ _TABLES = (
     + ("subscriptions",)
     + ("groups", "group_limits")
     + ("group_turns", "group_rows_over")  # functions (migration 017)
+    + ("group_turns_from",)  # a function (migration 019)
 )
 
 
@@ -91,8 +92,9 @@ def _fill(text: str, tables: dict[str, str], finish_channel: str, waiters_lock: 
 
 
 #: A claim's queues as rows of scalar parameters, ``queue_0``, ``queue_1``…: one row of
-#: ``{queue_rows}``, and of ``{position_rows}`` (each queue with its position: see
-#: ``job_claim_after`` and cursor.py), as (parameter, type).
+#: ``{queue_rows}``, of ``{position_rows}`` (each queue with its position: see
+#: ``job_claim_after`` and cursor.py), and of ``{turn_rows}`` (each queue with the least turn
+#: its walk reads: see ``jobledger_group_turns_from`` and grouped.py), as (parameter, type).
 _QUEUE_ROW = (("queue", "text"),)
 _POSITION_ROW = (
     *_QUEUE_ROW,
@@ -100,6 +102,7 @@ _POSITION_ROW = (
     ("after_run_at", "timestamptz"),
     ("after_id", "bigint"),
 )
+_TURN_ROW = (*_QUEUE_ROW, ("turn_from", "timestamptz"))
 
 
 def _values(rows: int, row: tuple[tuple[str, str], ...]) -> str:
@@ -113,6 +116,13 @@ def queue_params(queues: Sequence[str]) -> dict[str, str]:
     """The parameters of a claim's ``{queue_rows}`` (``statement(…, queues=len(queues))``)."""
     (name, _), *_ = _QUEUE_ROW
     return {f"{name}_{i}": queue for i, queue in enumerate(queues)}
+
+
+def turn_params(turns: Sequence[datetime | None]) -> dict[str, Any]:
+    """The rest of ``{turn_rows}``, beside ``queue_params``: the least turn each queue's walk
+    reads (None: from the start), in the order of its queues."""
+    (name, _), *_ = _TURN_ROW[len(_QUEUE_ROW) :]
+    return {f"{name}_{i}": turn for i, turn in enumerate(turns)}
 
 
 def position_params(positions: Sequence[tuple[int, datetime, int]]) -> dict[str, Any]:
@@ -462,15 +472,16 @@ class PostgresDatabase:
             return self.execute(c, name, params, **fill).rowcount
 
     def statement(self, name: str, limit: int, queues: int = 1) -> str:
-        """A named query with ``{limit}`` written in as a literal, and its ``{queue_rows}`` or
-        ``{position_rows}`` as a VALUES list of ``queues`` rows (see ``queue_params``); cached
-        per value."""
+        """A named query with ``{limit}`` written in as a literal, and its ``{queue_rows}``,
+        ``{position_rows}`` or ``{turn_rows}`` as a VALUES list of ``queues`` rows (see
+        ``queue_params``); cached per value."""
         key = (name, limit, queues)
         text = self._statements.get(key)
         if text is None:
             text = self.sql[name].replace("{limit}", str(int(limit)))
             text = text.replace("{queue_rows}", _values(queues, _QUEUE_ROW))
             text = text.replace("{position_rows}", _values(queues, _POSITION_ROW))
+            text = text.replace("{turn_rows}", _values(queues, _TURN_ROW))
             self._statements[key] = text
         return text
 

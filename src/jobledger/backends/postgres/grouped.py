@@ -39,7 +39,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ..._records import claim_share
-from .database import PostgresDatabase, queue_params
+from .cursor import TurnCursor
+from .database import PostgresDatabase, queue_params, turn_params
 from .newjob import text_array
 from .prepared import run_simple
 
@@ -77,6 +78,8 @@ class GroupedClaim:
         self._seen: dict[tuple[str, ...], tuple[float, bool]] = {}
         self._seen_lock = threading.Lock()
         self._limited_at: dict[tuple[str, ...], float] = {}
+        #: Where each queue's walk of the turns starts (cursor.py).
+        self.turns = TurnCursor()
 
     def waiting(self, queues: Sequence[str]) -> bool:
         """Whether any of these queues has pending jobs with a group, as last seen at most
@@ -103,7 +106,8 @@ class GroupedClaim:
         """Up to ``limit`` due jobs with a group, round the groups (see ``Jobs.claim``), their
         tokens drawn from ``claim`` (``lease_set``). Queues without group limits are claimed in
         one statement (``group_claim_unlimited``); queues with limits, and a claim whose walk of
-        the turns stopped short, in two (``_claim_locked``)."""
+        the turns stopped short, in two (``_claim_locked``). Each walk starts where ``turns``
+        says (``TurnCursor``)."""
         params = queue_params(queues) | {
             "now": now,
             "worker": worker,
@@ -111,27 +115,50 @@ class GroupedClaim:
             "claim": claim,
         }
         taken: list[Any] = []
-        for _ in range(2):  # a second round takes what the shares left, as group_claim's does
+        # A second round takes what the shares left, as group_claim's does; a round that walked
+        # from the positions and fell short may be followed by one from the start.
+        for _ in range(3):
             if self._limited(queues):
                 break
             asked = limit - len(taken)
             statement = self._db.prepared("group_claim_unlimited", asked, len(queues))
-            rows = self._db.quick_prepared(statement, params)
-            limited, more, share = rows[0][-3:]
+            walk_from = self.turns.walk_from(queues)
+            started = time.perf_counter()
+            rows = self._db.quick_prepared(statement, params | _turn_params(queues, walk_from))
+            limited, more, share, front_queues, front_turns = rows[0][-5:]
             if limited:
                 with self._seen_lock:
                     self._limited_at[tuple(queues)] = time.monotonic()
                 break
-            got = [r[:-3] for r in rows if r[0] is not None]
+            got = [r[:-5] for r in rows if r[0] is not None]
+            self._walked(walk_from, time.perf_counter() - started, len(got))
+            self.turns.advance(zip(front_queues or (), front_turns or (), strict=True), queues, now)
             taken += got
             if more and len(taken) < limit:
                 break  # the walk stopped short: the two-statement claim finds every group
-            if len(taken) == limit or not _had_whole_share(got, share, asked):
+            if len(taken) == limit:
                 return taken
-            # The second round walks the turns again: the groups just served are now last.
+            if walk_from is not None and self.turns.found_nothing():
+                self.turns.rewind()  # fell short from the positions: from the start, now
+                continue
+            if not _had_whole_share(got, share, asked):
+                return taken
+            # The next round walks the turns again: the groups just served are now last.
         else:
             return taken
-        return taken + self._claim_locked(queues, limit - len(taken), params)
+        return taken + self._claim_locked(queues, limit - len(taken), params, now)
+
+    def rewind(self) -> bool:
+        """The next walk starts from the start; whether the last one did not."""
+        looked_elsewhere = not self.turns.last_from_start
+        self.turns.rewind()
+        return looked_elsewhere
+
+    def _walked(self, walk_from: list[datetime | None] | None, seconds: float, got: int) -> None:
+        if walk_from is None:
+            self.turns.scanned_from_start(seconds, got)
+        else:
+            self.turns.claimed_after(seconds)
 
     def _limited(self, queues: Sequence[str]) -> bool:
         """Whether a queue of these had group limits at most ``GROUPS_RECHECK_SECONDS`` ago
@@ -139,21 +166,36 @@ class GroupedClaim:
         seen = self._limited_at.get(tuple(queues))
         return seen is not None and time.monotonic() - seen < GROUPS_RECHECK_SECONDS
 
-    def _claim_locked(self, queues: Sequence[str], limit: int, params: dict[str, Any]) -> list[Any]:
+    def _claim_locked(
+        self, queues: Sequence[str], limit: int, params: dict[str, Any], now: datetime | None
+    ) -> list[Any]:
         """The grouped claim in two statements, each group's slots and tokens counted in a
         snapshot taken after its lock (``params``: the claim's, as ``claim`` makes them)."""
         prepared = self._db.prepared
         with self._db.transaction() as c:
             walk_in_order(c)
-            rows = prepared("group_candidates_turns", limit, len(queues)).typed_rows(c, params)
+            turns = prepared("group_candidates_turns", limit, len(queues))
+            walk_from = self.turns.walk_from(queues)
+            started = time.perf_counter()
+            rows = turns.typed_rows(c, params | _turn_params(queues, walk_from))
             found = [r[:3] for r in rows if r[1] is not None]
             more, kept = rows[0][3:5]
+            self._walked(walk_from, time.perf_counter() - started, len(found))
+            if walk_from is not None and kept < limit and self.turns.found_nothing():
+                # Fell short from the positions: from the start, now (the rows this walk
+                # locked stay locked by this transaction, and are found again).
+                started = time.perf_counter()
+                rows = turns.typed_rows(c, params | _turn_params(queues, None))
+                found = [r[:3] for r in rows if r[1] is not None]
+                more, kept = rows[0][3:5]
+                self._walked(None, time.perf_counter() - started, len(found))
             if more and kept < limit:
                 # The walk of the groups' rows stopped short (many rows of groups without
                 # jobs come first): find every group with due jobs, as the index has them.
                 found = prepared("group_candidates", limit, len(queues)).typed_rows(c, params)
             if not found:
                 return []
+            self.turns.advance(_fronts(found), queues, now)
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
             groups = params | {
                 "queues": text_array([r[0] for r in found]),
@@ -169,6 +211,20 @@ class GroupedClaim:
                 # have taken it (the groups' leases and buckets now count this claim's).
                 rows += prepared("group_claim", rest).typed_rows(c, groups | {"share": rest})
             return rows
+
+
+def _turn_params(queues: Sequence[str], walk_from: list[datetime | None] | None) -> dict[str, Any]:
+    """The ``{turn_rows}`` of a walk of ``queues`` from ``walk_from`` (None: from the start)."""
+    return turn_params(walk_from if walk_from is not None else [None] * len(queues))
+
+
+def _fronts(found: Sequence[Sequence[Any]]) -> list[tuple[str, datetime]]:
+    """Each queue's least turn among the groups a walk kept, as (queue, name, turn) rows."""
+    fronts: dict[str, datetime] = {}
+    for queue, _, turn in found:
+        if turn is not None and (queue not in fronts or turn < fronts[queue]):
+            fronts[queue] = turn
+    return list(fronts.items())
 
 
 def _had_whole_share(rows: Sequence[Any], share: int | None, asked: int) -> bool:

@@ -101,7 +101,7 @@ class PostgresJobs(Jobs):
         self._history = history
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
-        self._cursor = ClaimCursor()
+        self._cursor = ClaimCursor(grouped=self._grouped.turns)
         self._unanswered: deque[tuple[str, str, list[int]]] = deque()
         """Claims that may have committed without their answer reaching this process: the
         claim's token source, the worker, the ids it did get (see ``_give_back_unanswered``)."""
@@ -112,12 +112,13 @@ class PostgresJobs(Jobs):
         )
 
     def rewind(self) -> bool:
-        """The next claim scans from the start: jobs were made pending again elsewhere in this
-        process (an operator's repair), perhaps ahead of the claims' positions, or a burst
-        worker is about to decide that nothing is due."""
+        """The next claim scans from the start (and walks the groups' turns from the start):
+        jobs were made pending again elsewhere in this process (an operator's repair), perhaps
+        ahead of the claims' positions, or a burst worker is about to decide that nothing is
+        due."""
         looked_elsewhere = not self._cursor.last_from_start
         self._cursor.rewind()
-        return looked_elsewhere
+        return self._grouped.rewind() or looked_elsewhere
 
     def _insert(
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict

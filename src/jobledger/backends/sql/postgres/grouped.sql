@@ -14,14 +14,15 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- turns (every group with pending jobs has one: migration 012), each kept if it has a due job,
 -- is not paused, is under its leased limit and has a token (as of this statement's snapshot),
 -- until {limit} are kept; the rows of those that no other claim holds are locked for this
--- transaction (group_lock). Each queue's walk stops after 4 * {limit} + 64 rows (rows of
+-- transaction (group_lock). Each queue's walk starts at its "turn_from" (NULL: at the
+-- start; grouped.py) and stops after 4 * {limit} + 64 rows (rows of
 -- groups without jobs, kept for a day, come first in the order): "more" says some queue has
 -- more rows than that, and then a claim that kept fewer than {limit} asks group_candidates,
 -- which finds every group. A row per group locked ("kept" says how many were kept, locked
 -- or not); the one row with a NULL name stands for "none locked".
 WITH viable AS MATERIALIZED (
     SELECT v.queue, v.name, v.served_at
-    FROM {queue_rows} AS q(name)
+    FROM {turn_rows} AS q(name, turn_from)
     -- The queue's limits are joined here, outside the walk: joined to each group's row, they
     -- made the walk's order unknown to the planner, which then probed every row of the walk
     -- and sorted them, instead of stopping once {limit} groups are kept.
@@ -29,9 +30,24 @@ WITH viable AS MATERIALIZED (
     CROSS JOIN LATERAL (
         SELECT w.queue, w.name, w.served_at
         FROM (
-            SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
-            FROM {groups} AS g WHERE g.queue = q.name
-            ORDER BY g.served_at NULLS FIRST, g.name
+            -- As jobledger_group_turns_from (migration 019) walks: the groups never served,
+            -- then those served from the queue's "turn_from" on (NULL: from the start),
+            -- merged in the turn index's order.
+            SELECT * FROM (
+                SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
+                FROM {groups} AS g WHERE g.queue = q.name AND g.served_at IS NULL
+                ORDER BY g.served_at NULLS FIRST, g.name
+                LIMIT 4 * {limit} + 64
+            ) AS fresh
+            UNION ALL
+            SELECT * FROM (
+                SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
+                FROM {groups} AS g
+                WHERE g.queue = q.name AND g.served_at >= COALESCE(q.turn_from, '-infinity')
+                ORDER BY g.served_at NULLS FIRST, g.name
+                LIMIT 4 * {limit} + 64
+            ) AS served
+            ORDER BY served_at NULLS FIRST, name
             LIMIT 4 * {limit} + 64
         ) AS w
         -- The group's next run time, one probe of its index (as in group_candidates' walk);
@@ -202,14 +218,16 @@ WITH current AS (
 -- name: group_claim_unlimited
 -- A grouped claim in one statement, its own transaction, for queues without group limits
 -- (neither a leased limit nor a rate): with nothing to count under the groups' locks it needs
--- no snapshot taken after them. It walks each queue's turns ({group_turns}, migration 017:
--- planned on the turn index whether or not the groups table was analyzed) and locks the first
--- {limit} groups that no other claim holds, their pause checked again on each row as locked;
--- then, as group_claim, leases up to each one's share of the batch, one job per group per
--- round, and writes the served groups' turns. Every row ends with "limited" (a queue of the
--- claim has limits: nothing was claimed, the claim goes the two-statement way), "more" (as in
--- group_candidates_turns) and "share"; a claim that leased nothing returns one row whose job
--- columns are NULL.
+-- no snapshot taken after them. It walks each queue's turns from its "turn_from"
+-- ({group_turns_from}, migrations 017 and 019: planned on the turn index whether or not the
+-- groups table was analyzed) and locks the first {limit} groups that no other claim holds,
+-- their pause checked again on each row as locked; then, as group_claim, leases up to each
+-- one's share of the batch, one job per group per round, and writes the served groups' turns.
+-- Every row ends with "limited" (a queue of the claim has limits: nothing was claimed, the
+-- claim goes the two-statement way), "more" (as in group_candidates_turns), "share", and each
+-- queue's least turn among the groups kept ("front_queues", "front_turns": where the next
+-- walk may start, grouped.py); a claim that leased nothing returns one row whose job columns
+-- are NULL.
 WITH limited AS MATERIALIZED (
     SELECT EXISTS (
         SELECT 1 FROM {queue_rows} AS q(name)
@@ -218,8 +236,9 @@ WITH limited AS MATERIALIZED (
     ) AS limited
 ), viable AS MATERIALIZED (
     SELECT v.queue, v.name, v.served_at
-    FROM {queue_rows} AS q(name)
-    CROSS JOIN LATERAL {group_turns}(q.name, {now}, {limit}, 4 * {limit} + 64) AS v
+    FROM {turn_rows} AS q(name, turn_from)
+    CROSS JOIN LATERAL {group_turns_from}(q.name, {now}, {limit}, 4 * {limit} + 64, q.turn_from)
+        AS v
     WHERE NOT (SELECT x.limited FROM limited AS x)
     ORDER BY v.served_at NULLS FIRST, v.queue, v.name
     LIMIT {limit}
@@ -248,6 +267,10 @@ WITH limited AS MATERIALIZED (
         served_at = excluded.served_at
 ), returned AS (
     {@lease_returned}
+), front AS (
+    -- Each queue's least turn among the groups kept: where its next walk may start.
+    SELECT v.queue, min(v.served_at) AS turn FROM viable AS v
+    WHERE v.served_at IS NOT NULL GROUP BY v.queue
 )
 SELECT r.*, x.limited,
        -- Counted only when fewer than {limit} groups were kept (see group_candidates_turns),
@@ -256,5 +279,7 @@ SELECT r.*, x.limited,
            SELECT bool_or({group_rows_over}(q.name, 4 * {limit} + 64))
            FROM {queue_rows} AS q(name))
        ELSE false END AS more,
-       (SELECT max(a.take) FROM allowed AS a) AS share
+       (SELECT max(a.take) FROM allowed AS a) AS share,
+       (SELECT array_agg(f.queue ORDER BY f.queue) FROM front AS f) AS front_queues,
+       (SELECT array_agg(f.turn ORDER BY f.queue) FROM front AS f) AS front_turns
 FROM limited AS x LEFT JOIN returned AS r ON true

@@ -1,0 +1,3 @@
+-- The walk of a queue's turns from a position (019): PostgreSQL only, where a claim's walk
+-- would visit the dead entries that its serves leave in the turn index while vacuum is held
+-- back. SQLite writes in place and keeps no dead entries: nothing changes here.
