@@ -75,6 +75,14 @@ def test_the_groups_bench_runs_every_case_on_both_backends(pg):
     assert all(int(row.split("|")[3].replace(",", "")) > 0 for row in rows), rows
 
 
+def test_the_held_xmin_groups_bench_runs_both_cases(pg):
+    proc = _bench(pg, "bench.groups_held", "--jobs", "400", "--claimed", "200")
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| 1")]
+    assert [r.split(" | ")[0] for r in rows] == ["| 1 group", "| 1,000 groups"], proc.stdout
+    for row in rows:
+        assert all(float(cell) > 0 for cell in row.strip(" |").split(" | ")[3:]), row
+
+
 def test_the_working_tree_against_a_baseline_revision_in_turn(tmp_path):
     """``--baseline REV``: jobledger at REV (here HEAD, so the two sides are the same code)
     unpacked once into a cache, measured in turn with the working tree by the same adapter."""
