@@ -1,7 +1,7 @@
 """The grouped claim's walk of the turns from where its process last found the front
 (PostgreSQL, ``TurnCursor``): under a held xmin it reads a few pages where a walk from the start
 visits the dead entry that every serve since the transaction began left in the turn index; and
-the groups it passes over (idle, paused, woken by another process) are still served."""
+it reads every row a walk from the start would, so the groups are served in the same order."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import psycopg
 
 from jobledger import Ledger
-from jobledger._records import Lease, NewJob
-from jobledger.backends.postgres.cursor import LONGEST, SPREAD, ClaimCursor, TurnCursor
+from jobledger._records import Lease
+from jobledger.backends.postgres.cursor import LONGEST, SPREAD, TurnCursor
 
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 
@@ -24,10 +24,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
-
-
-def _job(group: str | None) -> NewJob:
-    return NewJob("q", "k", "t", "{}", 0, None, 3, 30.0, group=group)
 
 
 def test_a_walk_starts_from_the_front_until_a_walk_from_the_start_is_due():
@@ -57,35 +53,11 @@ def test_a_claim_at_an_earlier_now_moves_the_position_back_to_the_turns_it_wrote
     assert turns.walk_from(["q"]) == [T0 + timedelta(seconds=1)]
 
 
-def test_a_job_with_a_group_made_pending_by_this_process_sends_the_next_walk_to_the_start():
-    turns = TurnCursor(Clock())
-    cursor = ClaimCursor(Clock(), grouped=turns)
-
-    def positioned() -> bool:
-        turns.scanned_from_start(0.5, 1)
-        turns.advance([("q", T0)], ["q"], None)
-        return turns.walk_from(["q"]) is not None
-
-    assert positioned()
-    cursor.placed([_job(None)])  # a job without a group: the walk keeps its position
-    assert turns.walk_from(["q"]) is not None
-    cursor.placed([_job(None), _job("acme")])  # an enqueue into a group that may be idle
-    assert turns.walk_from(["q"]) is None
-    assert positioned()
-    cursor.returned([("q", 0, T0, 7, "acme")])  # a retry, a release, a rescue
-    assert turns.walk_from(["q"]) is None
-    assert positioned()
-    cursor.returned([("q", 0, T0, 7, None)])
-    assert turns.walk_from(["q"]) is not None
-
-
 def _claimer(ledger: Ledger, clock: Clock) -> Any:
     """The ledger's jobs, their turn cursor on ``clock`` (standing still: a walk from the
     start is never due by itself)."""
     jobs = ledger.backend.jobs
-    turns = TurnCursor(clock)
-    jobs._grouped.turns = turns  # type: ignore[attr-defined]
-    jobs._cursor = ClaimCursor(clock, grouped=turns)  # type: ignore[attr-defined]
+    jobs._grouped.turns = TurnCursor(clock)  # type: ignore[attr-defined]
     return jobs
 
 
@@ -106,10 +78,8 @@ def test_under_a_held_xmin_the_walk_reads_a_few_pages_and_skips_nothing(pg):
     try:
         ledger = Ledger(url)
         ledger.task(lambda ctx, n: None, name="t", queue="q", group=lambda p: f"g{p['n'] % 300}")
-        ledger.task(lambda ctx, n: None, name="idle", queue="q", group=lambda p: "idle")
         clock = Clock()
         jobs = _claimer(ledger, clock)
-        ledger.enqueue("idle", {"n": -1}, key="idle-first")  # served once, then idle
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(3_000)])
         holder.execute("SELECT txid_current()")  # idle in transaction with an XID from here
         for _ in range(60):
@@ -124,23 +94,17 @@ def test_under_a_held_xmin_the_walk_reads_a_few_pages_and_skips_nothing(pg):
         # the start visits each one's row; the walk from the front starts past them.
         assert bounded * 5 < full, (bounded, full)
 
-        # Another process wakes the idle group, whose turn is before the front.
+        # Another process adds jobs to a group and a new group: claimed as they come, with no
+        # walk from the start due (the clock stands still).
         other = Ledger(url)
-        other.task(lambda ctx, n: None, name="idle", queue="q", group=lambda p: "idle")
-        woken = other.enqueue("idle", {"n": -2}, key="idle-again").id
+        other.task(lambda ctx, n: None, name="t", queue="q", group=lambda p: f"g{p['n'] % 301}")
+        added = [other.enqueue("t", {"n": n}, key=f"x{n}").id for n in (0, 300)]
         other.close()
         seen: set[int] = set()
-        waited = False
-        while True:
-            batch = jobs.claim(["q"], "w", 100)
-            if not batch and waited:
-                break
-            if not batch:
-                clock.t += LONGEST  # at the latest when the next walk from the start is due
-                waited = True
+        while batch := jobs.claim(["q"], "w", 100):
             seen.update(j.id for j in batch)
             jobs.complete([Lease(j.id, j.lease_token, j.attempt) for j in batch])
-        assert woken in seen and len(seen) == 3_000 + 2 - 60 * 25
+        assert set(added) <= seen and len(seen) == 3_000 + 2 - 60 * 25
         ledger.close()
     finally:
         holder.close()
@@ -157,31 +121,28 @@ def _serve_order(jobs: Any, claims: int, start: int) -> list[str | None]:
     return order
 
 
-def test_a_group_woken_by_this_process_is_served_first_as_least_recently_served(pg):
-    """Group c runs out of jobs and its turn falls behind the front the walks start from; an
-    enqueue into it by this process sends the next walk to the start, where c is first. One by
-    another process is seen at the next walk from the start (here: once the clock says so)."""
+def test_a_group_that_wakes_up_is_served_first_as_least_recently_served(pg):
+    """Group c runs out of jobs while a and b are served on, and the walks start from the front
+    they last found; a job for c, from this process or another, makes c the first group of
+    the next claim, as the least recently served with a due job."""
     schema, url = pg.new_schema_url()
     try:
         ledger = Ledger(url)
         ledger.task(lambda ctx, n, g: None, name="t", queue="q", group=lambda p: p["g"])
-        clock = Clock()
-        jobs = _claimer(ledger, clock)
+        jobs = _claimer(ledger, Clock())
         items = [{"payload": {"n": n, "g": g}, "key": f"{g}{n}"} for g in "ab" for n in range(9)]
         ledger.enqueue_many("t", [*items, {"payload": {"n": 0, "g": "c"}, "key": "c0"}], now=T0)
         assert _serve_order(jobs, 7, 1) == ["a", "b", "c", "a", "b", "a", "b"]
         assert jobs._grouped.turns.walk_from(["q"]) is not None  # walking from the front
         ledger.enqueue("t", {"n": 1, "g": "c"}, key="c1", now=T0 + timedelta(seconds=9))
         assert _serve_order(jobs, 3, 10) == ["c", "a", "b"]
-        assert _serve_order(jobs, 4, 13) == ["a", "b", "a", "b"]  # the front passes c's turn
+        assert _serve_order(jobs, 4, 13) == ["a", "b", "a", "b"]
 
         other = Ledger(url)
         other.task(lambda ctx, n, g: None, name="t", queue="q", group=lambda p: p["g"])
         other.enqueue("t", {"n": 2, "g": "c"}, key="c2", now=T0 + timedelta(seconds=19))
         other.close()
-        assert _serve_order(jobs, 2, 20) == ["a", "b"]  # c's turn is behind the front
-        clock.t += LONGEST
-        assert _serve_order(jobs, 3, 30) == ["c", "a", "b"]
+        assert _serve_order(jobs, 3, 20) == ["c", "a", "b"]
         ledger.close()
     finally:
         pg.drop_schema(schema)

@@ -442,17 +442,24 @@ END
 $$;
 
 -- The same walk from a position (019): p_from is the least turn it reads (NULL: from the
--- start); groups never served come first either way.
+-- start); groups never served come first either way. "front": the turn of the first row at
+-- or after p_from.
 CREATE FUNCTION jobledger_group_turns_from(
     p_queue text, p_now timestamptz, p_keep int, p_scan int, p_from timestamptz
 )
-RETURNS TABLE (queue text, name text, served_at timestamptz)
+RETURNS TABLE (queue text, name text, served_at timestamptz, front timestamptz)
 LANGUAGE plpgsql STABLE
 SET search_path FROM CURRENT SET enable_seqscan = off SET enable_bitmapscan = off
 AS $$
+DECLARE
+    v_front timestamptz;
 BEGIN
+    SELECT g.served_at INTO v_front FROM jobledger_groups AS g
+    WHERE g.queue = p_queue AND g.served_at >= COALESCE(p_from, '-infinity')
+    ORDER BY g.served_at NULLS FIRST, g.name
+    LIMIT 1;
     RETURN QUERY
-    SELECT w.queue, w.name, w.served_at
+    SELECT w.queue, w.name, w.served_at, v_front
     FROM (
         -- Two ranges of the turn index, merged in its order (never served, then from p_from
         -- on): the walk stops as soon as it has kept p_keep, whatever p_scan allows.

@@ -113,12 +113,12 @@ class ScanSchedule:
         self.last_from_start = False
 
     def found_nothing(self) -> bool:
-        """A claim from the positions found nothing (or too little): True when it should look
-        from the start at once, because that is cheap — under ``CHEAP`` per job it claimed, or
-        under ``WORSE`` times what the claim from the positions cost (a loaded machine slows
-        both; dead index entries only the scan from the start). A worker with nothing to do
-        then finds at once what another process placed ahead of it, as a claim without a
-        position would."""
+        """A claim from the positions found nothing: True when it should look from the start
+        at once, because that is cheap — under ``CHEAP`` per job it claimed, or under
+        ``WORSE`` times what the claim from the positions cost (a loaded machine slows both;
+        dead index entries only the scan from the start). A worker with nothing to do then
+        finds at once what another process placed ahead of it, as a claim without a position
+        would."""
         cost = self._from_start_cost
         return cost < CHEAP or cost < WORSE * self._after_cost
 
@@ -130,14 +130,10 @@ class ScanSchedule:
 class ClaimCursor(ScanSchedule):
     """The last position claimed in each queue by this process, and when the next scan from
     the start is due. Safe to share between threads: a position that goes backwards or a lost
-    update only costs a scan from the start, never a job.
+    update only costs a scan from the start, never a job."""
 
-    ``grouped``: the grouped claims' ``TurnCursor``, rewound whenever this process makes a job
-    with a group pending (its group may be one their walks no longer look at)."""
-
-    def __init__(self, clock: Any = time.monotonic, grouped: ScanSchedule | None = None):
+    def __init__(self, clock: Any = time.monotonic):
         super().__init__(clock)
-        self._grouped = grouped
         self._at: dict[str, Position] = {}
         self._later: dict[str, list[_Later]] = {}
         """Each queue's jobs of this process due later (a heap, the earliest first)."""
@@ -192,14 +188,13 @@ class ClaimCursor(ScanSchedule):
         the same one at or before the position, whatever its run time. One due later is kept
         too, for the claim whose ``now`` reaches its run time to compare with the position
         then (``after``): the position may have dropped below its priority by then. A grouped
-        job is claimed another way (``grouped.py``): it rewinds the grouped claims' walk."""
+        job is claimed another way (``grouped.py``)."""
         at = self._at
         moment = now if now is not None else datetime.now(UTC)
-        rewind = grouped = False
+        rewind = False
         later: list[tuple[str, _Later]] = []
         for queue, priority, run_at, job_id, group in jobs:
             if group is not None:
-                grouped = True
                 continue
             if run_at > moment:
                 later.append((queue, (run_at, priority, job_id)))
@@ -208,8 +203,6 @@ class ClaimCursor(ScanSchedule):
                 rewind = position is not None and _ahead(priority, run_at, job_id, position)
         if rewind:
             self.rewind()
-        if grouped and self._grouped is not None:
-            self._grouped.rewind()
         if later:
             self._keep(later)
 
@@ -221,8 +214,6 @@ class ClaimCursor(ScanSchedule):
         at = self._at
         jobs = jobs if isinstance(jobs, list) else list(jobs)
         if not at and all(j.run_at is None for j in jobs):
-            if self._grouped is not None and any(j.group is not None for j in jobs):
-                self._grouped.rewind()
             return
         now = now if now is not None else datetime.now(UTC)
         self.returned(
@@ -268,18 +259,18 @@ class TurnCursor(ScanSchedule):
 
     A grouped claim walks a queue's groups in the order of their turns (never served first,
     then least recently served) and writes the turn of each group it serves: the group's old
-    entry in ``jobledger_groups_turn`` stays, dead, until vacuum removes it, ahead of every live
-    one. Under a held xmin a walk from the start visits all of them. So a walk starts at the
-    least turn among the groups the last walk kept (``jobledger_group_turns_from``): the entries
-    before it are the dead ones and the rows of groups that had no due job then (or were
-    paused, or held by another claim). Those are seen again by a walk from the start, due as
-    ``ClaimCursor``'s scans from the start are; a walk from the position that falls short
-    looks from the start at once while that is cheap, and every job with a group that this
-    process makes pending (an enqueue, a retry, a release, a rescue) sends the next walk there
-    (``ClaimCursor(grouped=…)``): a group that woke up in this process is served first, as
-    least recently served. One woken by another process waits for the next walk from the
-    start: on a healthy database, within tens of milliseconds; under a held xmin, at most
-    ``LONGEST`` seconds. Groups never served are walked first either way."""
+    entry in ``jobledger_groups_turn`` stays, dead, until vacuum removes it. Under a held xmin
+    vacuum removes none, and a walk from the start visits every one. So a walk starts at the
+    front its process last found (``jobledger_group_turns_from``): the turn of the first row
+    that walk read at or after its own start, whatever that group's jobs. Every live row was
+    at or after it then, and a row's turn only moves later (each serve writes the time of its
+    claim), so the walk from the front reads the rows a walk from the start would, without the
+    dead entries before them. Groups never served (no turn yet) are walked first either way. A
+    claim at an explicit ``now`` writes that time as its groups' turns: a front past it moves
+    back to it (``advance``). What a front can miss is a turn written by a claim whose
+    transaction began before the front's turn was written and ended after the walk read it;
+    the walks from the start, due as ``ClaimCursor``'s scans from the start are (at most
+    ``LONGEST`` seconds apart), see those."""
 
     def __init__(self, clock: Any = time.monotonic):
         super().__init__(clock)
@@ -298,10 +289,9 @@ class TurnCursor(ScanSchedule):
     def advance(
         self, fronts: Iterable[tuple[str, datetime]], queues: Sequence[str], now: datetime | None
     ) -> None:
-        """A walk of ``queues`` kept groups whose least turn in each queue is in ``fronts``
-        (queue, turn): the front of that queue now. The claim wrote its groups' turns at
-        ``now`` (None: the database's clock, later than any turn it read): a position past an
-        explicit ``now`` moves back to it, so that the next walk from the position sees them."""
+        """A walk of ``queues`` found each front in ``fronts`` (queue, turn). The claim wrote
+        its groups' turns at ``now`` (None: the database's clock, later than any turn it read):
+        a front past an explicit ``now`` moves back to it, so that the next walk sees them."""
         with self._lock:
             at = {**self._at, **dict(fronts)}
             if now is not None:

@@ -14,6 +14,10 @@ batch, one job per group per round; and writes their turns. With nothing to coun
 locks, no second snapshot is needed. When the shares fall short and a group had its whole
 share, a second such statement takes the rest.
 
+Every walk of the turns starts at the front this process last found (``TurnCursor``,
+cursor.py: the first row of the walk, before which the turn index holds only the dead entries
+that earlier serves left, which a held xmin keeps), and now and then at the start.
+
 Queues with limits, and a claim whose walk stopped short (many rows of groups without jobs
 ahead), take **one short transaction of two statements** (``_claim_locked``):
 
@@ -115,9 +119,7 @@ class GroupedClaim:
             "claim": claim,
         }
         taken: list[Any] = []
-        # A second round takes what the shares left, as group_claim's does; a round that walked
-        # from the positions and fell short may be followed by one from the start.
-        for _ in range(3):
+        for _ in range(2):  # a second round takes what the shares left, as group_claim's does
             if self._limited(queues):
                 break
             asked = limit - len(taken)
@@ -136,14 +138,9 @@ class GroupedClaim:
             taken += got
             if more and len(taken) < limit:
                 break  # the walk stopped short: the two-statement claim finds every group
-            if len(taken) == limit:
+            if len(taken) == limit or not _had_whole_share(got, share, asked):
                 return taken
-            if walk_from is not None and self.turns.found_nothing():
-                self.turns.rewind()  # fell short from the positions: from the start, now
-                continue
-            if not _had_whole_share(got, share, asked):
-                return taken
-            # The next round walks the turns again: the groups just served are now last.
+            # The second round walks the turns again: the groups just served are now last.
         else:
             return taken
         return taken + self._claim_locked(queues, limit - len(taken), params, now)
@@ -181,21 +178,13 @@ class GroupedClaim:
             found = [r[:3] for r in rows if r[1] is not None]
             more, kept = rows[0][3:5]
             self._walked(walk_from, time.perf_counter() - started, len(found))
-            if walk_from is not None and kept < limit and self.turns.found_nothing():
-                # Fell short from the positions: from the start, now (the rows this walk
-                # locked stay locked by this transaction, and are found again).
-                started = time.perf_counter()
-                rows = turns.typed_rows(c, params | _turn_params(queues, None))
-                found = [r[:3] for r in rows if r[1] is not None]
-                more, kept = rows[0][3:5]
-                self._walked(None, time.perf_counter() - started, len(found))
+            self.turns.advance({r[0]: r[5] for r in rows if r[5] is not None}.items(), queues, now)
             if more and kept < limit:
                 # The walk of the groups' rows stopped short (many rows of groups without
                 # jobs come first): find every group with due jobs, as the index has them.
                 found = prepared("group_candidates", limit, len(queues)).typed_rows(c, params)
             if not found:
                 return []
-            self.turns.advance(_fronts(found), queues, now)
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
             groups = params | {
                 "queues": text_array([r[0] for r in found]),
@@ -216,15 +205,6 @@ class GroupedClaim:
 def _turn_params(queues: Sequence[str], walk_from: list[datetime | None] | None) -> dict[str, Any]:
     """The ``{turn_rows}`` of a walk of ``queues`` from ``walk_from`` (None: from the start)."""
     return turn_params(walk_from if walk_from is not None else [None] * len(queues))
-
-
-def _fronts(found: Sequence[Sequence[Any]]) -> list[tuple[str, datetime]]:
-    """Each queue's least turn among the groups a walk kept, as (queue, name, turn) rows."""
-    fronts: dict[str, datetime] = {}
-    for queue, _, turn in found:
-        if turn is not None and (queue not in fronts or turn < fronts[queue]):
-            fronts[queue] = turn
-    return list(fronts.items())
 
 
 def _had_whole_share(rows: Sequence[Any], share: int | None, asked: int) -> bool:

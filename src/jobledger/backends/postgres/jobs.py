@@ -101,7 +101,7 @@ class PostgresJobs(Jobs):
         self._history = history
         self._grouped = GroupedClaim(db)
         self._turns = ClaimTurns()
-        self._cursor = ClaimCursor(grouped=self._grouped.turns)
+        self._cursor = ClaimCursor()
         self._unanswered: deque[tuple[str, str, list[int]]] = deque()
         """Claims that may have committed without their answer reaching this process: the
         claim's token source, the worker, the ids it did get (see ``_give_back_unanswered``)."""

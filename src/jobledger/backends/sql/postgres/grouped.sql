@@ -21,12 +21,19 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- which finds every group. A row per group locked ("kept" says how many were kept, locked
 -- or not); the one row with a NULL name stands for "none locked".
 WITH viable AS MATERIALIZED (
-    SELECT v.queue, v.name, v.served_at
+    SELECT v.queue, v.name, v.served_at, f.front
     FROM {turn_rows} AS q(name, turn_from)
     -- The queue's limits are joined here, outside the walk: joined to each group's row, they
     -- made the walk's order unknown to the planner, which then probed every row of the walk
     -- and sorted them, instead of stopping once {limit} groups are kept.
     LEFT JOIN {group_limits} AS l ON l.queue = q.name
+    -- The queue's front: the turn of the first row at or after "turn_from" (as
+    -- jobledger_group_turns_from finds it).
+    LEFT JOIN LATERAL (
+        SELECT g.served_at AS front FROM {groups} AS g
+        WHERE g.queue = q.name AND g.served_at >= COALESCE(q.turn_from, '-infinity')
+        ORDER BY g.served_at NULLS FIRST, g.name LIMIT 1
+    ) AS f ON true
     CROSS JOIN LATERAL (
         SELECT w.queue, w.name, w.served_at
         FROM (
@@ -65,12 +72,13 @@ WITH viable AS MATERIALIZED (
 ), kept AS (
     SELECT count(*) AS kept FROM viable
 ), locked AS (
-    SELECT v.queue, v.name, v.served_at FROM viable AS v
+    SELECT v.queue, v.name, v.served_at, v.front FROM viable AS v
     JOIN {groups} AS g ON g.queue = v.queue AND g.name = v.name
     {@group_lock}
 )
 -- "more" is counted only when fewer than {limit} were kept (a subquery in a CASE branch not
 -- taken is never run): a claim that kept its whole batch does not read the groups' rows again.
+-- "front" ends each row: its queue's front, where its next walk may start (grouped.py).
 SELECT l.queue, l.name, l.served_at,
        CASE WHEN k.kept < {limit} THEN (
            SELECT count(*) > 4 * {limit} + 64 FROM (
@@ -79,7 +87,7 @@ SELECT l.queue, l.name, l.served_at,
                                    LIMIT (4 * {limit} + 65)) AS r
            ) AS x)
        ELSE false END AS more,
-       k.kept
+       k.kept, l.front
 FROM kept AS k LEFT JOIN locked AS l ON true
 
 -- name: group_candidates
@@ -225,9 +233,8 @@ WITH current AS (
 -- one's share of the batch, one job per group per round, and writes the served groups' turns.
 -- Every row ends with "limited" (a queue of the claim has limits: nothing was claimed, the
 -- claim goes the two-statement way), "more" (as in group_candidates_turns), "share", and each
--- queue's least turn among the groups kept ("front_queues", "front_turns": where the next
--- walk may start, grouped.py); a claim that leased nothing returns one row whose job columns
--- are NULL.
+-- queue's front as its walk found it ("front_queues", "front_turns": where the next walk may
+-- start, grouped.py); a claim that leased nothing returns one row whose job columns are NULL.
 WITH limited AS MATERIALIZED (
     SELECT EXISTS (
         SELECT 1 FROM {queue_rows} AS q(name)
@@ -235,7 +242,7 @@ WITH limited AS MATERIALIZED (
         WHERE l.max_leased IS NOT NULL OR l.rate IS NOT NULL
     ) AS limited
 ), viable AS MATERIALIZED (
-    SELECT v.queue, v.name, v.served_at
+    SELECT v.queue, v.name, v.served_at, v.front
     FROM {turn_rows} AS q(name, turn_from)
     CROSS JOIN LATERAL {group_turns_from}(q.name, {now}, {limit}, 4 * {limit} + 64, q.turn_from)
         AS v
@@ -268,9 +275,9 @@ WITH limited AS MATERIALIZED (
 ), returned AS (
     {@lease_returned}
 ), front AS (
-    -- Each queue's least turn among the groups kept: where its next walk may start.
-    SELECT v.queue, min(v.served_at) AS turn FROM viable AS v
-    WHERE v.served_at IS NOT NULL GROUP BY v.queue
+    -- Each queue's front, as its walk found it: where its next walk may start.
+    SELECT v.queue, min(v.front) AS turn FROM viable AS v
+    WHERE v.front IS NOT NULL GROUP BY v.queue
 )
 SELECT r.*, x.limited,
        -- Counted only when fewer than {limit} groups were kept (see group_candidates_turns),
