@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import compileall
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .harness import ROOT, BenchError
 
@@ -85,3 +87,18 @@ def prepare(rev: str) -> Baseline:
             f"jobledger at {rev} does not import from {src}: {found.stdout}{found.stderr}"
         )
     return Baseline(rev, commit, src)
+
+
+def run_case(module: str, args: list[str], pythonpath: str | None) -> dict[str, Any]:
+    """``python -m <module> <args>`` in a process of its own, with ``pythonpath`` (a baseline
+    revision's directory, or None: the working tree) first on its path; the JSON object its
+    last line prints."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [pythonpath, str(ROOT), os.environ.get("PYTHONPATH")])
+    )
+    command = [sys.executable, "-m", module, *args]
+    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise BenchError(f"{' '.join(command)} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -34,7 +33,7 @@ from jobledger import Ledger
 from jobledger._records import Lease
 
 from . import baseline
-from .harness import ROOT, BenchError, fresh_database, percentile
+from .harness import BenchError, fresh_database, percentile
 
 CASES = (("no group", None), ("1 group", 1), ("1,000 groups", 1000))
 
@@ -116,17 +115,9 @@ def _in_process(
 ) -> dict[str, float]:
     """``measure`` in a process of its own, with ``pythonpath`` first on its path (a baseline
     revision's ``src``, or None: the working tree)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [pythonpath, str(ROOT), os.environ.get("PYTHONPATH")])
-    )
-    command = [sys.executable, "-m", "bench.groups", "--case", dialect, str(groups or 0)]
-    command += ["--jobs", str(args.jobs), "--pending", str(args.pending)]
-    command += ["--claims", str(args.claims), "--rounds", "1"]
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise BenchError(f"{' '.join(command)} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    case = ["--case", dialect, str(groups or 0), "--jobs", str(args.jobs)]
+    case += ["--pending", str(args.pending), "--claims", str(args.claims), "--rounds", "1"]
+    return baseline.run_case("bench.groups", case, pythonpath)
 
 
 def _load() -> str:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
@@ -30,7 +29,7 @@ from jobledger import Ledger
 from jobledger._records import Lease
 
 from . import baseline
-from .harness import ROOT, BenchError, fresh_database
+from .harness import BenchError, fresh_database
 
 CASES = (("1 group", 1), ("1,000 groups", 1000))
 BATCH = 10
@@ -87,16 +86,8 @@ def measure(groups: int, jobs: int, claimed: int) -> dict[str, float]:
 
 
 def _in_process(groups: int, args: argparse.Namespace, pythonpath: str | None) -> dict[str, Any]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [pythonpath, str(ROOT), os.environ.get("PYTHONPATH")])
-    )
-    command = [sys.executable, "-m", "bench.groups_held", "--case", str(groups)]
-    command += ["--jobs", str(args.jobs), "--claimed", str(args.claimed)]
-    proc = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise BenchError(f"{' '.join(command)} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    case = ["--case", str(groups), "--jobs", str(args.jobs), "--claimed", str(args.claimed)]
+    return baseline.run_case("bench.groups_held", case, pythonpath)
 
 
 def _load() -> str:

@@ -16,15 +16,9 @@ from jobledger import Ledger
 from jobledger._records import Failure, Lease, NewJob
 from jobledger.backends.postgres.cursor import LONGEST, SPREAD, ClaimCursor
 
+from .support.clock import Clock
+
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def _new(queue: str, priority: int, run_at: datetime | None) -> NewJob:

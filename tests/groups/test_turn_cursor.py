@@ -15,15 +15,9 @@ from jobledger import Ledger
 from jobledger._records import Lease
 from jobledger.backends.postgres.cursor import LONGEST, SPREAD, TurnCursor
 
+from ..support.clock import Clock
+
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def test_a_walk_starts_from_the_front_until_a_walk_from_the_start_is_due():
