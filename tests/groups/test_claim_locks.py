@@ -72,7 +72,8 @@ def test_a_pause_committed_while_a_one_statement_claim_runs_holds_from_its_lock(
             conn.execute(
                 f"CREATE FUNCTION {walk}(p_queue text, p_now timestamptz, p_keep int,"
                 " p_scan int, p_from timestamptz)"
-                " RETURNS TABLE (queue text, name text, served_at timestamptz)"
+                " RETURNS TABLE (queue text, name text, served_at timestamptz,"
+                " front timestamptz)"
                 " LANGUAGE plpgsql VOLATILE AS $$ BEGIN"
                 f" RETURN QUERY SELECT * FROM {schema}.walk_real({args});"
                 f" PERFORM pg_advisory_xact_lock({gate}); END $$"
