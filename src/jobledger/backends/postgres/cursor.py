@@ -122,9 +122,11 @@ class ScanSchedule:
         cost = self._from_start_cost
         return cost < CHEAP or cost < WORSE * self._after_cost
 
-    def rewind(self) -> None:
-        """Scan from the start at the next claim (something may be ahead of a position)."""
+    def rewind(self) -> bool:
+        """Scan from the start at the next claim (something may be ahead of a position).
+        Whether the last claim did not (a burst worker then claims once more before it ends)."""
         self._from_start_at = 0.0
+        return not self.last_from_start
 
 
 class ClaimCursor(ScanSchedule):

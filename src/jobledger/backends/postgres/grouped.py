@@ -145,12 +145,6 @@ class GroupedClaim:
             return taken
         return taken + self._claim_locked(queues, limit - len(taken), params, now)
 
-    def rewind(self) -> bool:
-        """The next walk starts from the start; whether the last one did not."""
-        looked_elsewhere = not self.turns.last_from_start
-        self.turns.rewind()
-        return looked_elsewhere
-
     def _walked(self, walk_from: list[datetime | None] | None, seconds: float, got: int) -> None:
         if walk_from is None:
             self.turns.scanned_from_start(seconds, got)

@@ -116,9 +116,8 @@ class PostgresJobs(Jobs):
         jobs were made pending again elsewhere in this process (an operator's repair), perhaps
         ahead of the claims' positions, or a burst worker is about to decide that nothing is
         due."""
-        looked_elsewhere = not self._cursor.last_from_start
-        self._cursor.rewind()
-        return self._grouped.rewind() or looked_elsewhere
+        walked_elsewhere = self._grouped.turns.rewind()
+        return self._cursor.rewind() or walked_elsewhere
 
     def _insert(
         self, jobs: Sequence[NewJob], now: datetime | None, conn: Any, on_conflict: OnConflict
