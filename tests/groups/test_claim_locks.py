@@ -62,7 +62,7 @@ def test_a_pause_committed_while_a_one_statement_claim_runs_holds_from_its_lock(
         ledger = Ledger(url)
         ledger.task(lambda ctx, n: None, name="t", queue="q", group=lambda p: f"g{p['n']}")
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(2)])
-        walk = f"{schema}.jobledger_group_turns_from"
+        walk = f"{schema}.jobledger_group_turns_next"
         args = "p_queue, p_now, p_keep, p_scan, p_from"
         with psycopg.connect(pg.url, autocommit=True) as conn:
             conn.execute(
@@ -73,7 +73,7 @@ def test_a_pause_committed_while_a_one_statement_claim_runs_holds_from_its_lock(
                 f"CREATE FUNCTION {walk}(p_queue text, p_now timestamptz, p_keep int,"
                 " p_scan int, p_from timestamptz)"
                 " RETURNS TABLE (queue text, name text, served_at timestamptz,"
-                " front timestamptz)"
+                " front timestamptz, next_at timestamptz, next_id bigint, exact boolean)"
                 " LANGUAGE plpgsql VOLATILE AS $$ BEGIN"
                 f" RETURN QUERY SELECT * FROM {schema}.walk_real({args});"
                 f" PERFORM pg_advisory_xact_lock({gate}); END $$"

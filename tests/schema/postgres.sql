@@ -49,7 +49,7 @@ CREATE INDEX jobledger_jobs_group_due ON jobledger_jobs (queue, group_name, prio
 -- (every group name is at least one character) where the others say "IS NOT NULL": a query
 -- names it to use it, and the claim of a group's jobs, which says neither, never reads a whole
 -- group through it and sorts (the planner may think a group small when it has just grown).
-CREATE INDEX jobledger_jobs_group_next ON jobledger_jobs (queue, group_name, run_at)
+CREATE INDEX jobledger_jobs_group_next ON jobledger_jobs (queue, group_name, run_at, id)
     WHERE state = 'pending' AND group_name > '';
 -- How many of a group's jobs are leased (bounded by the group's limit).
 CREATE INDEX jobledger_jobs_group_leased ON jobledger_jobs (queue, group_name)
@@ -377,6 +377,11 @@ CREATE TABLE jobledger_groups (
     served_at     timestamptz,
     paused_until  timestamptz,
     paused_reason text,
+    -- Its floor: the run time and id of its first pending job, as the claim that wrote it
+    -- found; and when that was last found from the start of the group (migration 020).
+    pending_from  timestamptz,
+    pending_from_id bigint,
+    pending_checked_at timestamptz,
     PRIMARY KEY (queue, name)
 );
 
@@ -484,6 +489,74 @@ BEGIN
            WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
              AND j.group_name = w.name
            ORDER BY j.run_at LIMIT 1)
+      AND (w.paused_until IS NULL OR w.paused_until <= p_now)
+    ORDER BY w.served_at NULLS FIRST, w.name
+    LIMIT p_keep;
+END
+$$;
+
+-- The same walk, each group's due probe from its floor when it may be trusted (020): a
+-- walk from the front, the floor checked from the start within the last ten seconds of its
+-- time. "next_at", "next_id": the group's next job as found; "exact": found from the start.
+CREATE FUNCTION jobledger_group_turns_next(
+    p_queue text, p_now timestamptz, p_keep int, p_scan int, p_from timestamptz
+)
+RETURNS TABLE (
+    queue text, name text, served_at timestamptz, front timestamptz, next_at timestamptz,
+    next_id bigint, exact boolean
+)
+LANGUAGE plpgsql STABLE
+SET search_path FROM CURRENT SET enable_seqscan = off SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_front timestamptz;
+BEGIN
+    SELECT g.served_at INTO v_front FROM jobledger_groups AS g
+    WHERE g.queue = p_queue AND g.served_at >= COALESCE(p_from, '-infinity')
+    ORDER BY g.served_at NULLS FIRST, g.name
+    LIMIT 1;
+    RETURN QUERY
+    SELECT w.queue, w.name, w.served_at, v_front, n.next_at, n.next_id, w.exact
+    FROM (
+        SELECT t.*,
+               -- A floor is trusted on a walk from the front, checked from the start within
+               -- the last ten seconds of this walk's time (cursor.LONGEST).
+               (p_from IS NULL OR t.pending_from IS NULL OR t.pending_from_id IS NULL
+                OR t.pending_checked_at IS NULL
+                OR t.pending_checked_at > p_now
+                OR t.pending_checked_at <= p_now - interval '10 seconds') AS exact
+        FROM (
+            SELECT * FROM (
+                SELECT g.queue, g.name, g.served_at, g.paused_until, g.pending_from,
+                       g.pending_from_id, g.pending_checked_at
+                FROM jobledger_groups AS g WHERE g.queue = p_queue AND g.served_at IS NULL
+                ORDER BY g.served_at NULLS FIRST, g.name
+                LIMIT p_scan
+            ) AS fresh
+            UNION ALL
+            SELECT * FROM (
+                SELECT g.queue, g.name, g.served_at, g.paused_until, g.pending_from,
+                       g.pending_from_id, g.pending_checked_at
+                FROM jobledger_groups AS g
+                WHERE g.queue = p_queue AND g.served_at >= COALESCE(p_from, '-infinity')
+                ORDER BY g.served_at NULLS FIRST, g.name
+                LIMIT p_scan
+            ) AS served
+            ORDER BY served_at NULLS FIRST, name
+            LIMIT p_scan
+        ) AS t
+    ) AS w
+    -- The group's next job, one probe of its index from the floor (a range of the index whose
+    -- start skips the dead entries below it).
+    CROSS JOIN LATERAL (
+        SELECT j.run_at AS next_at, j.id AS next_id FROM jobledger_jobs AS j
+        WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
+          AND j.group_name = w.name
+          AND (j.run_at, j.id) >= (CASE WHEN w.exact THEN '-infinity' ELSE w.pending_from END,
+                                   CASE WHEN w.exact THEN 0 ELSE w.pending_from_id END)
+        ORDER BY j.run_at, j.id LIMIT 1
+    ) AS n
+    WHERE n.next_at <= p_now
       AND (w.paused_until IS NULL OR w.paused_until <= p_now)
     ORDER BY w.served_at NULLS FIRST, w.name
     LIMIT p_keep;

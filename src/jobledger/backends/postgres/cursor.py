@@ -66,6 +66,7 @@ WORSE = 4.0
 #: the start of the queue (see ``job_claim_after``).
 _BEFORE_ALL = 2**31
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_BEGINNING = datetime.min.replace(tzinfo=UTC)
 #: Jobs due later kept per queue (``returned``): past this, the earliest half is kept and the
 #: rest is found by the scans from the start (at most ``LONGEST`` seconds late).
 WATCHED = 1024
@@ -272,11 +273,22 @@ class TurnCursor(ScanSchedule):
     back to it (``advance``). What a front can miss is a turn written by a claim whose
     transaction began before the front's turn was written and ended after the walk read it;
     the walks from the start, due as ``ClaimCursor``'s scans from the start are (at most
-    ``LONGEST`` seconds apart), see those."""
+    ``LONGEST`` seconds apart), see those.
+
+    Each group's probes start at its floor (migration 020): the run time of its first pending
+    job, as the walk that last served it found — written by the claim, in the group's row. A
+    walk from the start probes each group from the start of its jobs, and so does a walk whose
+    time is ``LONGEST`` seconds past the floor's last such probe. What this process itself
+    makes pending at a run time not after the latest time it claimed the queue at (a release,
+    a job dated in the past) may be below a floor one of its claims wrote: the next walk starts
+    from the start (``returned``)."""
 
     def __init__(self, clock: Any = time.monotonic):
         super().__init__(clock)
         self._at: dict[str, datetime] = {}
+        self._claimed_at: dict[str, datetime] = {}
+        """The latest time this process's grouped claims of each queue ran at: no floor they
+        wrote is later."""
 
     def walk_from(self, queues: Sequence[str]) -> list[datetime | None] | None:
         """The least turn each queue's walk reads (None for a queue without a position), or
@@ -294,6 +306,7 @@ class TurnCursor(ScanSchedule):
         """A walk of ``queues`` found each front in ``fronts`` (queue, turn). The claim wrote
         its groups' turns at ``now`` (None: the database's clock, later than any turn it read):
         a front past an explicit ``now`` moves back to it, so that the next walk sees them."""
+        moment = now if now is not None else datetime.now(UTC)
         with self._lock:
             at = {**self._at, **dict(fronts)}
             if now is not None:
@@ -301,3 +314,35 @@ class TurnCursor(ScanSchedule):
                     if queue in at and at[queue] > now:
                         at[queue] = now
             self._at = at
+            claimed = self._claimed_at
+            if any(claimed.get(q, _BEGINNING) < moment for q in queues):
+                self._claimed_at = {**claimed, **{q: moment for q in queues}}
+
+    def returned(
+        self,
+        jobs: Iterable[tuple[str, int, datetime, int, str | None]],
+        now: datetime | None = None,
+    ) -> None:
+        """Jobs this process made pending, as ``ClaimCursor.returned`` has them (queue,
+        priority, run time, id, group): a grouped one whose run time is not after the latest
+        time this process claimed its queue at may be below its group's floor, so the next walk
+        starts from the start. (Jobs made pending by other processes below a floor wait for a
+        probe from the start: at most ``LONGEST`` seconds of the claims' time.)"""
+        claimed = self._claimed_at
+        if not claimed:
+            return
+        for queue, _, run_at, _, group in jobs:
+            if group is not None and run_at <= claimed.get(queue, _BEGINNING):
+                self.rewind()
+                return
+
+    def placed(self, jobs: Iterable[NewJob], now: datetime | None = None) -> None:
+        """``jobs`` were inserted at ``now`` (None: the clock's time; a job's run time None:
+        then): as ``returned``."""
+        if not self._claimed_at:
+            return
+        moment = now if now is not None else datetime.now(UTC)
+        self.returned(
+            (j.queue, j.priority, j.run_at if j.run_at is not None else moment, 0, j.group)
+            for j in jobs
+        )

@@ -57,6 +57,7 @@ _TABLES = (
     + ("groups", "group_limits")
     + ("group_turns", "group_rows_over")  # functions (migration 017)
     + ("group_turns_from",)  # a function (migration 019)
+    + ("group_turns_next",)  # a function (migration 020)
 )
 
 

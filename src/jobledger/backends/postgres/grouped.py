@@ -16,7 +16,11 @@ share, a second such statement takes the rest.
 
 Every walk of the turns starts at the front this process last found (``TurnCursor``,
 cursor.py: the first row of the walk, before which the turn index holds only the dead entries
-that earlier serves left, which a held xmin keeps), and now and then at the start.
+that earlier serves left, which a held xmin keeps), and now and then at the start. Within each
+group the one-statement claim probes and picks from the group's floor (migration 020: the
+first pending job as the walk that last served it found, written with its turn), past the dead
+entries of the jobs claimed before it; a walk from the start, or a floor checked from the
+start more than ``LONGEST`` seconds of claim time ago, probes the group from its start.
 
 Queues with limits, and a claim whose walk stopped short (many rows of groups without jobs
 ahead), take **one short transaction of two statements** (``_claim_locked``):
@@ -123,18 +127,13 @@ class GroupedClaim:
             if self._limited(queues):
                 break
             asked = limit - len(taken)
-            statement = self._db.prepared("group_claim_unlimited", asked, len(queues))
-            walk_from = self.turns.walk_from(queues)
-            started = time.perf_counter()
-            rows = self._db.quick_prepared(statement, params | _turn_params(queues, walk_from))
-            limited, more, share, front_queues, front_turns = rows[0][-5:]
+            rows = self._claim_unlimited(queues, asked, params, now)
+            limited, more, share = rows[0][-6:-3]
             if limited:
                 with self._seen_lock:
                     self._limited_at[tuple(queues)] = time.monotonic()
                 break
-            got = [r[:-5] for r in rows if r[0] is not None]
-            self._walked(walk_from, time.perf_counter() - started, len(got))
-            self.turns.advance(zip(front_queues or (), front_turns or (), strict=True), queues, now)
+            got = [r[:-6] for r in rows if r[0] is not None]
             taken += got
             if more and len(taken) < limit:
                 break  # the walk stopped short: the two-statement claim finds every group
@@ -144,6 +143,30 @@ class GroupedClaim:
         else:
             return taken
         return taken + self._claim_locked(queues, limit - len(taken), params, now)
+
+    def _claim_unlimited(
+        self, queues: Sequence[str], asked: int, params: dict[str, Any], now: datetime | None
+    ) -> list[Any]:
+        """One ``group_claim_unlimited``: its rows. A walk from the front that found no group
+        with a due job is made again from the start at once while that is cheap
+        (``ScanSchedule.found_nothing``): a job another process made pending below its group's
+        floor is found then, as the claim without groups finds what was placed ahead of its
+        position. (A walk that found groups, all held by other claims, is not: the walk from the
+        start would find them held too.)"""
+        statement = self._db.prepared("group_claim_unlimited", asked, len(queues))
+        walk_from = self.turns.walk_from(queues)
+        while True:
+            started = time.perf_counter()
+            rows = self._db.quick_prepared(statement, params | _turn_params(queues, walk_from))
+            limited, _, _, front_queues, front_turns, kept = rows[0][-6:]
+            if limited:
+                return rows
+            got = sum(r[0] is not None for r in rows)
+            self._walked(walk_from, time.perf_counter() - started, got)
+            self.turns.advance(zip(front_queues or (), front_turns or (), strict=True), queues, now)
+            if kept or walk_from is None or not self.turns.found_nothing():
+                return rows
+            walk_from = None
 
     def _walked(self, walk_from: list[datetime | None] | None, seconds: float, got: int) -> None:
         if walk_from is None:

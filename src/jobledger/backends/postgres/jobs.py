@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from operator import attrgetter
@@ -148,8 +148,19 @@ class PostgresJobs(Jobs):
 
     def placed(self, jobs: Sequence[NewJob], now: datetime | None) -> None:
         """``jobs`` were inserted by this process at ``now``, by this role or by its asyncio
-        twin (``aio.py``): the next claim looks from the start if one is ahead of a position."""
+        twin (``aio.py``): the next claim looks from the start if one is ahead of a position
+        (or below a group's floor)."""
         self._cursor.placed(jobs, now)
+        self._grouped.turns.placed(jobs, now)
+
+    def _returned(
+        self, jobs: Iterable[tuple[str, int, datetime, int, str | None]], now: datetime | None
+    ) -> None:
+        """Jobs this process made pending again at ``now``, each as (queue, priority, run time,
+        id, group): as ``placed``."""
+        jobs = list(jobs)
+        self._cursor.returned(jobs, now)
+        self._grouped.turns.returned(jobs, now)
 
     def insert_plan(
         self,
@@ -380,7 +391,7 @@ class PostgresJobs(Jobs):
                 )
                 self._unanswered.popleft()
                 if rows:
-                    self._cursor.returned(((r[1], r[2], r[3], r[0], r[4]) for r in rows), now)
+                    self._returned(((r[1], r[2], r[3], r[0], r[4]) for r in rows), now)
                     log.warning(
                         "gave back %d jobs that a claim by %s leased but whose answer was lost "
                         "(the connection failed at its commit): pending again, not charged",
@@ -461,9 +472,7 @@ class PostgresJobs(Jobs):
                             },
                         )
         moved = {r[0]: JobState(r[1]) for r in rows}
-        self._cursor.returned(
-            ((r[3], r[5], r[6], r[0], r[2]) for r in rows if r[1] == "pending"), now
-        )
+        self._returned(((r[3], r[5], r[6], r[0], r[2]) for r in rows if r[1] == "pending"), now)
         return [FailResult(f.lease.job_id, moved.get(f.lease.job_id)) for f in failures]
 
     def _settled(self, leases: Sequence[Lease]) -> dict[int, str]:
@@ -471,14 +480,12 @@ class PostgresJobs(Jobs):
 
     def _release(self, leases: Sequence[Lease], now: Now) -> set[int]:
         rows = self._db.run("job_release", self._lease_params(leases) | {"now": now})
-        self._cursor.returned(((r[1], r[2], r[3], r[0], r[4]) for r in rows), now)
+        self._returned(((r[1], r[2], r[3], r[0], r[4]) for r in rows), now)
         return {r[0] for r in rows}
 
     def _rescue(self, now: Now, limit: int) -> list[RescueResult]:
         rows = self._db.run("job_rescue", {"now": now}, limit=limit)
-        self._cursor.returned(
-            ((r[1], r[6], r[7], r[0], r[8]) for r in rows if r[3] == "pending"), now
-        )
+        self._returned(((r[1], r[6], r[7], r[0], r[8]) for r in rows if r[3] == "pending"), now)
         return [RescueResult(r[0], r[1], r[2], JobState(r[3]), r[4]) for r in rows]
 
     def _claim_keys(
@@ -529,7 +536,7 @@ class PostgresJobs(Jobs):
         for _ in range(3):
             try:
                 outcomes = self._publish_once(items, now)
-                self._cursor.placed((i.job for i in items), now)
+                self.placed([i.job for i in items], now)
                 return outcomes
             except _Again:
                 continue

@@ -142,8 +142,11 @@ FOR NO KEY UPDATE OF g SKIP LOCKED
 
 -- name: group_picked
 -- The jobs a grouped claim takes (group_claim, group_claim_unlimited): up to "take" due jobs of
--- each group of "allowed" (its queue, name, order "ord" and "take"), locked, one per group per
--- round in the groups' order, {limit} in all. Each group's jobs are numbered once, over the
+-- each group of "allowed" (its queue, name, order "ord", "take", and "floor_at", "floor_id":
+-- no pending job of the group comes earlier by run time and id, as its walk found; NULL: none
+-- known), locked, one per group per round in the groups' order, {limit} in all. The floor is
+-- a condition on the index's entries, so the dead entries of the jobs claimed before it are
+-- passed over without reading their rows (migration 020). Each group's jobs are numbered once, over the
 -- whole batch (numbered inside the lateral probe, each group paid a sort and a window of its
 -- own: 0.5 ms of a claim over 500).
 picked AS (
@@ -156,6 +159,7 @@ picked AS (
             SELECT id, priority, run_at FROM {jobs}
             WHERE state = 'pending' AND group_name IS NOT NULL AND queue = a.queue
               AND group_name = a.name AND run_at <= {now}
+              AND (run_at, id) >= (COALESCE(a.floor_at, '-infinity'), COALESCE(a.floor_id, 0))
             ORDER BY priority DESC, run_at, id
             LIMIT GREATEST(a.take, 0)
             FOR UPDATE SKIP LOCKED
@@ -202,7 +206,8 @@ WITH current AS (
     LEFT JOIN {group_limits} AS l ON l.queue = a.queue
     WHERE g.paused_until IS NULL OR g.paused_until <= {now}
 ), allowed AS (
-    SELECT c.queue, c.name, c.ord, c.tokens,
+    SELECT c.queue, c.name, c.ord, c.tokens, NULL::timestamptz AS floor_at,
+           NULL::bigint AS floor_id,
            LEAST({limit}, %(share)s::int, COALESCE(floor(c.tokens)::int, {limit}),
                  COALESCE(c.max_leased - (
                      SELECT count(*) FROM (
@@ -227,14 +232,18 @@ WITH current AS (
 -- A grouped claim in one statement, its own transaction, for queues without group limits
 -- (neither a leased limit nor a rate): with nothing to count under the groups' locks it needs
 -- no snapshot taken after them. It walks each queue's turns from its "turn_from"
--- ({group_turns_from}, migrations 017 and 019: planned on the turn index whether or not the
--- groups table was analyzed) and locks the first {limit} groups that no other claim holds,
--- their pause checked again on each row as locked; then, as group_claim, leases up to each
--- one's share of the batch, one job per group per round, and writes the served groups' turns.
+-- ({group_turns_next}, migrations 017, 019 and 020: planned on the turn index whether or not
+-- the groups table was analyzed; each group's probes from its floor, unless the walk starts
+-- from the start) and locks the first {limit} groups that no other claim holds, their pause
+-- checked again on each row as locked; then, as group_claim, leases up to each one's share of
+-- the batch, one job per group per round, each group's jobs from the next run time its walk
+-- found; and writes the served groups' turns and floors (that next run time; checked from the
+-- start now if the walk's probe was).
 -- Every row ends with "limited" (a queue of the claim has limits: nothing was claimed, the
--- claim goes the two-statement way), "more" (as in group_candidates_turns), "share", and each
+-- claim goes the two-statement way), "more" (as in group_candidates_turns), "share", each
 -- queue's front as its walk found it ("front_queues", "front_turns": where the next walk may
--- start, grouped.py); a claim that leased nothing returns one row whose job columns are NULL.
+-- start, grouped.py), and "kept" (how many groups with a due job the walk found, locked or
+-- not); a claim that leased nothing returns one row whose job columns are NULL.
 WITH limited AS MATERIALIZED (
     SELECT EXISTS (
         SELECT 1 FROM {queue_rows} AS q(name)
@@ -242,9 +251,9 @@ WITH limited AS MATERIALIZED (
         WHERE l.max_leased IS NOT NULL OR l.rate IS NOT NULL
     ) AS limited
 ), viable AS MATERIALIZED (
-    SELECT v.queue, v.name, v.served_at, v.front
+    SELECT v.queue, v.name, v.served_at, v.front, v.next_at, v.next_id, v.exact
     FROM {turn_rows} AS q(name, turn_from)
-    CROSS JOIN LATERAL {group_turns_from}(q.name, {now}, {limit}, 4 * {limit} + 64, q.turn_from)
+    CROSS JOIN LATERAL {group_turns_next}(q.name, {now}, {limit}, 4 * {limit} + 64, q.turn_from)
         AS v
     WHERE NOT (SELECT x.limited FROM limited AS x)
     ORDER BY v.served_at NULLS FIRST, v.queue, v.name
@@ -252,7 +261,7 @@ WITH limited AS MATERIALIZED (
 ), locked AS (
     -- One probe of the groups' key per group kept (a join may read the whole table for them
     -- before it is analyzed).
-    SELECT v.queue, v.name, v.served_at FROM viable AS v
+    SELECT v.queue, v.name, v.served_at, v.next_at, v.next_id FROM viable AS v
     CROSS JOIN LATERAL (
         SELECT 1 FROM {groups} AS g
         WHERE g.queue = v.queue AND g.name = v.name
@@ -261,17 +270,25 @@ WITH limited AS MATERIALIZED (
     ) AS g
 ), allowed AS (
     -- The locked groups in the order of their turns, each allowed its share of the batch.
-    SELECT k.queue, k.name,
+    SELECT k.queue, k.name, k.next_at AS floor_at, k.next_id AS floor_id,
            row_number() OVER (ORDER BY k.served_at NULLS FIRST, k.queue, k.name) AS ord,
            ({limit} + count(*) OVER () - 1) / count(*) OVER () AS take
     FROM locked AS k
 ), {@group_picked}, {@lease_claimed}, served AS (
-    -- As group_claim writes them: no bucket (the queue has no rate), the turn now.
-    INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
-    SELECT DISTINCT c.queue, c.group_name, NULL::float8, {now}, {now} FROM claimed AS c
+    -- As group_claim writes them: no bucket (the queue has no rate), the turn now; and the
+    -- floor, with the time it was checked from the start (kept if this walk's probe was not).
+    INSERT INTO {groups} AS g
+        (queue, name, tokens, refilled_at, served_at, pending_from, pending_from_id,
+         pending_checked_at)
+    SELECT v.queue, v.name, NULL::float8, {now}, {now}, v.next_at, v.next_id,
+           CASE WHEN v.exact THEN {now} END
+    FROM viable AS v
+    WHERE EXISTS (SELECT 1 FROM claimed AS c
+                  WHERE c.queue = v.queue AND c.group_name = v.name)
     ON CONFLICT (queue, name) DO UPDATE
     SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
-        served_at = excluded.served_at
+        served_at = excluded.served_at, pending_from = excluded.pending_from,
+        pending_from_id = excluded.pending_from_id, pending_checked_at = COALESCE(excluded.pending_checked_at, g.pending_checked_at)
 ), returned AS (
     {@lease_returned}
 ), front AS (
@@ -288,5 +305,6 @@ SELECT r.*, x.limited,
        ELSE false END AS more,
        (SELECT max(a.take) FROM allowed AS a) AS share,
        (SELECT array_agg(f.queue ORDER BY f.queue) FROM front AS f) AS front_queues,
-       (SELECT array_agg(f.turn ORDER BY f.queue) FROM front AS f) AS front_turns
+       (SELECT array_agg(f.turn ORDER BY f.queue) FROM front AS f) AS front_turns,
+       (SELECT count(*) FROM viable) AS kept
 FROM limited AS x LEFT JOIN returned AS r ON true

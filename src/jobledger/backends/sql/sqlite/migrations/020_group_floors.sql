@@ -1,0 +1,3 @@
+-- Each group's floor (020): PostgreSQL only, where the probes of a group's pending jobs would
+-- visit the dead entries that its claims leave in the grouped indexes while vacuum is held
+-- back. SQLite writes in place and keeps no dead entries: nothing changes here.
