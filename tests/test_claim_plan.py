@@ -133,6 +133,9 @@ def test_a_grouped_claim_reads_a_groups_jobs_in_claim_order_through_its_index(pg
         params = {
             "queues": ["q"],
             "names": ["g"],
+            "floor_ats": "{NULL}",
+            "floor_ids": "{NULL}",
+            "exacts": "{NULL}",
             "share": 10,
             "worker": "w",
             "now": None,

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import pytest
 
 from jobledger import Ledger
 from jobledger._records import Lease, NewJob
@@ -22,9 +23,15 @@ from ..support.clock import Clock
 T0 = datetime(2026, 8, 10, 6, 0, tzinfo=UTC)
 
 
-def _ledger(url: str) -> Ledger:
+#: A queue without group limits is claimed in one statement; with them, in two (grouped.py).
+LIMITED = pytest.mark.parametrize("limited", [False, True], ids=["one statement", "two"])
+
+
+def _ledger(url: str, limited: bool = False) -> Ledger:
     ledger = Ledger(url)
     ledger.task(lambda ctx, n: None, name="t", queue="q", group=lambda p: "g")
+    if limited:
+        ledger.set_group_limits("q", max_leased=100_000)
     return ledger
 
 
@@ -62,12 +69,14 @@ def _claim_one(jobs: Any, now: datetime) -> int:
     return int(job.id)
 
 
-def _entries_read(ledger: Ledger, pg_url: str, schema: str, now: datetime, floors: bool) -> int:
+def _entries_read(
+    ledger: Ledger, pg_url: str, schema: str, now: datetime, floors: bool, limited: bool
+) -> int:
     """The entries of the grouped indexes one grouped claim of 10 at ``now`` reads, rolled
     back: from the front this process found, with the groups' floors (``floors``), or from the
-    start of the turns and of each group's jobs. An entry the index scan passes over on its
-    key (below the floor) is not counted; a dead one it hands over is, and costs a visit of
-    its row."""
+    start of the turns and of each group's jobs; in one statement, or in two (``limited``). An
+    entry the index scan passes over on its key (below the floor) is not counted; a dead one it
+    hands over is, and costs a visit of its row."""
     db = ledger.backend.db
     [front] = ledger.backend.jobs._grouped.turns.walk_from(["q"])  # type: ignore[attr-defined]
     params = {"queue_0": "q", "now": now, "worker": "w", "lease_seconds": None}
@@ -90,16 +99,26 @@ def _entries_read(ledger: Ledger, pg_url: str, schema: str, now: datetime, floor
             c.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
             if not floors:
                 c.execute(f"UPDATE {schema}.jobledger_groups SET pending_from = NULL")
-            claim = db.statement("group_claim_unlimited", 10)
-            assert len(c.execute(claim, params).fetchall()) == 10
+            if not limited:
+                claim = db.statement("group_claim_unlimited", 10)
+                assert len(c.execute(claim, params).fetchall()) == 10
+            else:  # as grouped.py's _claim_locked sends them
+                turns = db.statement("group_candidates_turns", 10)
+                [(_, _, _, _, _, _, at, job_id, exact)] = c.execute(turns, params)
+                params |= {"queues": "{q}", "names": "{g}", "share": 10}
+                params |= {"floor_ats": "{" + at.isoformat() + "}", "floor_ids": f"{{{job_id}}}"}
+                params |= {"exacts": "{t}" if exact else "{f}"}
+                claim = db.statement("group_claim", 10)
+                assert len(c.execute(claim, params).fetchall()) == 10
         return read() - before
 
 
-def test_under_a_held_xmin_a_groups_probes_start_past_its_claimed_jobs(pg):
+@LIMITED
+def test_under_a_held_xmin_a_groups_probes_start_past_its_claimed_jobs(pg, limited):
     schema, url = pg.new_schema_url()
     holder = psycopg.connect(pg.url)
     try:
-        ledger = _ledger(url)
+        ledger = _ledger(url, limited)
         jobs = _claimer(ledger)
         ledger.enqueue_many("t", [{"payload": {"n": n}, "key": f"k{n}"} for n in range(2_500)])
         holder.execute("SELECT txid_current()")  # idle in transaction with an XID from here
@@ -111,8 +130,8 @@ def test_under_a_held_xmin_a_groups_probes_start_past_its_claimed_jobs(pg):
         # 2,000 jobs of the group claimed, each one's entries dead in the grouped indexes: a
         # claim from the start of the group visits each one's row; from the floor, the ten the
         # last claim took and the ten it takes.
-        bounded = _entries_read(ledger, pg.url, schema, now, floors=True)
-        full = _entries_read(ledger, pg.url, schema, now, floors=False)
+        bounded = _entries_read(ledger, pg.url, schema, now, True, limited)
+        full = _entries_read(ledger, pg.url, schema, now, False, limited)
         assert bounded < 50 and full > 2_000, (bounded, full)
         ledger.close()
     finally:
@@ -120,13 +139,14 @@ def test_under_a_held_xmin_a_groups_probes_start_past_its_claimed_jobs(pg):
         pg.drop_schema(schema)
 
 
-def test_a_job_this_process_makes_pending_below_a_floor_is_claimed_next(pg):
+@LIMITED
+def test_a_job_this_process_makes_pending_below_a_floor_is_claimed_next(pg, limited):
     """A release gives a job back with its run time, below the floor the claims after it
     wrote; so does an enqueue dated in the past. Both come from this process: its next walk
     starts from the start, and the job is next in the group's order."""
     schema, url = pg.new_schema_url()
     try:
-        ledger = _ledger(url)
+        ledger = _ledger(url, limited)
         jobs = _claimer(ledger)
         at = T0 + timedelta(seconds=100)
         ids = [
@@ -147,14 +167,15 @@ def test_a_job_this_process_makes_pending_below_a_floor_is_claimed_next(pg):
         pg.drop_schema(schema)
 
 
-def test_a_job_another_process_makes_pending_below_a_floor_waits_at_most_longest(pg):
+@LIMITED
+def test_a_job_another_process_makes_pending_below_a_floor_waits_at_most_longest(pg, limited):
     """Another process's job dated before a group's floor is not seen by walks from the front
     while the floor may be trusted (checked from the start within ``LONGEST`` seconds of the
     walk's time); the first walk past that probes the group from the start and finds it. A walk
     at a time before the floor's check trusts nothing."""
     schema, url = pg.new_schema_url()
     try:
-        ledger = _ledger(url)
+        ledger = _ledger(url, limited)
         jobs = _claimer(ledger)
         ids = [
             ledger.enqueue("t", {"n": n}, key=f"k{n}", run_at=T0 + timedelta(seconds=n)).id

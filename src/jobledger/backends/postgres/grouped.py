@@ -17,10 +17,10 @@ share, a second such statement takes the rest.
 Every walk of the turns starts at the front this process last found (``TurnCursor``,
 cursor.py: the first row of the walk, before which the turn index holds only the dead entries
 that earlier serves left, which a held xmin keeps), and now and then at the start. Within each
-group the one-statement claim probes and picks from the group's floor (migration 020: the
-first pending job as the walk that last served it found, written with its turn), past the dead
-entries of the jobs claimed before it; a walk from the start, or a floor checked from the
-start more than ``LONGEST`` seconds of claim time ago, probes the group from its start.
+group, both ways probe and pick from the group's floor (migration 020: the first pending job as
+the walk that last served it found, written with its turn), past the dead entries of the jobs
+claimed before it; a walk from the start, or a floor checked from the start more than
+``LONGEST`` seconds of claim time ago, probes the group from its start.
 
 Queues with limits, and a claim whose walk stopped short (many rows of groups without jobs
 ahead), take **one short transaction of two statements** (``_claim_locked``):
@@ -192,20 +192,27 @@ class GroupedClaim:
             walk_from = self.turns.walk_from(queues)
             started = time.perf_counter()
             rows = turns.typed_rows(c, params | _turn_params(queues, walk_from))
-            found = [r[:3] for r in rows if r[1] is not None]
+            # Each group as (queue, name, turn, floor's run time, floor's id, exact).
+            found = [r[:3] + r[6:9] for r in rows if r[1] is not None]
             more, kept = rows[0][3:5]
             self._walked(walk_from, time.perf_counter() - started, len(found))
             self.turns.advance({r[0]: r[5] for r in rows if r[5] is not None}.items(), queues, now)
             if more and kept < limit:
                 # The walk of the groups' rows stopped short (many rows of groups without
                 # jobs come first): find every group with due jobs, as the index has them.
-                found = prepared("group_candidates", limit, len(queues)).typed_rows(c, params)
+                found = [
+                    (*r, None, None, None)  # no floor: each group's jobs from the start
+                    for r in prepared("group_candidates", limit, len(queues)).typed_rows(c, params)
+                ]
             if not found:
                 return []
             found.sort(key=lambda r: (r[2] is not None, r[2] or _NEVER, r[0], r[1]))
             groups = params | {
                 "queues": text_array([r[0] for r in found]),
                 "names": text_array([r[1] for r in found]),
+                "floor_ats": _array_literal([r[3] for r in found]),
+                "floor_ids": _array_literal([r[4] for r in found]),
+                "exacts": _array_literal([r[5] for r in found]),
             }
             # Each group's share of the claim first (``claim_share``): no group's rows past its
             # share are locked.
@@ -222,6 +229,21 @@ class GroupedClaim:
 def _turn_params(queues: Sequence[str], walk_from: list[datetime | None] | None) -> dict[str, Any]:
     """The ``{turn_rows}`` of a walk of ``queues`` from ``walk_from`` (None: from the start)."""
     return turn_params(walk_from if walk_from is not None else [None] * len(queues))
+
+
+def _array_literal(values: Sequence[datetime | int | bool | None]) -> str:
+    """Times, ids or flags as one array literal (the statement's cast gives its type)."""
+    return "{" + ",".join(_element(v) for v in values) + "}"
+
+
+def _element(value: datetime | int | bool | None) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        return '"' + value.isoformat() + '"'
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    return str(int(value))
 
 
 def _had_whole_share(rows: Sequence[Any], share: int | None, asked: int) -> bool:

@@ -18,10 +18,12 @@ WHERE EXISTS (SELECT 1 FROM {jobs} AS j
 -- start; grouped.py) and stops after 4 * {limit} + 64 rows (rows of
 -- groups without jobs, kept for a day, come first in the order): "more" says some queue has
 -- more rows than that, and then a claim that kept fewer than {limit} asks group_candidates,
--- which finds every group. A row per group locked ("kept" says how many were kept, locked
--- or not); the one row with a NULL name stands for "none locked".
+-- which finds every group. Each group is probed from its floor, as jobledger_group_turns_next
+-- probes it (migration 020). A row per group locked ("kept" says how many were kept, locked or
+-- not), with its next job as found ("next_at", "next_id") and whether that was found from
+-- the start of the group ("exact"); the one row with a NULL name stands for "none locked".
 WITH viable AS MATERIALIZED (
-    SELECT v.queue, v.name, v.served_at, f.front
+    SELECT v.queue, v.name, v.served_at, f.front, v.next_at, v.next_id, v.exact
     FROM {turn_rows} AS q(name, turn_from)
     -- The queue's limits are joined here, outside the walk: joined to each group's row, they
     -- made the walk's order unknown to the planner, which then probed every row of the walk
@@ -35,34 +37,51 @@ WITH viable AS MATERIALIZED (
         ORDER BY g.served_at NULLS FIRST, g.name LIMIT 1
     ) AS f ON true
     CROSS JOIN LATERAL (
-        SELECT w.queue, w.name, w.served_at
+        SELECT w.queue, w.name, w.served_at, n.next_at, n.next_id, w.exact
         FROM (
-            -- As jobledger_group_turns_from (migration 019) walks: the groups never served,
-            -- then those served from the queue's "turn_from" on (NULL: from the start),
-            -- merged in the turn index's order.
-            SELECT * FROM (
-                SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
-                FROM {groups} AS g WHERE g.queue = q.name AND g.served_at IS NULL
-                ORDER BY g.served_at NULLS FIRST, g.name
+            SELECT t.*,
+                   -- As jobledger_group_turns_next trusts a floor.
+                   (q.turn_from IS NULL OR t.pending_from IS NULL OR t.pending_from_id IS NULL
+                    OR t.pending_checked_at IS NULL OR t.pending_checked_at > {now}
+                    OR t.pending_checked_at <= {now} - interval '10 seconds') AS exact
+            FROM (
+                -- As jobledger_group_turns_from (migration 019) walks: the groups never
+                -- served, then those served from the queue's "turn_from" on (NULL: from the
+                -- start), merged in the turn index's order.
+                SELECT * FROM (
+                    SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens,
+                           g.refilled_at, g.pending_from, g.pending_from_id,
+                           g.pending_checked_at
+                    FROM {groups} AS g WHERE g.queue = q.name AND g.served_at IS NULL
+                    ORDER BY g.served_at NULLS FIRST, g.name
+                    LIMIT 4 * {limit} + 64
+                ) AS fresh
+                UNION ALL
+                SELECT * FROM (
+                    SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens,
+                           g.refilled_at, g.pending_from, g.pending_from_id,
+                           g.pending_checked_at
+                    FROM {groups} AS g
+                    WHERE g.queue = q.name AND g.served_at >= COALESCE(q.turn_from, '-infinity')
+                    ORDER BY g.served_at NULLS FIRST, g.name
+                    LIMIT 4 * {limit} + 64
+                ) AS served
+                ORDER BY served_at NULLS FIRST, name
                 LIMIT 4 * {limit} + 64
-            ) AS fresh
-            UNION ALL
-            SELECT * FROM (
-                SELECT g.queue, g.name, g.served_at, g.paused_until, g.tokens, g.refilled_at
-                FROM {groups} AS g
-                WHERE g.queue = q.name AND g.served_at >= COALESCE(q.turn_from, '-infinity')
-                ORDER BY g.served_at NULLS FIRST, g.name
-                LIMIT 4 * {limit} + 64
-            ) AS served
-            ORDER BY served_at NULLS FIRST, name
-            LIMIT 4 * {limit} + 64
+            ) AS t
         ) AS w
-        -- The group's next run time, one probe of its index (as in group_candidates' walk);
-        -- never a join, as which the planner may read every due job of the queue.
-        WHERE (SELECT j.run_at <= {now} FROM {jobs} AS j
-               WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
-                 AND j.group_name = w.name
-               ORDER BY j.run_at LIMIT 1)
+        -- The group's next job, one probe of its index from the floor (as in
+        -- group_candidates' walk); a lateral subquery with a limit, never a join, as which the
+        -- planner may read every due job of the queue.
+        CROSS JOIN LATERAL (
+            SELECT j.run_at AS next_at, j.id AS next_id FROM {jobs} AS j
+            WHERE j.state = 'pending' AND j.group_name > '' AND j.queue = w.queue
+              AND j.group_name = w.name
+              AND (j.run_at, j.id) >= (CASE WHEN w.exact THEN '-infinity' ELSE w.pending_from END,
+                                       CASE WHEN w.exact THEN 0 ELSE w.pending_from_id END)
+            ORDER BY j.run_at, j.id LIMIT 1
+        ) AS n
+        WHERE n.next_at <= {now}
           AND {@group_has_room}
         ORDER BY w.served_at NULLS FIRST, w.name
         LIMIT {limit}
@@ -72,7 +91,7 @@ WITH viable AS MATERIALIZED (
 ), kept AS (
     SELECT count(*) AS kept FROM viable
 ), locked AS (
-    SELECT v.queue, v.name, v.served_at, v.front FROM viable AS v
+    SELECT v.queue, v.name, v.served_at, v.front, v.next_at, v.next_id, v.exact FROM viable AS v
     JOIN {groups} AS g ON g.queue = v.queue AND g.name = v.name
     {@group_lock}
 )
@@ -87,7 +106,7 @@ SELECT l.queue, l.name, l.served_at,
                                    LIMIT (4 * {limit} + 65)) AS r
            ) AS x)
        ELSE false END AS more,
-       k.kept, l.front
+       k.kept, l.front, l.next_at, l.next_id, l.exact
 FROM kept AS k LEFT JOIN locked AS l ON true
 
 -- name: group_candidates
@@ -189,10 +208,13 @@ AND (l.rate IS NULL OR w.tokens IS NULL
 -- after the locks: every claim that held one of them before has committed), each group's
 -- allowance (free lease slots and whole tokens, as _records.allowance counts them) and at most
 -- %(share)s (grouped.py), up to that many due jobs of each group, one per group per round in
--- the groups' order (as %(queues)s and %(names)s list them: "ord"), {limit} in all;
--- leased as job_claim leases; and each served group's bucket as left and its turn.
+-- the groups' order (as %(queues)s and %(names)s list them: "ord"), {limit} in all, each
+-- group's jobs from its floor (%(floor_ats)s, %(floor_ids)s: its next job as the first
+-- statement found; NULL: from the start); leased as job_claim leases; and each served group's
+-- bucket as left, its turn and its floor (checked from the start now where %(exacts)s says
+-- the first statement's probe was; a group without a floor keeps the one it had).
 WITH current AS (
-    SELECT a.queue, a.name, a.ord, l.max_leased,
+    SELECT a.queue, a.name, a.ord, a.floor_at, a.floor_id, a.exact, l.max_leased,
            -- The bucket now (_records.tokens_now): NULL without a rate.
            CASE WHEN l.rate IS NULL THEN NULL
                 WHEN g.tokens IS NULL OR g.refilled_at IS NULL
@@ -201,13 +223,14 @@ WITH current AS (
                            g.tokens + l.rate
                                       * GREATEST(0, extract(epoch FROM {now} - g.refilled_at)))
            END AS tokens
-    FROM unnest(%(queues)s::text[], %(names)s::text[]) WITH ORDINALITY AS a(queue, name, ord)
+    FROM unnest(%(queues)s::text[], %(names)s::text[], %(floor_ats)s::timestamptz[],
+                %(floor_ids)s::bigint[], %(exacts)s::bool[])
+        WITH ORDINALITY AS a(queue, name, floor_at, floor_id, exact, ord)
     LEFT JOIN {groups} AS g ON g.queue = a.queue AND g.name = a.name
     LEFT JOIN {group_limits} AS l ON l.queue = a.queue
     WHERE g.paused_until IS NULL OR g.paused_until <= {now}
 ), allowed AS (
-    SELECT c.queue, c.name, c.ord, c.tokens, NULL::timestamptz AS floor_at,
-           NULL::bigint AS floor_id,
+    SELECT c.queue, c.name, c.ord, c.tokens, c.floor_at, c.floor_id, c.exact,
            LEAST({limit}, %(share)s::int, COALESCE(floor(c.tokens)::int, {limit}),
                  COALESCE(c.max_leased - (
                      SELECT count(*) FROM (
@@ -217,14 +240,21 @@ WITH current AS (
                          LIMIT COALESCE(c.max_leased, 0)) AS x), {limit})) AS take
     FROM current AS c
 ), {@group_picked}, {@lease_claimed}, served AS (
-    INSERT INTO {groups} (queue, name, tokens, refilled_at, served_at)
-    SELECT a.queue, a.name, a.tokens - t.taken, {now}, {now}
+    INSERT INTO {groups} AS g
+        (queue, name, tokens, refilled_at, served_at, pending_from, pending_from_id,
+         pending_checked_at)
+    SELECT a.queue, a.name, a.tokens - t.taken, {now}, {now}, a.floor_at, a.floor_id,
+           CASE WHEN a.exact THEN {now} END
     FROM allowed AS a
     JOIN (SELECT queue, group_name, count(*) AS taken FROM claimed GROUP BY queue, group_name)
         AS t ON t.queue = a.queue AND t.group_name = a.name
     ON CONFLICT (queue, name) DO UPDATE
     SET tokens = excluded.tokens, refilled_at = excluded.refilled_at,
-        served_at = excluded.served_at
+        served_at = excluded.served_at,
+        pending_from = COALESCE(excluded.pending_from, g.pending_from),
+        pending_from_id = CASE WHEN excluded.pending_from IS NULL THEN g.pending_from_id
+                               ELSE excluded.pending_from_id END,
+        pending_checked_at = COALESCE(excluded.pending_checked_at, g.pending_checked_at)
 )
 {@lease_returned}
 
