@@ -275,8 +275,9 @@ class TurnCursor(ScanSchedule):
     the walks from the start, due as ``ClaimCursor``'s scans from the start are (at most
     ``LONGEST`` seconds apart), see those.
 
-    Each group's probes start at its floor (migration 020): the run time of its first pending
-    job, as the walk that last served it found — written by the claim, in the group's row. A
+    Each group's probes start at its floor (migration 020): the run time and id of its first
+    pending job, as the walk that last served it found — written by the claim, in the group's
+    row. A
     walk from the start probes each group from the start of its jobs, and so does a walk whose
     time is ``LONGEST`` seconds past the floor's last such probe. What this process itself
     makes pending at a run time not after the latest time it claimed the queue at (a release,
