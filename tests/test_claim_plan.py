@@ -540,7 +540,7 @@ def test_the_one_statement_grouped_claim_walks_the_turns_in_order_before_the_gro
                     c.execute(f"ALTER FUNCTION {walk} SET search_path = {schema}")
                 [(before,)] = c.execute(read, (schema,)).fetchall()
                 rows = c.execute(claim, params).fetchall()
-                assert len(rows) == 10 and not any(r[-6] for r in rows)  # none "limited"
+                assert len(rows) == 10 and not any(r[-5] for r in rows)  # none "limited"
                 [(after,)] = c.execute(read, (schema,)).fetchall()
                 raise psycopg.Rollback()  # leave the jobs and the groups as they were
             return int(after - before)

@@ -128,12 +128,12 @@ class GroupedClaim:
                 break
             asked = limit - len(taken)
             rows = self._claim_unlimited(queues, asked, params, now)
-            limited, more, share = rows[0][-6:-3]
+            limited, more, share = rows[0][-5:-2]
             if limited:
                 with self._seen_lock:
                     self._limited_at[tuple(queues)] = time.monotonic()
                 break
-            got = [r[:-6] for r in rows if r[0] is not None]
+            got = [r[:-5] for r in rows if r[0] is not None]
             taken += got
             if more and len(taken) < limit:
                 break  # the walk stopped short: the two-statement claim finds every group
@@ -147,26 +147,17 @@ class GroupedClaim:
     def _claim_unlimited(
         self, queues: Sequence[str], asked: int, params: dict[str, Any], now: datetime | None
     ) -> list[Any]:
-        """One ``group_claim_unlimited``: its rows. A walk from the front that found no group
-        with a due job is made again from the start at once while that is cheap
-        (``ScanSchedule.found_nothing``): a job another process made pending below its group's
-        floor is found then, as the claim without groups finds what was placed ahead of its
-        position. (A walk that found groups, all held by other claims, is not: the walk from the
-        start would find them held too.)"""
+        """One ``group_claim_unlimited``: its rows."""
         statement = self._db.prepared("group_claim_unlimited", asked, len(queues))
         walk_from = self.turns.walk_from(queues)
-        while True:
-            started = time.perf_counter()
-            rows = self._db.quick_prepared(statement, params | _turn_params(queues, walk_from))
-            limited, _, _, front_queues, front_turns, kept = rows[0][-6:]
-            if limited:
-                return rows
+        started = time.perf_counter()
+        rows = self._db.quick_prepared(statement, params | _turn_params(queues, walk_from))
+        limited, _, _, front_queues, front_turns = rows[0][-5:]
+        if not limited:
             got = sum(r[0] is not None for r in rows)
             self._walked(walk_from, time.perf_counter() - started, got)
             self.turns.advance(zip(front_queues or (), front_turns or (), strict=True), queues, now)
-            if kept or walk_from is None or not self.turns.found_nothing():
-                return rows
-            walk_from = None
+        return rows
 
     def _walked(self, walk_from: list[datetime | None] | None, seconds: float, got: int) -> None:
         if walk_from is None:

@@ -270,10 +270,9 @@ WITH current AS (
 -- found; and writes the served groups' turns and floors (that next run time; checked from the
 -- start now if the walk's probe was).
 -- Every row ends with "limited" (a queue of the claim has limits: nothing was claimed, the
--- claim goes the two-statement way), "more" (as in group_candidates_turns), "share", each
+-- claim goes the two-statement way), "more" (as in group_candidates_turns), "share", and each
 -- queue's front as its walk found it ("front_queues", "front_turns": where the next walk may
--- start, grouped.py), and "kept" (how many groups with a due job the walk found, locked or
--- not); a claim that leased nothing returns one row whose job columns are NULL.
+-- start, grouped.py); a claim that leased nothing returns one row whose job columns are NULL.
 WITH limited AS MATERIALIZED (
     SELECT EXISTS (
         SELECT 1 FROM {queue_rows} AS q(name)
@@ -335,6 +334,5 @@ SELECT r.*, x.limited,
        ELSE false END AS more,
        (SELECT max(a.take) FROM allowed AS a) AS share,
        (SELECT array_agg(f.queue ORDER BY f.queue) FROM front AS f) AS front_queues,
-       (SELECT array_agg(f.turn ORDER BY f.queue) FROM front AS f) AS front_turns,
-       (SELECT count(*) FROM viable) AS kept
+       (SELECT array_agg(f.turn ORDER BY f.queue) FROM front AS f) AS front_turns
 FROM limited AS x LEFT JOIN returned AS r ON true
