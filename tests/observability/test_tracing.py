@@ -147,6 +147,36 @@ def test_a_dead_attempt_records_its_exception(ledger):
     assert event.attributes["exception.type"].endswith("Permanent")
 
 
+def test_an_outcome_the_storage_refuses_ends_its_span_as_not_recorded(ledger, monkeypatch):
+    """The completer gives an outcome up after the storage refused it alone three times (the
+    lease then expires): the attempt's span ends anyway, as an error that says its outcome was
+    not recorded, instead of staying open for ever."""
+    from jobledger._runtime.outcomes import Recorder
+
+    write = Recorder.write
+
+    def refusing(self, batch):  # type: ignore[no-untyped-def]
+        if any(item.hold.job.key == "poison" for item in batch):
+            raise ValueError("the storage refuses this outcome")
+        return write(self, batch)
+
+    monkeypatch.setattr(Recorder, "write", refusing)
+
+    @ledger.task(lease_seconds=30)
+    def ok(ctx):
+        return None
+
+    with recording() as spans:
+        job_id = ok.enqueue({}, key="poison").id
+        ledger.run_worker(burst=True, handle_signals=False)
+        wait_until(lambda: named(spans, "jobledger run ok"), what="the attempt's span")
+    [attempt] = named(spans, "jobledger run ok")
+    assert attempt.attributes["jobledger.outcome"] == "not_recorded"
+    assert attempt.status.status_code is StatusCode.ERROR
+    assert "(returned) was refused by the storage and given up" in attempt.status.description
+    assert ledger.job(job_id).state.value == "leased"  # until the lease expires
+
+
 def test_an_attempt_past_its_timeout_is_timed_out(ledger):
     @ledger.task(timeout=0.2, max_attempts=1)
     async def slow(ctx):

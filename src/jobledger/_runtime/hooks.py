@@ -78,6 +78,12 @@ class AttemptTracer(Protocol):
         """The attempt's outcome (``item.outcome``) is written: its span ends."""
         ...
 
+    def given_up(self, item: Finished) -> None:
+        """The attempt's outcome will not be written (the storage refused it, alone, again and
+        again): its span ends as an error that says so; the lease expires and the job is
+        handed out again."""
+        ...
+
 
 class WorkerService(Protocol):
     """Something a worker runs beside itself, started after it and stopped before it ends."""

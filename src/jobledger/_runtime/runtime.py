@@ -289,6 +289,10 @@ class Runtime:
         """Outcomes the completer will not write (the storage refused each, alone, again and
         again): their leases are no longer renewed, and expire; the rescuer hands the jobs out
         again, each attempt charged, as after a crashed worker."""
+        if self.tracer is not None:
+            for item in batch:
+                if item.hold.span is not None:
+                    self.tracer.given_up(item)
         self.finished([item.hold for item in batch])
 
     def finished(self, holds: list[LeaseHold]) -> None:

@@ -215,6 +215,26 @@ class AttemptTracing:
         except Exception:
             log.exception("ending the span of job %d failed", hold.job.id)
 
+    def given_up(self, item: Finished) -> None:
+        hold = item.hold
+        span, hold.span = hold.span, None
+        if span is None:
+            return
+        try:
+            # Never written, so never made a done, retry, dead… of: what the handler's attempt
+            # ended as is kept in the error's text.
+            span.set_attribute("jobledger.outcome", "not_recorded")
+            failure = item.failure
+            ended = f"{failure.error_class}: {failure.message}" if failure else "returned"
+            detail = (
+                f"its outcome ({ended}) was refused by the storage and given up; the lease "
+                "expires and the job is handed out again"
+            )
+            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, detail))
+            span.end()
+        except Exception:
+            log.exception("ending the span of job %d failed", hold.job.id)
+
 
 @contextmanager
 def server_span(method: str, path: str, headers: Mapping[str, str]) -> Iterator[Any]:
