@@ -83,6 +83,12 @@ def test_the_held_xmin_groups_bench_runs_both_cases(pg):
         assert all(float(cell) > 0 for cell in row.strip(" |").split(" | ")[3:]), row
 
 
+def test_the_groups_stream_bench_runs(pg):
+    proc = _bench(pg, "bench.groups_stream", "--groups", "50", "--start", "100", "--claims", "520")
+    [row] = [line for line in proc.stdout.splitlines() if line.startswith("| 1 | new")]
+    assert all(float(cell) > 0 for cell in row.strip(" |").split(" | ")[2:]), row
+
+
 def test_the_working_tree_against_a_baseline_revision_in_turn(tmp_path):
     """``--baseline REV``: jobledger at REV (here HEAD, so the two sides are the same code)
     unpacked once into a cache, measured in turn with the working tree by the same adapter."""
