@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,23 @@ def prepare(rev: str) -> Baseline:
             f"jobledger at {rev} does not import from {src}: {found.stdout}{found.stderr}"
         )
     return Baseline(rev, commit, src)
+
+
+def prepare_or_say(rev: str) -> Baseline | None:
+    """``prepare(rev)``, or None after saying on stderr why it could not be (the bench then
+    exits with status 2)."""
+    try:
+        return prepare(rev)
+    except BenchError as exc:
+        print(f"error: --baseline {rev}: {exc}", file=sys.stderr)
+        return None
+
+
+def stamp(event: str) -> str:
+    """``# <event> <UTC time>, load <1, 5 and 15 minutes>``: the first and last line of a
+    bench's table."""
+    load = "/".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"# {event} {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {load}"
 
 
 def run_case(module: str, args: list[str], pythonpath: str | None) -> dict[str, Any]:

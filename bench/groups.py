@@ -33,7 +33,7 @@ from jobledger import Ledger
 from jobledger._records import Lease
 
 from . import baseline
-from .harness import BenchError, fresh_database, percentile
+from .harness import fresh_database, percentile
 
 CASES = (("no group", None), ("1 group", 1), ("1,000 groups", 1000))
 
@@ -126,10 +126,8 @@ def _load() -> str:
 
 def compare(args: argparse.Namespace) -> int:
     """New against ``args.baseline``, alternately, ``args.rounds`` rounds (one drain each)."""
-    try:
-        old = baseline.prepare(args.baseline)
-    except BenchError as exc:
-        print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
+    old = baseline.prepare_or_say(args.baseline)
+    if old is None:
         return 2
     sides: tuple[tuple[str, str | None], ...] = (
         ("new", None),

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -29,7 +27,7 @@ from jobledger import Ledger
 from jobledger._records import Lease
 
 from . import baseline
-from .harness import BenchError, fresh_database
+from .harness import fresh_database
 
 CASES = (("1 group", 1), ("1,000 groups", 1000))
 BATCH = 10
@@ -90,10 +88,6 @@ def _in_process(groups: int, args: argparse.Namespace, pythonpath: str | None) -
     return baseline.run_case("bench.groups_held", case, pythonpath)
 
 
-def _load() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.groups_held", description=__doc__.split("\n")[0]
@@ -109,13 +103,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sides: list[tuple[str, str | None]] = [("new", None)]
     if args.baseline:
-        try:
-            old = baseline.prepare(args.baseline)
-        except BenchError as exc:
-            print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
+        old = baseline.prepare_or_say(args.baseline)
+        if old is None:
             return 2
         sides.append((f"old ({old.label})", str(old.path)))
-    print(f"# started {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {_load()}")
+    print(baseline.stamp("started"))
     print(
         f"| case | round | side | claim p50 ms: first {WINDOW} held | last {WINDOW} held | after |"
     )
@@ -129,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{got['after']:.2f} |",
                     flush=True,
                 )
-    print(f"# ended {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {_load()}")
+    print(baseline.stamp("ended"))
     return 0
 
 

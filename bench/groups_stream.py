@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -31,7 +29,7 @@ from jobledger import Ledger
 from jobledger._records import Lease
 
 from . import baseline
-from .harness import BenchError, fresh_database, percentile
+from .harness import fresh_database, percentile
 
 ENQUEUED = 10  # jobs enqueued before each claim
 BATCH = 20  # jobs asked for by each claim
@@ -82,10 +80,6 @@ def measure(groups: int, start: int, claims: int) -> dict[str, float]:
     return {"p50": statistics.median(kept), "p95": p95 if p95 is not None else float("nan")}
 
 
-def _load() -> str:
-    return "/".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m bench.groups_stream", description=__doc__.split("\n")[0]
@@ -102,22 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sides: list[tuple[str, str | None]] = [("new", None)]
     if args.baseline:
-        try:
-            old = baseline.prepare(args.baseline)
-        except BenchError as exc:
-            print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
+        old = baseline.prepare_or_say(args.baseline)
+        if old is None:
             return 2
         sides.append((f"old ({old.label})", str(old.path)))
     case = ["--case", "--groups", str(args.groups), "--start", str(args.start)]
     case += ["--claims", str(args.claims)]
-    print(f"# started {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {_load()}")
+    print(baseline.stamp("started"))
     print("| round | side | claim p50 ms | claim p95 ms |")
     print("|---|---|---|---|")
     for r in range(max(1, args.rounds)):
         for side, path in sides if r % 2 == 0 else sides[::-1]:
             got: dict[str, Any] = baseline.run_case("bench.groups_stream", case, path)
             print(f"| {r + 1} | {side} | {got['p50']:.2f} | {got['p95']:.2f} |", flush=True)
-    print(f"# ended {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, load {_load()}")
+    print(baseline.stamp("ended"))
     return 0
 
 

@@ -476,10 +476,8 @@ def main(argv: list[str] | None = None) -> int:
 
     systems = [System("jobledger", sys.executable, "bench.adapters.ours", "postgres")]
     if args.baseline:
-        try:
-            old = baseline.prepare(args.baseline)
-        except BenchError as exc:
-            print(f"error: --baseline {args.baseline}: {exc}", file=sys.stderr)
+        old = baseline.prepare_or_say(args.baseline)
+        if old is None:
             return 2
         systems.append(
             System(f"jobledger@{old.rev}", sys.executable, "bench.adapters.ours", "postgres",
