@@ -198,39 +198,41 @@ class AttemptTracing:
             log.exception("closing the span of job %d failed", hold.job.id)
 
     def ended(self, item: Finished) -> None:
-        hold = item.hold
-        span, hold.span = hold.span, None
-        if span is None:
+        outcome = item.outcome
+        if outcome not in _FAILED:
+            self._end(item, outcome, None, None)
             return
-        try:
-            outcome = item.outcome
-            span.set_attribute("jobledger.outcome", outcome)
-            if outcome in _FAILED:
-                failure = item.failure
-                error_class = failure.error_class if failure is not None else "LeaseLost"
-                span.set_attribute("error.type", error_class)
-                detail = f"{error_class}: {failure.message}" if failure else "lease lost"
-                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, detail))
-            span.end()
-        except Exception:
-            log.exception("ending the span of job %d failed", hold.job.id)
+        failure = item.failure
+        error_class = failure.error_class if failure is not None else "LeaseLost"
+        detail = f"{error_class}: {failure.message}" if failure else "lease lost"
+        self._end(item, outcome, error_class, detail)
 
     def given_up(self, item: Finished) -> None:
+        # Never written, so never made a done, retry, dead… of: what the handler's attempt
+        # ended as is kept in the error's text.
+        failure = item.failure
+        ended = f"{failure.error_class}: {failure.message}" if failure else "returned"
+        detail = (
+            f"its outcome ({ended}) was refused by the storage and given up; the lease "
+            "expires and the job is handed out again"
+        )
+        self._end(item, "not_recorded", None, detail)
+
+    def _end(
+        self, item: Finished, outcome: str, error_type: str | None, detail: str | None
+    ) -> None:
+        """End the attempt's span (once) with its outcome, and an error status when ``detail``
+        says what went wrong. Never raises."""
         hold = item.hold
         span, hold.span = hold.span, None
         if span is None:
             return
         try:
-            # Never written, so never made a done, retry, dead… of: what the handler's attempt
-            # ended as is kept in the error's text.
-            span.set_attribute("jobledger.outcome", "not_recorded")
-            failure = item.failure
-            ended = f"{failure.error_class}: {failure.message}" if failure else "returned"
-            detail = (
-                f"its outcome ({ended}) was refused by the storage and given up; the lease "
-                "expires and the job is handed out again"
-            )
-            span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, detail))
+            span.set_attribute("jobledger.outcome", outcome)
+            if error_type is not None:
+                span.set_attribute("error.type", error_type)
+            if detail is not None:
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, detail))
             span.end()
         except Exception:
             log.exception("ending the span of job %d failed", hold.job.id)

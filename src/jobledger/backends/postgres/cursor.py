@@ -43,7 +43,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -74,6 +74,16 @@ WATCHED = 1024
 Position = tuple[int, datetime, int]
 #: A job of this process due later, as the cursor keeps it: (run time, priority, id).
 _Later = tuple[datetime, int, int]
+
+
+def _as_returned(
+    jobs: Iterable[NewJob], now: datetime
+) -> Iterator[tuple[str, int, datetime, int, str | None]]:
+    """New jobs inserted at ``now`` as ``returned`` takes them: a run time None is ``now``, and
+    the id, not known here, is 0."""
+    return (
+        (j.queue, j.priority, j.run_at if j.run_at is not None else now, 0, j.group) for j in jobs
+    )
 
 
 def _ahead(priority: int, run_at: datetime, job_id: int, position: Position) -> bool:
@@ -219,13 +229,7 @@ class ClaimCursor(ScanSchedule):
         if not at and all(j.run_at is None for j in jobs):
             return
         now = now if now is not None else datetime.now(UTC)
-        self.returned(
-            (
-                (j.queue, j.priority, j.run_at if j.run_at is not None else now, 0, j.group)
-                for j in jobs
-            ),
-            now,
-        )
+        self.returned(_as_returned(jobs, now), now)
 
     def _keep(self, later: list[tuple[str, _Later]]) -> None:
         with self._lock:
@@ -277,9 +281,8 @@ class TurnCursor(ScanSchedule):
 
     Each group's probes start at its floor (migration 020): the run time and id of its first
     pending job, as the walk that last served it found — written by the claim, in the group's
-    row. A
-    walk from the start probes each group from the start of its jobs, and so does a walk whose
-    time is ``LONGEST`` seconds past the floor's last such probe. What this process itself
+    row. A walk from the start probes each group from the start of its jobs, and so does a walk
+    whose time is ``LONGEST`` seconds past the floor's last such probe. What this process itself
     makes pending at a run time not after the latest time it claimed the queue at (a release,
     a job dated in the past) may be below a floor one of its claims wrote: the next walk starts
     from the start (``returned``)."""
@@ -319,11 +322,7 @@ class TurnCursor(ScanSchedule):
             if any(claimed.get(q, _BEGINNING) < moment for q in queues):
                 self._claimed_at = {**claimed, **{q: moment for q in queues}}
 
-    def returned(
-        self,
-        jobs: Iterable[tuple[str, int, datetime, int, str | None]],
-        now: datetime | None = None,
-    ) -> None:
+    def returned(self, jobs: Iterable[tuple[str, int, datetime, int, str | None]]) -> None:
         """Jobs this process made pending, as ``ClaimCursor.returned`` has them (queue,
         priority, run time, id, group): a grouped one whose run time is not after the latest
         time this process claimed its queue at may be below its group's floor, so the next walk
@@ -342,8 +341,4 @@ class TurnCursor(ScanSchedule):
         then): as ``returned``."""
         if not self._claimed_at:
             return
-        moment = now if now is not None else datetime.now(UTC)
-        self.returned(
-            (j.queue, j.priority, j.run_at if j.run_at is not None else moment, 0, j.group)
-            for j in jobs
-        )
+        self.returned(_as_returned(jobs, now if now is not None else datetime.now(UTC)))

@@ -127,13 +127,18 @@ class GroupedClaim:
             if self._limited(queues):
                 break
             asked = limit - len(taken)
-            rows = self._claim_unlimited(queues, asked, params, now)
-            limited, more, share = rows[0][-5:-2]
+            statement = self._db.prepared("group_claim_unlimited", asked, len(queues))
+            walk_from = self.turns.walk_from(queues)
+            started = time.perf_counter()
+            rows = self._db.quick_prepared(statement, params | _turn_params(queues, walk_from))
+            limited, more, share, front_queues, front_turns = rows[0][-5:]
             if limited:
                 with self._seen_lock:
                     self._limited_at[tuple(queues)] = time.monotonic()
                 break
             got = [r[:-5] for r in rows if r[0] is not None]
+            self._walked(walk_from, time.perf_counter() - started, len(got))
+            self.turns.advance(zip(front_queues or (), front_turns or (), strict=True), queues, now)
             taken += got
             if more and len(taken) < limit:
                 break  # the walk stopped short: the two-statement claim finds every group
@@ -143,21 +148,6 @@ class GroupedClaim:
         else:
             return taken
         return taken + self._claim_locked(queues, limit - len(taken), params, now)
-
-    def _claim_unlimited(
-        self, queues: Sequence[str], asked: int, params: dict[str, Any], now: datetime | None
-    ) -> list[Any]:
-        """One ``group_claim_unlimited``: its rows."""
-        statement = self._db.prepared("group_claim_unlimited", asked, len(queues))
-        walk_from = self.turns.walk_from(queues)
-        started = time.perf_counter()
-        rows = self._db.quick_prepared(statement, params | _turn_params(queues, walk_from))
-        limited, _, _, front_queues, front_turns = rows[0][-5:]
-        if not limited:
-            got = sum(r[0] is not None for r in rows)
-            self._walked(walk_from, time.perf_counter() - started, got)
-            self.turns.advance(zip(front_queues or (), front_turns or (), strict=True), queues, now)
-        return rows
 
     def _walked(self, walk_from: list[datetime | None] | None, seconds: float, got: int) -> None:
         if walk_from is None:

@@ -160,7 +160,7 @@ class PostgresJobs(Jobs):
         id, group): as ``placed``."""
         jobs = list(jobs)
         self._cursor.returned(jobs, now)
-        self._grouped.turns.returned(jobs, now)
+        self._grouped.turns.returned(jobs)
 
     def insert_plan(
         self,
